@@ -1,0 +1,58 @@
+package attribution
+
+import (
+	"io/fs"
+	"os"
+)
+
+// FS is the view of /proc the package reads. Names are slash-separated and
+// relative to the root of /proc: "net/tcp", "1234/stat", "1234/fd/3".
+// ReadDir(".") lists the root.
+type FS interface {
+	ReadFile(name string) ([]byte, error)
+	ReadDir(name string) ([]fs.DirEntry, error)
+	// Readlink returns the target of the symbolic link name, without
+	// following it.
+	Readlink(name string) (string, error)
+}
+
+// DirFS returns an FS rooted at the directory root, which holds a tree laid
+// out like /proc (tests build one under t.TempDir or testdata). Readlink reads
+// a symbolic link inside root; its target need not exist.
+func DirFS(root string) FS { return dirFS(root) }
+
+type dirFS string
+
+func (d dirFS) path(op, name string) (string, error) {
+	if !fs.ValidPath(name) {
+		return "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	if name == "." {
+		return string(d), nil
+	}
+	return string(d) + "/" + name, nil
+}
+
+func (d dirFS) ReadFile(name string) ([]byte, error) {
+	p, err := d.path("read", name)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(p)
+}
+
+func (d dirFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	p, err := d.path("readdir", name)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadDir(p)
+}
+
+func (d dirFS) Readlink(name string) (string, error) {
+	p, err := d.path("readlink", name)
+	if err != nil {
+		return "", err
+	}
+	return os.Readlink(p)
+}

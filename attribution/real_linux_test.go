@@ -1,0 +1,321 @@
+package attribution
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Tests against the real /proc of the machine running them.
+
+func realTable(t testing.TB) *Table {
+	t.Helper()
+	if _, err := os.ReadFile("/proc/self/stat"); err != nil {
+		t.Skipf("no readable /proc: %v", err)
+	}
+	return NewTable(OSProc())
+}
+
+func addrPort(t testing.TB, a net.Addr) netip.AddrPort {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		t.Fatalf("parse %v: %v", a, err)
+	}
+	return ap
+}
+
+func TestRealProcessSelf(t *testing.T) {
+	tbl := realTable(t)
+	p, err := tbl.Process(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err = filepath.EvalSymlinks(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PID != os.Getpid() || p.PPID != os.Getppid() || p.UID != os.Getuid() || p.Exe != exe || p.Cwd != wd {
+		t.Errorf("Process(self) = pid %d ppid %d uid %d exe %q cwd %q; want %d %d %d %q %q",
+			p.PID, p.PPID, p.UID, p.Exe, p.Cwd, os.Getpid(), os.Getppid(), os.Getuid(), exe, wd)
+	}
+	if diff := cmp.Diff(os.Args, p.Argv); diff != "" {
+		t.Errorf("Argv (-want +got):\n%s", diff)
+	}
+	if len(p.Lineage) == 0 || p.Lineage[0] != os.Getppid() {
+		t.Errorf("Lineage = %v, want it to start with the parent %d", p.Lineage, os.Getppid())
+	}
+}
+
+func TestRealProcessChild(t *testing.T) {
+	tbl := realTable(t)
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skipf("no sleep: %v", err)
+	}
+	wantExe, err := filepath.EvalSymlinks(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	before := time.Now()
+	cmd := exec.Command(sleep, "30")
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil { // returns once the exec has succeeded
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+
+	p, err := tbl.Process(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PID != cmd.Process.Pid || p.PPID != os.Getpid() || p.Exe != wantExe || p.Cwd != dir || p.UID != os.Getuid() {
+		t.Errorf("Process(child) = pid %d ppid %d exe %q cwd %q uid %d; want %d %d %q %q %d",
+			p.PID, p.PPID, p.Exe, p.Cwd, p.UID, cmd.Process.Pid, os.Getpid(), wantExe, dir, os.Getuid())
+	}
+	if diff := cmp.Diff([]string{sleep, "30"}, p.Argv); diff != "" {
+		t.Errorf("Argv (-want +got):\n%s", diff)
+	}
+	if len(p.Lineage) == 0 || p.Lineage[0] != os.Getpid() {
+		t.Errorf("Lineage = %v, want it to start with the test process %d", p.Lineage, os.Getpid())
+	}
+	if !slices.Contains(p.Lineage, os.Getppid()) {
+		t.Errorf("Lineage = %v, want it to hold the test's parent %d", p.Lineage, os.Getppid())
+	}
+	// Boot time plus ticks at 100/s must land near the moment the child
+	// started; a wrong tick rate or field would be off by far more.
+	if d := p.StartTime.Sub(before); d < -5*time.Second || d > time.Minute {
+		t.Errorf("StartTime = %v, %v from just before the start", p.StartTime, d)
+	}
+	if !tbl.IsDescendant(cmd.Process.Pid, os.Getpid()) {
+		t.Errorf("IsDescendant(child, self) = false")
+	}
+	if tbl.IsDescendant(os.Getpid(), cmd.Process.Pid) {
+		t.Errorf("IsDescendant(self, child) = true")
+	}
+	if d := tbl.Descendants(os.Getpid()); len(d) == 0 || d[0] != os.Getpid() || !slices.Contains(d, cmd.Process.Pid) {
+		t.Errorf("Descendants(self) = %v, want self first and the child %d", d, cmd.Process.Pid)
+	}
+
+	// Once the child is gone, it is not found.
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := tbl.Process(cmd.Process.Pid); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Process(reaped child) error = %v, want ErrNotFound", err)
+	}
+}
+
+func TestRealSocketOwnerSelf(t *testing.T) {
+	tbl := realTable(t)
+	for _, network := range []struct{ name, addr string }{
+		{"ipv4", "127.0.0.1:0"},
+		{"ipv6", "[::1]:0"},
+	} {
+		t.Run(network.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", network.addr)
+			if err != nil {
+				t.Skipf("cannot listen on %s (no loopback for this family?): %v", network.addr, err)
+			}
+			defer ln.Close()
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					close(accepted)
+					return
+				}
+				accepted <- c
+			}()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			srv, ok := <-accepted
+			if !ok {
+				t.Fatal("accept failed")
+			}
+			defer srv.Close()
+
+			self := func() []int { return []int{os.Getpid()} }
+			for _, tc := range []struct {
+				name          string
+				local, remote net.Addr
+				candidates    func() []int
+			}{
+				{"client side, full scan", c.LocalAddr(), ln.Addr(), nil},
+				{"client side, candidates", c.LocalAddr(), ln.Addr(), self},
+				{"server side", srv.LocalAddr(), srv.RemoteAddr(), self},
+			} {
+				got, err := tbl.SocketOwner(addrPort(t, tc.local), addrPort(t, tc.remote), tc.candidates)
+				if err != nil || got != os.Getpid() {
+					t.Errorf("%s: SocketOwner(%v, %v) = %d, %v; want %d", tc.name, tc.local, tc.remote, got, err, os.Getpid())
+				}
+			}
+			if _, err := tbl.SocketOwner(addrPort(t, c.LocalAddr()), addrPort(t, c.LocalAddr()), nil); !errors.Is(err, ErrNotFound) {
+				t.Errorf("SocketOwner(no such socket) error = %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func TestRealSocketOwnerChild(t *testing.T) {
+	tbl := realTable(t)
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skipf("no python3: %v", err)
+	}
+	tests := []struct {
+		name   string
+		script string // connects to 127.0.0.1:PORT and sleeps
+		// mapped: the child's socket is AF_INET6, so the kernel lists it in
+		// tcp6 as ::ffff:127.0.0.1 while the listener sees 127.0.0.1.
+		mapped bool
+	}{
+		{name: "af_inet", script: "s = socket.create_connection(('127.0.0.1', PORT))\n"},
+		{name: "af_inet6 v4-mapped", mapped: true, script: "s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n" +
+			"s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n" +
+			"s.connect(('::ffff:127.0.0.1', PORT))\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+			cmd := exec.Command(python, "-c", "import socket, time\n"+strings.ReplaceAll(tt.script, "PORT", port)+"time.sleep(60)\n")
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err == nil {
+					accepted <- c
+				}
+			}()
+			var conn net.Conn
+			select {
+			case conn = <-accepted:
+			case err := <-exited:
+				exited <- err
+				t.Fatalf("child exited before connecting: %v\n%s", err, stderr.String())
+			case <-time.After(30 * time.Second):
+				t.Fatal("the child did not connect within 30s")
+			}
+			defer conn.Close()
+
+			childLocal, lnAddr := addrPort(t, conn.RemoteAddr()), addrPort(t, ln.Addr())
+			if tt.mapped {
+				requireMappedInTCP6(t, childLocal, lnAddr)
+			}
+			got, err := tbl.SocketOwner(childLocal, lnAddr, func() []int { return tbl.Descendants(os.Getpid()) })
+			if err != nil || got != cmd.Process.Pid {
+				t.Fatalf("SocketOwner(%v, %v) = %d, %v; want the child %d", childLocal, lnAddr, got, err, cmd.Process.Pid)
+			}
+			p, err := tbl.Process(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(p.Lineage, os.Getpid()) {
+				t.Errorf("child's Lineage = %v, want it to hold the test process %d", p.Lineage, os.Getpid())
+			}
+			if len(p.Argv) < 2 || p.Argv[1] != "-c" {
+				t.Errorf("child's Argv = %q, want python's -c", p.Argv)
+			}
+		})
+	}
+}
+
+// requireMappedInTCP6 checks that the kernel lists the socket (local,
+// remote) in tcp6 in its v4-mapped form, so the test exercises that form.
+func requireMappedInTCP6(t *testing.T, local, remote netip.AddrPort) {
+	t.Helper()
+	data, err := os.ReadFile("/proc/net/tcp6")
+	if err != nil {
+		t.Skipf("no /proc/net/tcp6: %v", err)
+	}
+	mapped := func(ap netip.AddrPort) netip.AddrPort {
+		return netip.AddrPortFrom(netip.AddrFrom16(ap.Addr().As16()), ap.Port())
+	}
+	found := false
+	parseNetTCP(data, func(l, r netip.AddrPort, _ uint64) bool {
+		found = l == mapped(local) && r == mapped(remote)
+		return !found
+	})
+	if !found {
+		t.Fatalf("socket %v -> %v is not in /proc/net/tcp6 as v4-mapped", local, remote)
+	}
+}
+
+// BenchmarkSocketOwner compares finding a socket among the candidates with
+// scanning every process.
+func BenchmarkSocketOwner(b *testing.B) {
+	tbl := realTable(b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	local, remote := addrPort(b, c.LocalAddr()), addrPort(b, ln.Addr())
+	pid := os.Getpid()
+
+	for _, bc := range []struct {
+		name       string
+		candidates func() []int
+	}{
+		{"candidates=self", func() []int { return []int{pid} }},
+		{"candidates=Descendants", func() []int { return tbl.Descendants(pid) }},
+		{"fullscan", nil},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				got, err := tbl.SocketOwner(local, remote, bc.candidates)
+				if err != nil || got != pid {
+					b.Fatalf("SocketOwner = %d, %v; want %d", got, err, pid)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,152 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is Chaperone's configuration. The zero value is not usable; start
+// from Default or Load.
+type Config struct {
+	// StateDir holds the CA, the trust bundle and the audit log.
+	StateDir string `mapstructure:"state_dir" yaml:"state_dir"`
+	// Mode is "auto" or "proxy". "transparent" is reserved.
+	Mode string `mapstructure:"mode" yaml:"mode"`
+	// Listen is the proxy's listen address, a loopback IP:port.
+	Listen string `mapstructure:"listen" yaml:"listen"`
+	// Log is the audit log's path; empty means <state_dir>/audit.jsonl.
+	Log string `mapstructure:"log" yaml:"log"`
+	// Policy is the policy file's path; empty means the built-in policy.
+	Policy string `mapstructure:"policy" yaml:"policy"`
+	// DenyHosts are the hosts the built-in policy denies: a name, *.domain
+	// (its subdomains) or an IP address.
+	DenyHosts []string `mapstructure:"deny_hosts" yaml:"deny_hosts"`
+	// UpstreamCA are extra PEM files trusted for upstream TLS.
+	UpstreamCA []string `mapstructure:"upstream_ca" yaml:"upstream_ca"`
+	// Resolve pins host names to addresses, like curl --resolve:
+	// HOST:ADDR or HOST:PORT:ADDR.
+	Resolve []string `mapstructure:"resolve" yaml:"resolve"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `mapstructure:"log_level" yaml:"log_level"`
+}
+
+// Modes accepted by Validate.
+const (
+	ModeAuto        = "auto"
+	ModeProxy       = "proxy"
+	ModeTransparent = "transparent" // reserved: rejected until it is available
+)
+
+// DefaultListen lets the system pick a free loopback port.
+const DefaultListen = "127.0.0.1:0"
+
+// AuditLogFile is the audit log's file name inside StateDir.
+const AuditLogFile = "audit.jsonl"
+
+// key describes one configuration key.
+type key struct {
+	name string // the config key (file and mapstructure)
+	flag string // the flag that sets it
+	list bool   // a list of strings (else a string)
+	help string
+}
+
+// keys lists every key in the order they are documented and shown.
+var keys = []key{
+	{name: "state_dir", flag: "state-dir", help: "directory for the CA, trust bundle and audit log"},
+	{name: "mode", flag: "mode", help: `interception mode: "auto" or "proxy"`},
+	{name: "listen", flag: "listen", help: "proxy listen address, a loopback IP:port"},
+	{name: "log", flag: "log", help: "audit log path (default <state_dir>/audit.jsonl)"},
+	{name: "policy", flag: "policy", help: "policy file (default: the built-in policy)"},
+	{name: "deny_hosts", flag: "deny-host", list: true, help: "deny this host: a name, *.domain or IP (repeatable)"},
+	{name: "upstream_ca", flag: "upstream-ca", list: true, help: "also trust this PEM file's certificates for upstream TLS (repeatable)"},
+	{name: "resolve", flag: "resolve", list: true, help: "pin HOST:ADDR or HOST:PORT:ADDR, like curl --resolve (repeatable)"},
+	{name: "log_level", flag: "log-level", help: "debug, info, warn or error"},
+}
+
+func lookupKey(name string) (key, bool) {
+	i := slices.IndexFunc(keys, func(k key) bool { return k.name == name })
+	if i < 0 {
+		return key{}, false
+	}
+	return keys[i], true
+}
+
+// EnvVar returns the environment variable that sets a key:
+// CHAPERONE_ and the key in upper case.
+func EnvVar(key string) string { return "CHAPERONE_" + strings.ToUpper(key) }
+
+// EnvConfigFile names the config file when LoadOptions.File is empty.
+const EnvConfigFile = "CHAPERONE_CONFIG"
+
+// Default returns the configuration used when nothing else is set. env looks
+// up environment variables (os.Getenv in production); euid is the effective
+// user id. State lives in /var/lib/chaperone for root, else in
+// $XDG_STATE_HOME/chaperone or ~/.local/state/chaperone. When neither
+// XDG_STATE_HOME nor HOME is set, StateDir is empty and Validate says so.
+func Default(env func(string) string, euid int) Config {
+	if env == nil {
+		env = func(string) string { return "" }
+	}
+	return Config{
+		StateDir: defaultStateDir(env, euid),
+		Mode:     ModeAuto,
+		Listen:   DefaultListen,
+		LogLevel: "info",
+	}
+}
+
+func defaultStateDir(env func(string) string, euid int) string {
+	if euid == 0 {
+		return "/var/lib/chaperone"
+	}
+	// The XDG spec says relative values are invalid and must be ignored.
+	if x := env("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "chaperone")
+	}
+	if h := env("HOME"); h != "" && filepath.IsAbs(h) {
+		return filepath.Join(h, ".local", "state", "chaperone")
+	}
+	return ""
+}
+
+// AuditLogPath returns where the audit log is written.
+func (c Config) AuditLogPath() string {
+	if c.Log != "" {
+		return c.Log
+	}
+	if c.StateDir == "" {
+		return ""
+	}
+	return filepath.Join(c.StateDir, AuditLogFile)
+}
+
+// SlogLevel returns LogLevel as a slog.Level; info when it is not valid.
+func (c Config) SlogLevel() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil || !slices.Contains(logLevels, c.LogLevel) {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// YAML returns the effective configuration as a YAML document, for
+// `chaperone config show`. The log key shows the audit log's actual path.
+func (c Config) YAML() ([]byte, error) {
+	c.Log = c.AuditLogPath()
+	for _, p := range []*[]string{&c.DenyHosts, &c.UpstreamCA, &c.Resolve} {
+		if *p == nil {
+			*p = []string{}
+		}
+	}
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("config: encode yaml: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,301 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
+)
+
+// LoadOptions says where Load reads from.
+type LoadOptions struct {
+	// File is the config file; "" means the file named by CHAPERONE_CONFIG,
+	// or none.
+	File string
+	// Env looks up an environment variable. When nil, Environ is used; when
+	// both are nil, the process environment. An empty value counts as unset.
+	Env func(string) string
+	// Environ is the environment as KEY=VALUE entries (os.Environ's form),
+	// used when Env is nil.
+	Environ []string
+	// Flags are the parsed command-line flags; only those the user set
+	// override. May be nil.
+	Flags *pflag.FlagSet
+	// EUID is the effective user id, for the default state directory.
+	EUID int
+}
+
+func (o LoadOptions) lookup() func(string) string {
+	switch {
+	case o.Env != nil:
+		return o.Env
+	case o.Environ != nil:
+		m := make(map[string]string, len(o.Environ))
+		for _, kv := range o.Environ {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				m[k] = v
+			}
+		}
+		return func(k string) string { return m[k] }
+	default:
+		return os.Getenv
+	}
+}
+
+// maxConfigSize bounds the config file Load reads.
+const maxConfigSize = 4 << 20
+
+// Load builds the configuration from defaults, the file, the environment and
+// the flags (flags > env > file > defaults) and validates it. On a
+// validation error the loaded Config is returned with the error, so that it
+// can still be shown.
+func Load(opts LoadOptions) (Config, error) {
+	env := opts.lookup()
+	def := Default(env, opts.EUID)
+
+	v := viper.New()
+	for _, k := range keys {
+		v.SetDefault(k.name, defaultValue(def, k.name))
+	}
+
+	file := opts.File
+	if file == "" {
+		file = env(EnvConfigFile)
+	}
+	if file != "" {
+		data, err := readFile(file)
+		if err != nil {
+			return Config{}, err
+		}
+		if err := checkFile(file, data); err != nil {
+			return Config{}, err
+		}
+		v.SetConfigType("yaml")
+		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+			return Config{}, fmt.Errorf("config: %s: %w", file, err)
+		}
+	}
+
+	// viper's AutomaticEnv reads the process environment itself; merging the
+	// looked-up values as a layer above the file keeps tests hermetic and
+	// gives the same precedence.
+	envLayer := map[string]any{}
+	for _, k := range keys {
+		val := env(EnvVar(k.name))
+		if val == "" {
+			continue
+		}
+		if k.list {
+			envLayer[k.name] = splitList(k.name, val)
+		} else {
+			envLayer[k.name] = val
+		}
+	}
+	if len(envLayer) > 0 {
+		if err := v.MergeConfigMap(envLayer); err != nil {
+			return Config{}, fmt.Errorf("config: environment: %w", err)
+		}
+	}
+
+	if opts.Flags != nil {
+		for _, k := range keys {
+			if f := opts.Flags.Lookup(k.flag); f != nil {
+				if err := v.BindPFlag(k.name, f); err != nil {
+					return Config{}, fmt.Errorf("config: bind flag --%s: %w", k.flag, err)
+				}
+			}
+		}
+	}
+
+	var c Config
+	if err := v.Unmarshal(&c); err != nil {
+		// checkFile has vetted the file's types, so this is unexpected.
+		return Config{}, fmt.Errorf("config: decode: %w", err)
+	}
+	return c, c.Validate()
+}
+
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: open config file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("config: open config file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("config: config file %s is not a regular file", path)
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(f, maxConfigSize+1)); err != nil {
+		return nil, fmt.Errorf("config: read config file: %w", err)
+	}
+	if buf.Len() > maxConfigSize {
+		return nil, fmt.Errorf("config: config file %s is larger than 4 MiB", path)
+	}
+	return buf.Bytes(), nil
+}
+
+func defaultValue(c Config, name string) any {
+	switch name {
+	case "state_dir":
+		return c.StateDir
+	case "mode":
+		return c.Mode
+	case "listen":
+		return c.Listen
+	case "log":
+		return c.Log
+	case "policy":
+		return c.Policy
+	case "deny_hosts":
+		return c.DenyHosts
+	case "upstream_ca":
+		return c.UpstreamCA
+	case "resolve":
+		return c.Resolve
+	case "log_level":
+		return c.LogLevel
+	}
+	panic("config: no default for key " + name) // keys and this switch disagree
+}
+
+// splitList splits an environment list. Host and resolve lists split on
+// commas and white space; path lists on commas and newlines only, since
+// paths may contain spaces.
+func splitList(name, s string) []string {
+	sep := func(r rune) bool { return r == ',' || unicode.IsSpace(r) }
+	if name == "upstream_ca" {
+		sep = func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }
+	}
+	var out []string
+	for _, f := range strings.FieldsFunc(s, sep) {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// checkFile parses a config file on its own so that errors carry line
+// numbers: a syntax error, a key that does not exist, a value of the wrong
+// shape.
+func checkFile(file string, data []byte) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("config: %s: %w", file, err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil // empty file
+	}
+	root := doc.Content[0]
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return fmt.Errorf("config: %s: line %d: want a mapping of keys to values, got %s", file, root.Line, nodeKind(root))
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		kn, vn := root.Content[i], root.Content[i+1]
+		if kn.Kind != yaml.ScalarNode {
+			errs = append(errs, fmt.Errorf("line %d: a key must be a plain name, got %s", kn.Line, nodeKind(kn)))
+			continue
+		}
+		name := kn.Value
+		k, ok := lookupKey(name)
+		if !ok {
+			errs = append(errs, fmt.Errorf("line %d: unknown key %q%s", kn.Line, name, suggest(name)))
+			continue
+		}
+		if seen[name] {
+			errs = append(errs, fmt.Errorf("line %d: key %q appears twice", kn.Line, name))
+			continue
+		}
+		seen[name] = true
+		if err := checkValue(k, vn); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i, err := range errs {
+		errs[i] = fmt.Errorf("config: %s: %w", file, err)
+	}
+	return errors.Join(errs...)
+}
+
+func checkValue(k key, n *yaml.Node) error {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode {
+		return nil // null, or a string (for a list: one entry, or comma separated)
+	}
+	if k.list && n.Kind == yaml.SequenceNode {
+		for _, e := range n.Content {
+			for e.Kind == yaml.AliasNode && e.Alias != nil {
+				e = e.Alias
+			}
+			if e.Kind != yaml.ScalarNode || e.Tag == "!!null" {
+				return fmt.Errorf("line %d: %s: want a list of strings, got %s in it", e.Line, k.name, nodeKind(e))
+			}
+		}
+		return nil
+	}
+	want := "a string"
+	if k.list {
+		want = "a list of strings"
+	}
+	return fmt.Errorf("line %d: %s: want %s, got %s", n.Line, k.name, want, nodeKind(n))
+}
+
+func nodeKind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "null"
+		}
+		return "a scalar"
+	}
+	return "a document"
+}
+
+// suggest names the key a typo probably meant.
+func suggest(name string) string {
+	n := strings.ReplaceAll(strings.ToLower(name), "-", "_")
+	for _, k := range keys {
+		if n == k.name || n+"s" == k.name || n == k.name+"s" || strings.TrimSuffix(n, "s") == strings.TrimSuffix(k.name, "s") {
+			return fmt.Sprintf(" (did you mean %q?)", k.name)
+		}
+	}
+	return ""
+}
+
+// BindFlags registers a flag for every key on fs: --state-dir, --mode,
+// --listen, --log, --policy, --deny-host, --upstream-ca, --resolve,
+// --log-level. The list flags are repeatable. Flags carry no defaults of
+// their own: Load applies defaults only for flags the user did not set.
+func BindFlags(fs *pflag.FlagSet) {
+	for _, k := range keys {
+		if k.list {
+			fs.StringArray(k.flag, nil, k.help)
+		} else {
+			fs.String(k.flag, "", k.help)
+		}
+	}
+}

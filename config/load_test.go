@@ -1,0 +1,305 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
+)
+
+func TestLoadPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	home := map[string]string{"HOME": "/home/u"}
+	def := Default(envMap(home), 1000)
+
+	file := writeFile(t, dir, "chaperone.yaml", `
+state_dir: /from/file
+mode: proxy
+listen: 127.0.0.1:1001
+deny_hosts: [file.example.com]
+resolve:
+  - file.example:127.0.0.1
+log_level: warn
+`)
+	env := map[string]string{
+		"HOME":                 "/home/u",
+		"CHAPERONE_STATE_DIR":  "/from/env",
+		"CHAPERONE_LISTEN":     "127.0.0.1:1002",
+		"CHAPERONE_DENY_HOSTS": "env1.example.com, env2.example.com env3.example.com",
+		"CHAPERONE_LOG_LEVEL":  "error",
+	}
+	flags := []string{"--state-dir=/from/flag", "--deny-host", "flag1.example.com", "--deny-host=flag2.example.com", "--resolve", "flag.example:443:[::1]"}
+
+	type layers struct{ file, env, flags bool }
+	tests := []struct {
+		name   string
+		layers layers
+		want   func(Config) Config
+	}{
+		{"defaults only", layers{}, func(c Config) Config { return c }},
+		{"file over defaults", layers{file: true}, func(c Config) Config {
+			c.StateDir = "/from/file"
+			c.Mode = "proxy"
+			c.Listen = "127.0.0.1:1001"
+			c.DenyHosts = []string{"file.example.com"}
+			c.Resolve = []string{"file.example:127.0.0.1"}
+			c.LogLevel = "warn"
+			return c
+		}},
+		{"env over file", layers{file: true, env: true}, func(c Config) Config {
+			c.StateDir = "/from/env"
+			c.Mode = "proxy"
+			c.Listen = "127.0.0.1:1002"
+			c.DenyHosts = []string{"env1.example.com", "env2.example.com", "env3.example.com"}
+			c.Resolve = []string{"file.example:127.0.0.1"}
+			c.LogLevel = "error"
+			return c
+		}},
+		{"flags over env over file", layers{file: true, env: true, flags: true}, func(c Config) Config {
+			c.StateDir = "/from/flag"
+			c.Mode = "proxy"
+			c.Listen = "127.0.0.1:1002"
+			c.DenyHosts = []string{"flag1.example.com", "flag2.example.com"}
+			c.Resolve = []string{"flag.example:443:[::1]"}
+			c.LogLevel = "error"
+			return c
+		}},
+		{"env over defaults", layers{env: true}, func(c Config) Config {
+			c.StateDir = "/from/env"
+			c.Listen = "127.0.0.1:1002"
+			c.DenyHosts = []string{"env1.example.com", "env2.example.com", "env3.example.com"}
+			c.LogLevel = "error"
+			return c
+		}},
+		{"flags over defaults", layers{flags: true}, func(c Config) Config {
+			c.StateDir = "/from/flag"
+			c.DenyHosts = []string{"flag1.example.com", "flag2.example.com"}
+			c.Resolve = []string{"flag.example:443:[::1]"}
+			return c
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := LoadOptions{Env: envMap(home), EUID: 1000}
+			if tt.layers.file {
+				opts.File = file
+			}
+			if tt.layers.env {
+				opts.Env = envMap(env)
+			}
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			BindFlags(fs)
+			if tt.layers.flags {
+				if err := fs.Parse(flags); err != nil {
+					t.Fatal(err)
+				}
+			}
+			opts.Flags = fs
+			got, err := Load(opts)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if diff := cmp.Diff(tt.want(def), got); diff != "" {
+				t.Errorf("Load (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadEnviron(t *testing.T) {
+	got, err := Load(LoadOptions{
+		Environ: []string{"HOME=/home/u", "CHAPERONE_MODE=proxy", "CHAPERONE_RESOLVE=a.example:127.0.0.2,b.example:443:[::1]", "UNRELATED=1", "CHAPERONE_LOG="},
+		EUID:    1000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default(envMap(map[string]string{"HOME": "/home/u"}), 1000)
+	want.Mode = "proxy"
+	want.Resolve = []string{"a.example:127.0.0.2", "b.example:443:[::1]"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Load (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadUpstreamCAEnvKeepsSpaces(t *testing.T) {
+	dir := t.TempDir()
+	a := writeFile(t, dir, "my ca.pem", certPEM(t))
+	b := writeFile(t, dir, "other.pem", certPEM(t))
+	got, err := Load(LoadOptions{Env: envMap(map[string]string{"HOME": "/home/u", "CHAPERONE_UPSTREAM_CA": a + "," + b}), EUID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{a, b}, got.UpstreamCA); diff != "" {
+		t.Errorf("upstream_ca (-want +got):\n%s", diff)
+	}
+}
+
+// Flags registered but not given must not override env or file.
+func TestLoadUnsetFlagsDoNotOverride(t *testing.T) {
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	BindFlags(fs)
+	if err := fs.Parse([]string{"--mode=proxy"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(LoadOptions{Env: envMap(map[string]string{"HOME": "/home/u", "CHAPERONE_LOG_LEVEL": "debug", "CHAPERONE_DENY_HOSTS": "x.com"}), Flags: fs, EUID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Mode != "proxy" || got.LogLevel != "debug" || !cmp.Equal(got.DenyHosts, []string{"x.com"}) {
+		t.Errorf("got mode %q log_level %q deny_hosts %q; want proxy, debug, [x.com]", got.Mode, got.LogLevel, got.DenyHosts)
+	}
+}
+
+func TestLoadConfigFromEnv(t *testing.T) {
+	file := writeFile(t, t.TempDir(), "c.yaml", "mode: proxy\n")
+	got, err := Load(LoadOptions{Env: envMap(map[string]string{"HOME": "/home/u", "CHAPERONE_CONFIG": file}), EUID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Mode != "proxy" {
+		t.Errorf("mode = %q, want proxy from CHAPERONE_CONFIG's file", got.Mode)
+	}
+}
+
+func TestLoadFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		content string
+		want    []string // substrings of the error
+	}{
+		{"unknown key", "mode: proxy\ndeny_host: [a.com]\n", []string{"c.yaml", "line 2", `unknown key "deny_host"`, `did you mean "deny_hosts"`}},
+		{"unknown nested", "proxy:\n  listen: 127.0.0.1:0\n", []string{`unknown key "proxy"`}},
+		{"two unknown keys", "colour: red\nmode: auto\nsize: 3\n", []string{`"colour"`, `"size"`, "line 3"}},
+		{"malformed", "mode: proxy\nlisten: [127.0.0.1:0\n", []string{"c.yaml", "line"}},
+		{"bad indentation", "mode: proxy\n  listen: x\n", []string{"c.yaml", "line 2"}},
+		{"tab", "mode:\tproxy\n\tlisten: x\n", []string{"c.yaml", "line"}},
+		{"not a mapping", "- a\n- b\n", []string{"c.yaml", "want a mapping"}},
+		{"list for string", "listen: [a, b]\n", []string{"line 1", "listen: want a string, got a list"}},
+		{"map for list", "deny_hosts: {a: b}\n", []string{"deny_hosts: want a list of strings"}},
+		{"nested list", "resolve: [[a]]\n", []string{"resolve: want a list of strings"}},
+		{"duplicate", "mode: proxy\nmode: auto\n", []string{"line 2", "twice"}},
+		{"invalid value", "listen: 0.0.0.0:80\n", []string{"config: listen:", "not a loopback"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := writeFile(t, dir, "c.yaml", tt.content)
+			_, err := Load(LoadOptions{File: file, Env: envMap(map[string]string{"HOME": "/home/u"}), EUID: 1000})
+			if err == nil {
+				t.Fatal("Load succeeded, want an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadEmptyFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, content := range []string{"", "# only a comment\n", "---\n", "~\n"} {
+		file := writeFile(t, dir, "c.yaml", content)
+		got, err := Load(LoadOptions{File: file, Env: envMap(map[string]string{"HOME": "/home/u"}), EUID: 1000})
+		if err != nil {
+			t.Errorf("Load(%q): %v", content, err)
+			continue
+		}
+		if diff := cmp.Diff(Default(envMap(map[string]string{"HOME": "/home/u"}), 1000), got); diff != "" {
+			t.Errorf("Load(%q) (-want +got):\n%s", content, diff)
+		}
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := Load(LoadOptions{File: missing, Env: envMap(map[string]string{"HOME": "/home/u"})})
+	if err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Errorf("Load of a missing file: error %v, want one naming the file", err)
+	}
+}
+
+func TestYAMLRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	ca := writeFile(t, dir, "ca.pem", certPEM(t))
+	c := Config{
+		StateDir:   filepath.Join(dir, "state"),
+		Mode:       "proxy",
+		Listen:     "127.0.0.1:9999",
+		DenyHosts:  []string{"a.com", "*.b.org"},
+		UpstreamCA: []string{ca},
+		Resolve:    []string{"h:443:[::1]"},
+		LogLevel:   "debug",
+	}
+	b, err := c.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "log: "+filepath.Join(dir, "state", "audit.jsonl")) {
+		t.Errorf("YAML does not show the audit log path:\n%s", b)
+	}
+	file := writeFile(t, dir, "shown.yaml", string(b))
+	got, err := Load(LoadOptions{File: file, Env: envMap(nil), EUID: 1000})
+	if err != nil {
+		t.Fatalf("loading the shown config: %v\n%s", err, b)
+	}
+	want := c
+	want.Log = c.AuditLogPath()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	empty, err := Default(envMap(map[string]string{"HOME": "/h"}), 1000).YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(empty), "deny_hosts: []") {
+		t.Errorf("empty lists should show as []:\n%s", empty)
+	}
+}
+
+func TestBindFlags(t *testing.T) {
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	BindFlags(fs)
+	for _, k := range keys {
+		f := fs.Lookup(k.flag)
+		if f == nil {
+			t.Errorf("flag --%s not registered", k.flag)
+			continue
+		}
+		if f.Usage == "" {
+			t.Errorf("flag --%s has no help", k.flag)
+		}
+		if wantType := map[bool]string{true: "stringArray", false: "string"}[k.list]; f.Value.Type() != wantType {
+			t.Errorf("flag --%s has type %s, want %s", k.flag, f.Value.Type(), wantType)
+		}
+	}
+}
+
+func FuzzLoadYAML(f *testing.F) {
+	for _, s := range []string{
+		"", "mode: proxy\n", "deny_hosts: [a.com, '*.b.com']\nresolve: [h:1.2.3.4]\n",
+		"listen: [\n", "a: &x [*x]\n", "- 1\n", "mode: {a: b}\n", "? [a]\n: b\n",
+		"deny_hosts: !!binary aGVsbG8=\n", "<<: {mode: proxy}\n", "state_dir: ~\nlog_level: 3\n",
+		"upstream_ca: [/dev/zero]\npolicy: /\n",
+	} {
+		f.Add([]byte(s))
+	}
+	home := envMap(map[string]string{"HOME": "/home/u"})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(LoadOptions{File: file, Env: home, EUID: 1000})
+		if err == nil {
+			if verr := c.Validate(); verr != nil {
+				t.Errorf("Load succeeded but Validate fails: %v", verr)
+			}
+		}
+	})
+}

@@ -1,0 +1,118 @@
+package event
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestBusLosslessGetsEverything(t *testing.T) {
+	b := NewBus()
+	audit := b.Subscribe("audit", SubscribeOptions{Queue: 1, Lossless: true})
+	const publishers, each = 8, 500
+	got := make(chan int)
+	go func() {
+		n := 0
+		for range audit.Events() {
+			n++
+		}
+		got <- n
+	}()
+	var wg sync.WaitGroup
+	for range publishers {
+		wg.Go(func() {
+			for range each {
+				b.Publish(&Event{Kind: KindHTTP})
+			}
+		})
+	}
+	wg.Wait()
+	b.Close()
+	if n := <-got; n != publishers*each {
+		t.Fatalf("lossless subscriber got %d events, want %d", n, publishers*each)
+	}
+	if audit.Dropped() != 0 {
+		t.Errorf("lossless subscriber dropped %d", audit.Dropped())
+	}
+}
+
+func TestBusLossyNeverBlocks(t *testing.T) {
+	b := NewBus()
+	slow := b.Subscribe("slow", SubscribeOptions{Queue: 4}) // never read until the end
+	done := make(chan struct{})
+	go func() {
+		for range 100 {
+			b.Publish(&Event{Kind: KindConnect})
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Publish blocked on a lossy subscriber")
+	}
+	b.Close()
+	n := 0
+	for range slow.Events() {
+		n++
+	}
+	if n != 4 || slow.Dropped() != 96 {
+		t.Errorf("lossy subscriber got %d and dropped %d, want 4 and 96", n, slow.Dropped())
+	}
+}
+
+func TestBusOrderPerPublisher(t *testing.T) {
+	b := NewBus()
+	s := b.Subscribe("s", SubscribeOptions{Queue: 100, Lossless: true})
+	for i := range 50 {
+		b.Publish(&Event{Session: string(rune('a' + i%26)), Time: time.Unix(int64(i), 0)})
+	}
+	b.Close()
+	i := 0
+	for e := range s.Events() {
+		if e.Time.Unix() != int64(i) {
+			t.Fatalf("event %d arrived at position %d", e.Time.Unix(), i)
+		}
+		i++
+	}
+}
+
+func TestBusUnsubscribeAndClose(t *testing.T) {
+	b := NewBus()
+	a := b.Subscribe("a", SubscribeOptions{})
+	c := b.Subscribe("c", SubscribeOptions{})
+	b.Unsubscribe(a)
+	if _, ok := <-a.Events(); ok {
+		t.Fatal("unsubscribed channel still open")
+	}
+	b.Publish(&Event{})
+	b.Close()
+	b.Close() // idempotent
+	b.Publish(&Event{})
+	n := 0
+	for range c.Events() {
+		n++
+	}
+	if n != 1 {
+		t.Errorf("got %d events, want 1 (publish after Close must do nothing)", n)
+	}
+	late := b.Subscribe("late", SubscribeOptions{})
+	if _, ok := <-late.Events(); ok {
+		t.Error("subscription to a closed bus is open")
+	}
+}
+
+func BenchmarkBusPublish(b *testing.B) {
+	bus := NewBus()
+	s := bus.Subscribe("audit", SubscribeOptions{Lossless: true, Queue: 4096})
+	go func() {
+		for range s.Events() {
+		}
+	}()
+	e := &Event{Kind: KindHTTP}
+	b.ReportAllocs()
+	for b.Loop() {
+		bus.Publish(e)
+	}
+	bus.Close()
+}

@@ -1,0 +1,167 @@
+package event
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Kind names what an event describes. The names are the audit log's "kind"
+// values and the policy's event kinds; they never change once released.
+type Kind string
+
+const (
+	KindSessionStart Kind = "session_start"
+	KindSessionEnd   Kind = "session_end"
+	KindConnect      Kind = "connect" // a TCP connection (or tunnel) to a destination
+	KindDNS          Kind = "dns"     // a DNS query and its answer
+	KindTLS          Kind = "tls"     // a TLS ClientHello seen on a connection
+	KindHTTP         Kind = "http"    // an HTTP request (and, once known, its response status)
+	KindLLM          Kind = "llm"     // an HTTP request recognised as a call to an LLM API
+	KindFile         Kind = "file"    // a file open
+	KindExec         Kind = "exec"    // a program started
+)
+
+// Kinds lists every Kind, in a stable order.
+var Kinds = []Kind{KindSessionStart, KindSessionEnd, KindConnect, KindDNS, KindTLS, KindHTTP, KindLLM, KindFile, KindExec}
+
+// Valid reports whether k is one of Kinds.
+func (k Kind) Valid() bool {
+	for _, v := range Kinds {
+		if k == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Event is one action of an agent session and the decision about it. Exactly
+// one of the payload pointers is set, the one that matches Kind; session
+// events carry SessionInfo.
+type Event struct {
+	Time    time.Time
+	Kind    Kind
+	Session string   // session id; empty only for actions outside any session (refused)
+	Process *Process // nil when the process could not be found
+
+	Verdict Verdict
+
+	SessionInfo *Session
+	Connect     *Connect
+	DNS         *DNS
+	TLS         *TLS
+	HTTP        *HTTP
+	LLM         *LLM
+	File        *File
+	Exec        *Exec
+}
+
+// Process describes the process that performed an action.
+type Process struct {
+	PID       int       `json:"pid"`
+	PPID      int       `json:"ppid"`
+	Exe       string    `json:"exe,omitempty"`
+	Argv      []string  `json:"argv,omitempty"`
+	Cwd       string    `json:"cwd,omitempty"`
+	UID       int       `json:"uid"`
+	StartTime time.Time `json:"start_time,omitzero"`
+	// Lineage holds the ancestors' pids, parent first, up to the session's
+	// root process.
+	Lineage []int `json:"lineage,omitempty"`
+}
+
+// Session describes an agent session: one agent command and every process it
+// starts.
+type Session struct {
+	ID      string    `json:"id"`
+	Agent   string    `json:"agent,omitempty"`   // the agent's name when detected, else the command's base name
+	Command []string  `json:"command,omitempty"` // the argv Chaperone started
+	RootPID int       `json:"root_pid,omitempty"`
+	Mode    string    `json:"mode,omitempty"` // "proxy" or "transparent"
+	Started time.Time `json:"started,omitzero"`
+	// Set on session_end only.
+	ExitCode int           `json:"exit_code"`
+	Duration time.Duration `json:"duration,omitempty"`
+}
+
+// Transport is the protocol a connection uses.
+type Transport string
+
+const (
+	TCP Transport = "tcp"
+	UDP Transport = "udp"
+)
+
+// Connect is a connection (or an explicit-proxy tunnel) to a destination.
+type Connect struct {
+	// Dst is the destination address when known: the original destination
+	// in transparent mode, or the resolved address in explicit mode (zero
+	// until resolved).
+	Dst       netip.AddrPort
+	Host      string // the name the client asked for (CONNECT line, SNI or DNS memory); may be empty
+	Port      uint16
+	Transport Transport
+	// Via says how the connection reached Chaperone: "connect" (explicit
+	// CONNECT), "http" (explicit absolute-URI request), "transparent".
+	Via string
+}
+
+// DNS is one query and, once answered, its answer.
+type DNS struct {
+	Name    string
+	Type    string // "A", "AAAA", …
+	Answers []netip.Addr
+	Rcode   string
+}
+
+// TLS is what a ClientHello showed.
+type TLS struct {
+	ServerName  string   // SNI; empty when the client sent none
+	ALPN        []string // protocols the client offered
+	Version     string   // highest version offered, e.g. "1.3"
+	Intercepted bool     // Chaperone terminated TLS with a minted leaf
+}
+
+// HTTP is one request and, once known, the status of its response.
+type HTTP struct {
+	Method string
+	URL    string // never with credentials: userinfo and secret query values are removed
+	Host   string
+	Proto  string // "HTTP/1.1", "HTTP/2.0"
+	// Status is 0 until the response is known.
+	Status int
+	// Upgrade is the protocol of an Upgrade request ("websocket"), if any.
+	Upgrade string
+	// Header holds request header names and values for the policy. Values
+	// of credential headers are never put here.
+	Header map[string][]string
+}
+
+// LLM is an HTTP request recognised as a call to an LLM API.
+type LLM struct {
+	Provider string // "openai", "anthropic", …
+	Model    string
+	Path     string
+}
+
+// FileAccess is how a file is opened.
+type FileAccess string
+
+const (
+	FileRead  FileAccess = "read"
+	FileWrite FileAccess = "write"
+	FileExec  FileAccess = "exec"
+)
+
+// File is a file open.
+type File struct {
+	Path   string
+	Access FileAccess
+}
+
+// Exec is a program started.
+type Exec struct {
+	Path   string
+	Argv   []string
+	Cwd    string
+	Digest string // "sha256:…" of the executable, when computed
+}

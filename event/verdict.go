@@ -1,0 +1,125 @@
+package event
+
+import (
+	"encoding"
+	"fmt"
+)
+
+// Action is what happens to the action an event describes. The zero value is
+// Deny.
+type Action uint8
+
+const (
+	Deny    Action = iota // refuse: the connection is closed, the request gets 403, the open fails
+	Allow                 // let it through unchanged
+	Rewrite               // let it through changed (redacted, credentials injected, headers added)
+	Ask                   // hold it until a human answers
+)
+
+var actionNames = [...]string{Deny: "deny", Allow: "allow", Rewrite: "rewrite", Ask: "ask"}
+
+func (a Action) String() string {
+	if int(a) < len(actionNames) {
+		return actionNames[a]
+	}
+	return fmt.Sprintf("action(%d)", uint8(a))
+}
+
+// ParseAction parses the word form of an Action.
+func ParseAction(s string) (Action, error) {
+	for i, n := range actionNames {
+		if n == s {
+			return Action(i), nil
+		}
+	}
+	return Deny, fmt.Errorf("event: unknown action %q (want deny, allow, rewrite or ask)", s)
+}
+
+func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+func (a *Action) UnmarshalText(b []byte) error {
+	v, err := ParseAction(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// Decider says who reached a verdict. The zero value is DecidedByDefault: the
+// policy's default, which is also what an unset verdict claims.
+type Decider uint8
+
+const (
+	DecidedByDefault Decider = iota // no rule matched; the policy's default applied
+	DecidedByRule                   // a rule of the policy matched
+	DecidedByPlugin                 // a plugin process answered
+	DecidedByJudge                  // the LLM judge answered
+	DecidedByHuman                  // a person answered an ask
+)
+
+var deciderNames = [...]string{
+	DecidedByDefault: "default",
+	DecidedByRule:    "rule",
+	DecidedByPlugin:  "plugin",
+	DecidedByJudge:   "judge",
+	DecidedByHuman:   "human",
+}
+
+func (d Decider) String() string {
+	if int(d) < len(deciderNames) {
+		return deciderNames[d]
+	}
+	return fmt.Sprintf("decider(%d)", uint8(d))
+}
+
+// ParseDecider parses the word form of a Decider.
+func ParseDecider(s string) (Decider, error) {
+	for i, n := range deciderNames {
+		if n == s {
+			return Decider(i), nil
+		}
+	}
+	return DecidedByDefault, fmt.Errorf("event: unknown decider %q", s)
+}
+
+func (d Decider) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+func (d *Decider) UnmarshalText(b []byte) error {
+	v, err := ParseDecider(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// Verdict is a decision about one event. Its zero value denies, decided by
+// the default, with no rule: a verdict that was never set fails closed.
+type Verdict struct {
+	Action    Action  `json:"verdict"`
+	Rule      string  `json:"rule,omitempty"`   // the rule (or plugin, or judge model) that decided; never a secret
+	Reason    string  `json:"reason,omitempty"` // one line a person can read
+	DecidedBy Decider `json:"decided_by"`
+}
+
+// Allowed reports whether the action may go ahead (allowed or rewritten).
+func (v Verdict) Allowed() bool { return v.Action == Allow || v.Action == Rewrite }
+
+func (v Verdict) String() string {
+	s := v.Action.String() + " by " + v.DecidedBy.String()
+	if v.Rule != "" {
+		s += " (" + v.Rule + ")"
+	}
+	if v.Reason != "" {
+		s += ": " + v.Reason
+	}
+	return s
+}
+
+var (
+	_ encoding.TextMarshaler   = Action(0)
+	_ encoding.TextUnmarshaler = (*Action)(nil)
+	_ encoding.TextMarshaler   = Decider(0)
+	_ encoding.TextUnmarshaler = (*Decider)(nil)
+)

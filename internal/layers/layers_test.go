@@ -1,0 +1,123 @@
+package layers
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/chaperone-dev/chaperone"
+
+// allowed lists, for each package, the project packages and the outside
+// modules (by path prefix) its non-test code may import. The standard
+// library is always allowed. A package missing from the table fails the
+// test, so a new package has to take its place in the layering.
+var allowed = map[string]struct{ project, external []string }{
+	"event":             {},
+	"policy":            {project: []string{"event"}, external: []string{"github.com/google/cel-go", "cel.dev/"}},
+	"rewrite":           {project: []string{"event"}},
+	"certs":             {external: []string{"github.com/hashicorp/golang-lru", "golang.org/x/sync"}},
+	"attribution":       {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
+	"config":            {project: []string{"event"}, external: []string{"github.com/spf13/", "go.yaml.in/yaml", "gopkg.in/yaml"}},
+	"tls":               {external: []string{"golang.org/x/crypto"}},
+	"proxy":             {project: []string{"event", "policy", "rewrite", "tls", "attribution"}, external: []string{"golang.org/x/net"}},
+	"dns":               {project: []string{"event"}, external: []string{"github.com/miekg/dns", "codeberg.org/miekg/dns"}},
+	"redirect":          {project: []string{"event"}, external: []string{"github.com/cilium/ebpf", "golang.org/x/sys"}},
+	"fileexec":          {project: []string{"event", "attribution"}, external: []string{"golang.org/x/sys"}},
+	"telemetry":         {project: []string{"event"}, external: []string{"go.opentelemetry.io/"}},
+	"internal/upstream": {external: []string{"github.com/gorilla/websocket"}},
+	"internal/layers":   {},
+	"cmd/chaperone":     {project: []string{"*"}, external: []string{"*"}},
+}
+
+func TestImportRules(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := map[string]bool{}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules" || n == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		pkgs[rel] = true
+		rule, ok := allowed[rel]
+		if !ok {
+			t.Errorf("%s: package %q has no place in the import rules; add it to this test's table (see DESIGN.md)", path, rel)
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if msg := check(p, rule.project, rule.external); msg != "" {
+				t.Errorf("%s: %s imports %s: %s", path, rel, p, msg)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, must := range []string{"event", "cmd/chaperone"} {
+		if !pkgs[must] {
+			t.Errorf("walked the module but did not see package %q: the walk is broken", must)
+		}
+	}
+}
+
+func check(path string, project, external []string) string {
+	if rest, ok := strings.CutPrefix(path, module+"/"); ok {
+		if slices.Contains(project, "*") || slices.Contains(project, rest) {
+			return ""
+		}
+		return "not allowed by DESIGN.md's layering"
+	}
+	if first, _, _ := strings.Cut(path, "/"); !strings.Contains(first, ".") {
+		return "" // standard library
+	}
+	for _, pre := range external {
+		if pre == "*" || strings.HasPrefix(path, pre) {
+			return ""
+		}
+	}
+	return "outside module not allowed for this package"
+}
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		path     string
+		project  []string
+		external []string
+		ok       bool
+	}{
+		{"net/http", nil, nil, true},
+		{module + "/event", []string{"event"}, nil, true},
+		{module + "/proxy", []string{"event"}, nil, false},
+		{"github.com/cilium/ebpf/link", nil, []string{"github.com/cilium/ebpf"}, true},
+		{"github.com/cilium/ebpf", nil, nil, false},
+	}
+	for _, tt := range tests {
+		if got := check(tt.path, tt.project, tt.external) == ""; got != tt.ok {
+			t.Errorf("check(%q) ok = %v, want %v", tt.path, got, tt.ok)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// RuleDenyHosts is the name of the built-in rule that denies the hosts of
+// the configuration's deny_hosts.
+const RuleDenyHosts = "deny_hosts"
+
+// Builtin is the built-in policy: deny the listed hosts, allow the rest.
+type Builtin struct {
+	exact    map[string]bool
+	suffixes []string // ".example.com" from "*.example.com"
+	addrs    map[netip.Addr]bool
+}
+
+// NewBuiltin returns the built-in policy denying denyHosts. An entry is a
+// host name ("example.com"), a wildcard for its subdomains
+// ("*.example.com", which does not match example.com itself) or an IP
+// address.
+func NewBuiltin(denyHosts []string) (*Builtin, error) {
+	b := &Builtin{exact: map[string]bool{}, addrs: map[netip.Addr]bool{}}
+	for _, h := range denyHosts {
+		h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+		switch {
+		case h == "":
+			return nil, fmt.Errorf("policy: deny_hosts: empty host")
+		case strings.HasPrefix(h, "*."):
+			b.suffixes = append(b.suffixes, h[1:])
+		default:
+			if a, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
+				b.addrs[a.Unmap()] = true
+				continue
+			}
+			if strings.ContainsAny(h, "*/:@ ") {
+				return nil, fmt.Errorf("policy: deny_hosts: %q is not a host name, *.domain or IP address", h)
+			}
+			b.exact[h] = true
+		}
+	}
+	return b, nil
+}
+
+// Decide implements the built-in policy.
+func (b *Builtin) Decide(_ context.Context, e *event.Event) event.Verdict {
+	if host, addr := target(e); b.denied(host, addr) {
+		name := host
+		if name == "" {
+			name = addr.String()
+		}
+		return event.Verdict{
+			Action:    event.Deny,
+			Rule:      RuleDenyHosts,
+			Reason:    name + " is listed in deny_hosts",
+			DecidedBy: event.DecidedByRule,
+		}
+	}
+	return event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByDefault, Reason: "allowed by default"}
+}
+
+func (b *Builtin) denied(host string, addr netip.Addr) bool {
+	if addr.IsValid() && b.addrs[addr.Unmap()] {
+		return true
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "" {
+		return false
+	}
+	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return b.addrs[a.Unmap()]
+	}
+	if b.exact[host] {
+		return true
+	}
+	for _, s := range b.suffixes {
+		if strings.HasSuffix(host, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// target returns the host name and address an event is about.
+func target(e *event.Event) (string, netip.Addr) {
+	switch {
+	case e.Connect != nil:
+		return e.Connect.Host, e.Connect.Dst.Addr()
+	case e.TLS != nil:
+		return e.TLS.ServerName, netip.Addr{}
+	case e.HTTP != nil:
+		return hostOnly(e.HTTP.Host), netip.Addr{}
+	case e.DNS != nil:
+		return e.DNS.Name, netip.Addr{}
+	}
+	return "", netip.Addr{}
+}
+
+// hostOnly strips a port from a Host header value.
+func hostOnly(hostport string) string {
+	if ap, err := netip.ParseAddrPort(hostport); err == nil {
+		return ap.Addr().String()
+	}
+	if i := strings.LastIndexByte(hostport, ':'); i >= 0 && !strings.Contains(hostport[i:], "]") && strings.Count(hostport, ":") == 1 {
+		return hostport[:i]
+	}
+	return strings.Trim(hostport, "[]")
+}

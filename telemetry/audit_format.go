@@ -1,0 +1,164 @@
+package telemetry
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// FormatRecord writes r as one line a person can read:
+//
+//	13:04:05.123 7f3a9c01 connect       allow   api.example.com:443 (127.0.0.2:443)  curl[1234]
+//	13:04:05.200 7f3a9c01 http          deny    GET https://evil.example/x  curl[1234]  deny_hosts: evil.example is listed in deny_hosts
+//
+// The time is shown in r.Time's location (UTC as read; convert with Local
+// first for local time). Verdicts other than allow show their rule and
+// reason. Values from the agent are escaped, so a crafted URL cannot send
+// control sequences to a terminal.
+func FormatRecord(w io.Writer, r Record) {
+	var b strings.Builder
+	b.WriteString(r.Time.Format("15:04:05.000"))
+	b.WriteByte(' ')
+	b.WriteString(shortSession(r.Session))
+	fmt.Fprintf(&b, " %-13s %-7s %s", clean(string(r.Kind)), r.Verdict, what(r))
+	if p := r.Process; p != nil {
+		name := filepath.Base(p.Exe)
+		if p.Exe == "" && len(p.Argv) > 0 {
+			name = filepath.Base(p.Argv[0])
+		}
+		if name == "." || name == "/" {
+			name = "?"
+		}
+		fmt.Fprintf(&b, "  %s[%d]", clean(name), p.PID)
+	}
+	if r.Verdict != event.Allow && (r.Rule != "" || r.Reason != "") {
+		b.WriteString("  ")
+		switch {
+		case r.Rule != "" && r.Reason != "":
+			b.WriteString(clean(r.Rule) + ": " + clean(r.Reason))
+		case r.Rule != "":
+			b.WriteString(clean(r.Rule))
+		default:
+			b.WriteString(clean(r.Reason))
+		}
+		b.WriteString(" (by " + r.DecidedBy.String() + ")")
+	}
+	if r.Truncated {
+		b.WriteString("  [truncated]")
+	}
+	b.WriteByte('\n')
+	io.WriteString(w, b.String())
+}
+
+func shortSession(s string) string {
+	switch {
+	case s == "":
+		return "-"
+	case len(s) > 8:
+		s = s[:8]
+	}
+	return clean(s)
+}
+
+// what describes the action of one kind of record.
+func what(r Record) string {
+	var parts []string
+	add := func(s ...string) {
+		for _, v := range s {
+			if v != "" {
+				parts = append(parts, clean(v))
+			}
+		}
+	}
+	switch r.Kind {
+	case event.KindConnect:
+		target := r.Host
+		if target != "" && r.Port != 0 {
+			target = net.JoinHostPort(r.Host, strconv.Itoa(int(r.Port)))
+		}
+		switch {
+		case target == "":
+			add(r.Dst)
+		case r.Dst != "" && r.Dst != target:
+			add(target, "("+r.Dst+")")
+		default:
+			add(target)
+		}
+		if r.Transport != "" && r.Transport != string(event.TCP) {
+			add(r.Transport)
+		}
+	case event.KindTLS:
+		sni := r.SNI
+		if sni == "" {
+			sni = "(no sni)"
+		}
+		add(sni)
+		if len(r.ALPN) > 0 {
+			add("alpn=" + strings.Join(r.ALPN, ","))
+		}
+		if r.TLSVersion != "" {
+			add("tls" + r.TLSVersion)
+		}
+		if r.Intercepted {
+			add("intercepted")
+		}
+	case event.KindHTTP:
+		add(r.Method, r.URL)
+		if r.Upgrade != "" {
+			add("upgrade=" + r.Upgrade)
+		}
+		if r.Status != 0 {
+			add("→ " + strconv.Itoa(r.Status))
+		}
+	case event.KindLLM:
+		add(r.Provider, r.Model, r.Path)
+	case event.KindDNS:
+		add(r.Name, r.QType)
+		if len(r.Answers) > 0 {
+			add("→ " + strings.Join(r.Answers, ","))
+		}
+		if r.Rcode != "" && r.Rcode != "NOERROR" {
+			add(r.Rcode)
+		}
+	case event.KindFile:
+		add(r.Access, r.Path)
+	case event.KindExec:
+		add(r.Path)
+		if len(r.Argv) > 1 {
+			add(strings.Join(r.Argv[1:], " "))
+		}
+	case event.KindSessionStart:
+		add(r.Agent, r.Mode)
+		if len(r.Command) > 0 {
+			add("$ " + strings.Join(r.Command, " "))
+		}
+	case event.KindSessionEnd:
+		add(r.Agent)
+		if r.ExitCode != nil {
+			add("exit=" + strconv.Itoa(*r.ExitCode))
+		}
+		if r.DurationMS != nil {
+			add(fmt.Sprintf("after %.3fs", float64(*r.DurationMS)/1000))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// clean escapes s when it holds anything a terminal would not print as is.
+func clean(s string) string {
+	if utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return s
+	}
+	q := strconv.QuoteToGraphic(s)
+	return q[1 : len(q)-1]
+}

@@ -1,0 +1,186 @@
+package telemetry
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// Filter selects records. Zero fields select everything.
+type Filter struct {
+	Session string       // only this session
+	Kinds   []event.Kind // only these kinds
+}
+
+// Match reports whether r passes the filter.
+func (f Filter) Match(r Record) bool {
+	if f.Session != "" && r.Session != f.Session {
+		return false
+	}
+	return len(f.Kinds) == 0 || slices.Contains(f.Kinds, r.Kind)
+}
+
+// ReadRecords calls fn for each record of r that f selects, in order. Blank
+// lines are skipped. A line that is not a record (bad JSON, not an object,
+// no kind, an unknown verdict word, longer than MaxLineSize) stops reading
+// with an error naming its line number. An error from fn is returned as is.
+func ReadRecords(r io.Reader, f Filter, fn func(Record) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxLineSize+1) // +1: the newline
+	n := 0
+	for sc.Scan() {
+		n++
+		if err := handleLine(sc.Bytes(), n, f, fn); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("telemetry: audit log line %d: longer than %d bytes", n+1, MaxLineSize)
+		}
+		return fmt.Errorf("telemetry: read audit log: %w", err)
+	}
+	return nil
+}
+
+// lineError marks errors about the content of a line, as opposed to fn's.
+type lineError struct{ err error }
+
+func (e lineError) Error() string { return e.err.Error() }
+func (e lineError) Unwrap() error { return e.err }
+
+func handleLine(line []byte, n int, f Filter, fn func(Record) error) error {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil
+	}
+	r, err := parseRecord(line)
+	if err != nil {
+		return fmt.Errorf("telemetry: audit log line %d: %w", n, err)
+	}
+	if !f.Match(r) {
+		return nil
+	}
+	return fn(r)
+}
+
+func parseRecord(line []byte) (Record, error) {
+	var r Record
+	if line[0] != '{' {
+		return r, errors.New("not a JSON object")
+	}
+	if err := json.Unmarshal(line, &r); err != nil {
+		return r, err
+	}
+	if r.Kind == "" {
+		return r, errors.New("no kind")
+	}
+	return r, nil
+}
+
+// Follow reads the audit log at path like tail -f: it calls fn for every
+// record f selects, first those already in the file, then each as it is
+// appended, checking every poll. A partially written last line waits until
+// it is complete. It waits for the file to appear, starts over when the
+// file is truncated or replaced, and returns nil once ctx is done, or the
+// first error from a bad line or fn.
+func Follow(ctx context.Context, path string, f Filter, poll time.Duration, fn func(Record) error) error {
+	if poll <= 0 {
+		poll = 250 * time.Millisecond
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	wait := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+
+	var (
+		file    *os.File
+		info    os.FileInfo
+		offset  int64
+		n       int // lines consumed
+		pending []byte
+		buf     = make([]byte, 64<<10)
+	)
+	defer func() {
+		if file != nil {
+			file.Close()
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if file == nil {
+			fh, err := os.Open(path)
+			if errors.Is(err, os.ErrNotExist) {
+				if !wait() {
+					return nil
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("telemetry: follow audit log: %w", err)
+			}
+			fi, err := fh.Stat()
+			if err != nil {
+				fh.Close()
+				return fmt.Errorf("telemetry: follow audit log: %w", err)
+			}
+			file, info, offset, n, pending = fh, fi, 0, 0, pending[:0]
+		}
+
+		m, err := file.ReadAt(buf, offset)
+		if m > 0 {
+			offset += int64(m)
+			pending = append(pending, buf[:m]...)
+			for {
+				i := bytes.IndexByte(pending, '\n')
+				if i < 0 {
+					break
+				}
+				n++
+				if err := handleLine(pending[:i], n, f, fn); err != nil {
+					return err
+				}
+				pending = pending[i+1:]
+			}
+			if len(pending) > MaxLineSize {
+				return fmt.Errorf("telemetry: audit log line %d: longer than %d bytes", n+1, MaxLineSize)
+			}
+			continue
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("telemetry: follow audit log: %w", err)
+		}
+
+		// At the end: wait, then see whether the file was replaced or cut.
+		if !wait() {
+			return nil
+		}
+		cur, err := os.Stat(path)
+		switch {
+		case errors.Is(err, os.ErrNotExist), err == nil && !os.SameFile(info, cur):
+			file.Close()
+			file = nil // rotated: start on the new file
+		case err != nil:
+			return fmt.Errorf("telemetry: follow audit log: %w", err)
+		case cur.Size() < offset:
+			offset, n, pending = 0, 0, pending[:0] // truncated: read it again
+		}
+	}
+}

@@ -1,0 +1,245 @@
+package telemetry
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// Record is one line of the audit log: a flat JSON object. time, session,
+// kind, verdict and decided_by are always present; the rest are omitted when
+// empty. Field names never change once released.
+type Record struct {
+	Time      time.Time     `json:"time"` // UTC
+	Session   string        `json:"session"`
+	Kind      event.Kind    `json:"kind"`
+	Verdict   event.Action  `json:"verdict"`
+	Rule      string        `json:"rule,omitempty"`
+	DecidedBy event.Decider `json:"decided_by"`
+	Reason    string        `json:"reason,omitempty"`
+	Process   *Process      `json:"process,omitempty"`
+
+	// connect (host and port), http (host)
+	Dst       string `json:"dst,omitempty"` // "ip:port"
+	Host      string `json:"host,omitempty"`
+	Port      uint16 `json:"port,omitempty"`
+	Transport string `json:"transport,omitempty"`
+	Via       string `json:"via,omitempty"`
+
+	// tls
+	SNI         string   `json:"sni,omitempty"`
+	ALPN        []string `json:"alpn,omitempty"`
+	TLSVersion  string   `json:"tls_version,omitempty"`
+	Intercepted bool     `json:"intercepted,omitempty"`
+
+	// http
+	Method  string `json:"method,omitempty"`
+	URL     string `json:"url,omitempty"`
+	Status  int    `json:"status,omitempty"`
+	Proto   string `json:"proto,omitempty"`
+	Upgrade string `json:"upgrade,omitempty"`
+
+	// llm (and path for llm, file and exec)
+	Provider string `json:"provider,omitempty"`
+	Model    string `json:"model,omitempty"`
+	Path     string `json:"path,omitempty"`
+
+	// dns
+	Name    string   `json:"name,omitempty"`
+	QType   string   `json:"qtype,omitempty"`
+	Answers []string `json:"answers,omitempty"`
+	Rcode   string   `json:"rcode,omitempty"`
+
+	// file
+	Access string `json:"access,omitempty"`
+
+	// exec
+	Argv   []string `json:"argv,omitempty"`
+	Cwd    string   `json:"cwd,omitempty"`
+	Digest string   `json:"digest,omitempty"`
+
+	// session_start, session_end
+	Agent      string   `json:"agent,omitempty"`
+	Command    []string `json:"command,omitempty"`
+	RootPID    int      `json:"root_pid,omitempty"`
+	Mode       string   `json:"mode,omitempty"`
+	ExitCode   *int     `json:"exit_code,omitempty"`   // session_end only, present even when 0
+	DurationMS *int64   `json:"duration_ms,omitempty"` // session_end only
+
+	// Truncated says long values were shortened to keep the line readable
+	// (under MaxLineSize).
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Process is the acting process as the audit log records it.
+type Process struct {
+	PID  int      `json:"pid"`
+	PPID int      `json:"ppid"`
+	Exe  string   `json:"exe,omitempty"`
+	Argv []string `json:"argv,omitempty"`
+}
+
+// RecordOf flattens e into its audit record. Only the payload that matches
+// e.Kind is recorded; HTTP header values never are.
+func RecordOf(e *event.Event) Record {
+	r := Record{
+		Time:      e.Time.UTC(),
+		Session:   e.Session,
+		Kind:      e.Kind,
+		Verdict:   e.Verdict.Action,
+		Rule:      e.Verdict.Rule,
+		DecidedBy: e.Verdict.DecidedBy,
+		Reason:    e.Verdict.Reason,
+	}
+	if p := e.Process; p != nil {
+		r.Process = &Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: p.Argv}
+	}
+	switch e.Kind {
+	case event.KindConnect:
+		if c := e.Connect; c != nil {
+			if c.Dst.IsValid() {
+				r.Dst = c.Dst.String()
+			}
+			r.Host, r.Port, r.Transport, r.Via = c.Host, c.Port, string(c.Transport), c.Via
+		}
+	case event.KindTLS:
+		if t := e.TLS; t != nil {
+			r.SNI, r.ALPN, r.TLSVersion, r.Intercepted = t.ServerName, t.ALPN, t.Version, t.Intercepted
+		}
+	case event.KindHTTP:
+		if h := e.HTTP; h != nil {
+			r.Method, r.URL, r.Host, r.Status, r.Proto, r.Upgrade = h.Method, h.URL, h.Host, h.Status, h.Proto, h.Upgrade
+		}
+	case event.KindLLM:
+		if l := e.LLM; l != nil {
+			r.Provider, r.Model, r.Path = l.Provider, l.Model, l.Path
+		}
+	case event.KindDNS:
+		if d := e.DNS; d != nil {
+			r.Name, r.QType, r.Rcode = d.Name, d.Type, d.Rcode
+			for _, a := range d.Answers {
+				r.Answers = append(r.Answers, a.String())
+			}
+		}
+	case event.KindFile:
+		if f := e.File; f != nil {
+			r.Path, r.Access = f.Path, string(f.Access)
+		}
+	case event.KindExec:
+		if x := e.Exec; x != nil {
+			r.Path, r.Argv, r.Cwd, r.Digest = x.Path, x.Argv, x.Cwd, x.Digest
+		}
+	case event.KindSessionStart, event.KindSessionEnd:
+		if s := e.SessionInfo; s != nil {
+			r.Agent, r.Command, r.RootPID, r.Mode = s.Agent, s.Command, s.RootPID, s.Mode
+			if e.Kind == event.KindSessionEnd {
+				code, ms := s.ExitCode, s.Duration.Milliseconds()
+				r.ExitCode, r.DurationMS = &code, &ms
+			}
+		}
+	}
+	return r
+}
+
+// Event rebuilds the event r records, as far as the record holds it: the
+// process's cwd, uid and lineage, HTTP headers and sub-millisecond durations
+// are not in the log, and addresses that do not parse are left zero.
+func (r Record) Event() *event.Event {
+	e := &event.Event{
+		Time:    r.Time,
+		Kind:    r.Kind,
+		Session: r.Session,
+		Verdict: event.Verdict{Action: r.Verdict, Rule: r.Rule, Reason: r.Reason, DecidedBy: r.DecidedBy},
+	}
+	if p := r.Process; p != nil {
+		e.Process = &event.Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: p.Argv}
+	}
+	switch r.Kind {
+	case event.KindConnect:
+		c := &event.Connect{Host: r.Host, Port: r.Port, Transport: event.Transport(r.Transport), Via: r.Via}
+		if ap, err := netip.ParseAddrPort(r.Dst); err == nil {
+			c.Dst = ap
+		}
+		e.Connect = c
+	case event.KindTLS:
+		e.TLS = &event.TLS{ServerName: r.SNI, ALPN: r.ALPN, Version: r.TLSVersion, Intercepted: r.Intercepted}
+	case event.KindHTTP:
+		e.HTTP = &event.HTTP{Method: r.Method, URL: r.URL, Host: r.Host, Status: r.Status, Proto: r.Proto, Upgrade: r.Upgrade}
+	case event.KindLLM:
+		e.LLM = &event.LLM{Provider: r.Provider, Model: r.Model, Path: r.Path}
+	case event.KindDNS:
+		d := &event.DNS{Name: r.Name, Type: r.QType, Rcode: r.Rcode}
+		for _, s := range r.Answers {
+			if a, err := netip.ParseAddr(s); err == nil {
+				d.Answers = append(d.Answers, a)
+			}
+		}
+		e.DNS = d
+	case event.KindFile:
+		e.File = &event.File{Path: r.Path, Access: event.FileAccess(r.Access)}
+	case event.KindExec:
+		e.Exec = &event.Exec{Path: r.Path, Argv: r.Argv, Cwd: r.Cwd, Digest: r.Digest}
+	case event.KindSessionStart, event.KindSessionEnd:
+		s := &event.Session{ID: r.Session, Agent: r.Agent, Command: r.Command, RootPID: r.RootPID, Mode: r.Mode}
+		if r.ExitCode != nil {
+			s.ExitCode = *r.ExitCode
+		}
+		if r.DurationMS != nil {
+			s.Duration = time.Duration(*r.DurationMS) * time.Millisecond
+		}
+		e.SessionInfo = s
+	}
+	return e
+}
+
+// Truncation limits applied when a record would exceed MaxLineSize. With
+// JSON escaping at most six bytes per input byte, the worst case stays well
+// under a MiB.
+const (
+	truncString = 512
+	truncList   = 32
+	truncMark   = "…"
+)
+
+// truncated returns r with long strings and lists shortened.
+func (r Record) truncated() Record {
+	s := func(p *string) {
+		if len(*p) > truncString {
+			cut := truncString
+			for cut > 0 && (*p)[cut]&0xC0 == 0x80 { // do not split a UTF-8 sequence
+				cut--
+			}
+			*p = (*p)[:cut] + truncMark
+		}
+	}
+	l := func(p *[]string) {
+		if len(*p) > truncList {
+			*p = append((*p)[:truncList:truncList], truncMark)
+		} else {
+			*p = append([]string(nil), *p...)
+		}
+		for i := range *p {
+			s(&(*p)[i])
+		}
+	}
+	for _, p := range []*string{&r.Session, &r.Rule, &r.Reason, &r.Dst, &r.Host, &r.Transport, &r.Via, &r.SNI,
+		&r.TLSVersion, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Provider, &r.Model, &r.Path, &r.Name,
+		&r.QType, &r.Rcode, &r.Access, &r.Cwd, &r.Digest, &r.Agent, &r.Mode} {
+		s(p)
+	}
+	k := string(r.Kind)
+	s(&k)
+	r.Kind = event.Kind(k)
+	for _, p := range []*[]string{&r.ALPN, &r.Answers, &r.Argv, &r.Command} {
+		l(p)
+	}
+	if r.Process != nil {
+		p := *r.Process
+		s(&p.Exe)
+		l(&p.Argv)
+		r.Process = &p
+	}
+	r.Truncated = true
+	return r
+}
