@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -17,13 +18,13 @@ import (
 
 // Filter selects records. Zero fields select everything.
 type Filter struct {
-	Session string       // only this session
+	Session string       // only this session (an id or a prefix of one)
 	Kinds   []event.Kind // only these kinds
 }
 
 // Match reports whether r passes the filter.
 func (f Filter) Match(r Record) bool {
-	if f.Session != "" && r.Session != f.Session {
+	if f.Session != "" && !strings.HasPrefix(r.Session, f.Session) {
 		return false
 	}
 	return len(f.Kinds) == 0 || slices.Contains(f.Kinds, r.Kind)

@@ -408,7 +408,7 @@ func TestReadRecordsLongLine(t *testing.T) {
 func TestReadRecordsFilter(t *testing.T) {
 	var buf bytes.Buffer
 	a := newAuditLog(&buf)
-	for _, s := range []string{"s1", "s2"} {
+	for _, s := range []string{"s1", "s2", "t1"} {
 		for _, e := range sampleEvents() {
 			c := *e
 			c.Session = s
@@ -423,10 +423,11 @@ func TestReadRecordsFilter(t *testing.T) {
 		f    Filter
 		want int
 	}{
-		{"all", Filter{}, 20},
+		{"all", Filter{}, 30},
 		{"session", Filter{Session: "s2"}, 10},
-		{"kind", Filter{Kinds: []event.Kind{event.KindConnect}}, 4},
-		{"kinds", Filter{Kinds: []event.Kind{event.KindConnect, event.KindHTTP}}, 6},
+		{"session prefix", Filter{Session: "s"}, 20},
+		{"kind", Filter{Kinds: []event.Kind{event.KindConnect}}, 6},
+		{"kinds", Filter{Kinds: []event.Kind{event.KindConnect, event.KindHTTP}}, 9},
 		{"session and kind", Filter{Session: "s1", Kinds: []event.Kind{event.KindConnect}}, 2},
 		{"no match", Filter{Session: "nope"}, 0},
 	}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/chaperone-dev/chaperone/attribution"
+	"github.com/chaperone-dev/chaperone/certs"
+	"github.com/chaperone-dev/chaperone/config"
+	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/policy"
+	"github.com/chaperone-dev/chaperone/proxy"
+	"github.com/chaperone-dev/chaperone/telemetry"
+	chtls "github.com/chaperone-dev/chaperone/tls"
+)
+
+func newRunCommand(e env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARGS...]",
+		Short: "Run a command (an agent) and everything it starts inside a Chaperone session",
+		Long: "Run COMMAND in a new session. Its connections, and those of every process it starts,\n" +
+			"go through Chaperone's proxy, are decided by the policy and written to the audit log.\n" +
+			"Exits with COMMAND's exit status.",
+		Example: "  chaperone run -- python3 agent.py\n  chaperone run --deny-host '*.pastebin.com' -- claude",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd, e)
+			if err != nil {
+				return err
+			}
+			code, err := runSession(cmd.Context(), sessionOptions{
+				cfg:    cfg,
+				argv:   args,
+				stdin:  e.stdin,
+				stdout: e.stdout,
+				stderr: e.stderr,
+				env:    e.environ(),
+			})
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return exitError{code}
+			}
+			return nil
+		},
+	}
+	// Everything after the command's name belongs to the command.
+	cmd.Flags().SetInterspersed(false)
+	return cmd
+}
+
+// sessionOptions is one session to run.
+type sessionOptions struct {
+	cfg            config.Config
+	argv           []string
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	env            []string // the environment the command starts from
+	// afterStart, when set, is called with the session once the proxy
+	// listens (the demo uses it to print where things are).
+	afterStart func(s *session)
+}
+
+// session is a running session's wiring.
+type session struct {
+	id       string
+	token    string
+	proxyURL string // with credentials: only ever put in the child's environment
+	proxyAdr netip.AddrPort
+	auditLog string
+	bundle   string
+	rootPID  atomic.Int64 // 0 until the command started
+}
+
+// runSession runs one agent command in a session and returns its exit
+// status. An error means the session could not be set up (or torn down).
+func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
+	cfg := o.cfg
+	log := newLogger(o.stderr, cfg.LogLevel)
+	switch cfg.Mode {
+	case "auto", "proxy":
+		fmt.Fprintln(o.stderr, "chaperone: proxy mode: programs that ignore HTTP_PROXY/HTTPS_PROXY are not covered (transparent capture is not available yet)")
+	default:
+		return 0, usageError{fmt.Errorf("run: mode %q is not available", cfg.Mode)}
+	}
+	if cfg.Policy != "" {
+		return 0, usageError{fmt.Errorf("run: policy %s: policy files are not supported by this version; use deny_hosts", cfg.Policy)}
+	}
+
+	ca, _, err := certs.LoadOrCreate(cfg.StateDir, time.Now, rand.Reader)
+	if err != nil {
+		return 0, fmt.Errorf("run: %w", err)
+	}
+	bundle, err := certs.WriteTrustBundle(cfg.StateDir, ca)
+	if err != nil {
+		return 0, fmt.Errorf("run: %w", err)
+	}
+	roots, err := chtls.LoadRoots(true, cfg.UpstreamCA...)
+	if err != nil {
+		return 0, fmt.Errorf("run: %w", err)
+	}
+	resolves, err := cfg.Resolves()
+	if err != nil {
+		return 0, usageError{err}
+	}
+	decider, err := policy.NewBuiltin(cfg.DenyHosts)
+	if err != nil {
+		return 0, usageError{err}
+	}
+
+	bus := event.NewBus()
+	defer bus.Close()
+	audit, err := telemetry.OpenAuditLog(cfg.AuditLogPath())
+	if err != nil {
+		return 0, fmt.Errorf("run: %w", err)
+	}
+	auditDone := make(chan error, 1)
+	go func() {
+		auditDone <- audit.Run(bus.Subscribe("audit", event.SubscribeOptions{Lossless: true, Queue: 4096}))
+	}()
+	sum := newSummary(bus.Subscribe("summary", event.SubscribeOptions{Queue: 4096}))
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		bus.Close()
+		<-auditDone
+		audit.Close()
+		return 0, fmt.Errorf("run: listen %s: %w", cfg.Listen, err)
+	}
+	s := &session{
+		id:       newID(6),
+		token:    newID(24),
+		proxyAdr: ln.Addr().(*net.TCPAddr).AddrPort(),
+		auditLog: audit.Path(),
+		bundle:   bundle,
+	}
+	s.proxyURL = (&url.URL{Scheme: "http", User: url.UserPassword("chaperone", s.token), Host: s.proxyAdr.String()}).String()
+
+	procs := attribution.NewTable(attribution.OSProc())
+	p, err := proxy.New(proxy.Options{
+		Logger:        log,
+		Decider:       decider,
+		Publish:       bus.Publish,
+		Certs:         certs.NewLeaves(ca, certs.LeafOptions{}),
+		UpstreamRoots: roots,
+		Resolve:       resolver(resolves),
+		Processes: proxy.ProcessFinderFunc(func(client, _ netip.AddrPort, _ string) (*event.Process, error) {
+			// The client's socket: local = its ephemeral address, remote = the proxy.
+			pid, err := procs.SocketOwner(client, s.proxyAdr, func() []int { return procs.Descendants(int(s.rootPID.Load())) })
+			if err != nil {
+				return nil, err
+			}
+			return procs.Process(pid)
+		}),
+		Now: time.Now,
+	})
+	if err != nil {
+		ln.Close()
+		bus.Close()
+		<-auditDone
+		audit.Close()
+		return 0, fmt.Errorf("run: %w", err)
+	}
+	p.AddSession(s.id, s.token)
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- p.Serve(ln) }()
+
+	started := time.Now()
+	cmd := exec.Command(o.argv[0], o.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.stdin, o.stdout, o.stderr
+	cmd.Env = childEnv(o.env, s)
+	info := &event.Session{ID: s.id, Agent: filepath.Base(o.argv[0]), Command: o.argv, Mode: "proxy", Started: started}
+
+	code, runErr := runChild(ctx, cmd, func(pid int) {
+		s.rootPID.Store(int64(pid))
+		info.RootPID = pid
+		publishSession(bus, decider, event.KindSessionStart, *info, log)
+		if o.afterStart != nil {
+			o.afterStart(s)
+		}
+	}, log)
+	if runErr != nil {
+		// The command could not be started: report it as a shell would.
+		fmt.Fprintf(o.stderr, "chaperone: %v\n", runErr)
+		code = 127
+		if errors.Is(runErr, os.ErrPermission) {
+			code = 126
+		}
+	}
+
+	// Tear down in order: no new events after the proxy closes, then the
+	// session's end, then the sinks drain.
+	if err := p.Close(); err != nil {
+		log.Warn("close proxy", "err", err)
+	}
+	<-serveDone
+	end := *info
+	end.ExitCode = code
+	end.Duration = time.Since(started)
+	publishSession(bus, decider, event.KindSessionEnd, end, log)
+	bus.Close()
+	auditErr := <-auditDone
+	if err := audit.Close(); auditErr == nil {
+		auditErr = err
+	}
+	sum.wait()
+	sum.print(o.stderr, s, code)
+	if auditErr != nil {
+		return code, fmt.Errorf("run: audit log: %w", auditErr)
+	}
+	return code, nil
+}
+
+// runChild starts cmd, calls started with its pid, forwards signals and
+// waits. It returns the exit status (128+n for a signal, as shells do).
+func runChild(ctx context.Context, cmd *exec.Cmd, started func(pid int), log *slog.Logger) (int, error) {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		started(0)
+		return 127, err
+	}
+	started(cmd.Process.Pid)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				if !shouldForward(sig) {
+					continue
+				}
+				if err := cmd.Process.Signal(sig); err != nil {
+					log.Debug("forward signal", "signal", sig, "err", err)
+				}
+			case <-ctx.Done():
+				// The context ends with SIGTERM (or a test's cancel): pass it on.
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				<-done
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	if err == nil {
+		return 0, nil
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return ee.ExitCode(), nil
+	}
+	return 1, err
+}
+
+// childEnv is the command's environment: the caller's, without any proxy or
+// trust settings of its own, plus the session's.
+func childEnv(base []string, s *session) []string {
+	drop := map[string]bool{"NO_PROXY": true, "no_proxy": true, "CHAPERONE_SESSION": true}
+	for _, k := range proxyVars {
+		drop[k] = true
+	}
+	for _, k := range certs.TrustEnvNames() {
+		drop[k] = true
+	}
+	env := make([]string, 0, len(base)+24)
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if drop[k] || strings.HasPrefix(k, "CHAPERONE_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	for _, k := range proxyVars {
+		env = append(env, k+"="+s.proxyURL)
+	}
+	env = append(env, "NO_PROXY=", "no_proxy=", "CHAPERONE_SESSION="+s.id)
+	return append(env, certs.TrustEnv(s.bundle)...)
+}
+
+var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"}
+
+// resolver turns --resolve entries into the proxy's lookup.
+func resolver(rs []config.Resolve) func(string, uint16) (netip.Addr, bool) {
+	if len(rs) == 0 {
+		return nil
+	}
+	return func(host string, port uint16) (netip.Addr, bool) {
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+		for _, r := range rs {
+			if r.Host == host && (r.Port == 0 || r.Port == port) {
+				return r.Addr, true
+			}
+		}
+		return netip.Addr{}, false
+	}
+}
+
+func publishSession(bus *event.Bus, d *policy.Builtin, kind event.Kind, info event.Session, log *slog.Logger) {
+	e := &event.Event{Time: time.Now(), Kind: kind, Session: info.ID, SessionInfo: &info}
+	if info.RootPID > 0 {
+		e.Process = &event.Process{PID: info.RootPID, PPID: os.Getpid(), Argv: info.Command}
+	}
+	e.Verdict = d.Decide(context.Background(), e)
+	log.Debug("session", "kind", kind, "id", info.ID)
+	bus.Publish(e)
+}
+
+// newID returns n random bytes in hex.
+func newID(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("chaperone: no randomness: " + err.Error())
+	}
+	return hex.EncodeToString(b)
+}

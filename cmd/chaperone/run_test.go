@@ -1,0 +1,83 @@
+package main
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/chaperone-dev/chaperone/certs"
+	"github.com/chaperone-dev/chaperone/config"
+)
+
+func TestChildEnv(t *testing.T) {
+	s := &session{id: "abc123", proxyURL: "http://chaperone:tok@127.0.0.1:9", bundle: "/state/trust-bundle.pem"}
+	base := []string{
+		"PATH=/usr/bin", "HOME=/root",
+		"HTTPS_PROXY=http://corp:3128", "no_proxy=*", "NO_PROXY=internal",
+		"SSL_CERT_FILE=/mine.pem", "NODE_EXTRA_CA_CERTS=/x.pem",
+		"CHAPERONE_STATE_DIR=/secret/state", "CHAPERONE_SESSION=spoofed",
+	}
+	env := childEnv(base, s)
+	get := func(k string) []string {
+		var vs []string
+		for _, kv := range env {
+			if key, v, _ := strings.Cut(kv, "="); key == k {
+				vs = append(vs, v)
+			}
+		}
+		return vs
+	}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"} {
+		if diff := cmp.Diff([]string{s.proxyURL}, get(k)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", k, diff)
+		}
+	}
+	for _, k := range []string{"NO_PROXY", "no_proxy"} {
+		if diff := cmp.Diff([]string{""}, get(k)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", k, diff)
+		}
+	}
+	for _, k := range certs.TrustEnvNames() {
+		if diff := cmp.Diff([]string{s.bundle}, get(k)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", k, diff)
+		}
+	}
+	if got := get("CHAPERONE_STATE_DIR"); got != nil {
+		t.Errorf("CHAPERONE_STATE_DIR leaked to the agent: %v", got)
+	}
+	if diff := cmp.Diff([]string{"abc123"}, get("CHAPERONE_SESSION")); diff != "" {
+		t.Errorf("CHAPERONE_SESSION (-want +got):\n%s", diff)
+	}
+	if !slices.Contains(env, "PATH=/usr/bin") || !slices.Contains(env, "HOME=/root") {
+		t.Errorf("ordinary variables lost: %v", env)
+	}
+}
+
+func TestResolver(t *testing.T) {
+	r := resolver([]config.Resolve{
+		{Host: "api.test", Port: 443, Addr: netip.MustParseAddr("127.0.0.2")},
+		{Host: "api.test", Addr: netip.MustParseAddr("127.0.0.3")},
+	})
+	tests := []struct {
+		host string
+		port uint16
+		want string
+	}{
+		{"api.test", 443, "127.0.0.2"},
+		{"API.test.", 443, "127.0.0.2"},
+		{"api.test", 8443, "127.0.0.3"},
+		{"other.test", 443, "invalid IP"},
+	}
+	for _, tt := range tests {
+		got, ok := r(tt.host, tt.port)
+		if got.String() != tt.want || ok != got.IsValid() {
+			t.Errorf("resolve(%s, %d) = %v, %v; want %s", tt.host, tt.port, got, ok, tt.want)
+		}
+	}
+	if resolver(nil) != nil {
+		t.Error("resolver(nil) is not nil")
+	}
+}

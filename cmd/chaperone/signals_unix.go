@@ -1,0 +1,31 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// forwardedSignals are caught while the command runs and passed on to it.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// shouldForward reports whether sig must be passed to the child. The child
+// shares chaperone's process group so that it can own the terminal; a SIGINT
+// or SIGQUIT typed at the terminal has already reached it, and forwarding
+// would deliver it twice.
+func shouldForward(sig os.Signal) bool {
+	if sig == syscall.SIGINT || sig == syscall.SIGQUIT {
+		return !isForegroundTTY()
+	}
+	return true
+}
+
+// isForegroundTTY reports whether standard input is a terminal whose
+// foreground process group is ours.
+func isForegroundTTY() bool {
+	pgrp, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+	return err == nil && pgrp == unix.Getpgrp()
+}

@@ -1,0 +1,319 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	stdtls "crypto/tls"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/chaperone-dev/chaperone/event"
+	chtls "github.com/chaperone-dev/chaperone/tls"
+)
+
+// tunnel is one client connection whose destination was allowed, and what
+// the proxy learned about it. Fields other than mu/upstream/closed are set
+// by the tunnel's goroutine before the connection is handed to the inner
+// server, and only read afterwards.
+type tunnel struct {
+	session string
+	process *event.Process
+	host    string // normalized name the client asked for; empty when unknown
+	port    uint16
+	dst     netip.AddrPort // dial here when valid (transparent mode)
+	via     string
+	// denied is set on a tunnel whose destination was denied: it is
+	// opened only to answer each HTTP(S) request with a 403 that names the
+	// rule, so the agent reads why; nothing is ever dialled for it.
+	denied *event.Verdict
+
+	scheme    string // "https" or "http" once the protocol is known
+	authority string // URL host of forwarded requests
+
+	conn *tunnelConn
+
+	mu       sync.Mutex
+	closed   bool
+	upstream net.Conn // passthrough only
+}
+
+// setScheme fixes the scheme of the tunnel's requests and the authority
+// they are forwarded to: the tunnel's host and port, or its destination
+// address when no name is known (so a pooled upstream connection is never
+// shared by name with a destination the name does not stand for).
+func (t *tunnel) setScheme(scheme string) {
+	t.scheme = scheme
+	host := t.host
+	if host == "" && t.dst.IsValid() {
+		host = t.dst.Addr().String()
+	}
+	if strings.IndexByte(host, ':') >= 0 {
+		host = "[" + host + "]"
+	}
+	if (scheme == "https" && t.port != 443) || (scheme == "http" && t.port != 80) {
+		host += ":" + strconv.Itoa(int(t.port))
+	}
+	t.authority = host
+}
+
+// setUpstream records the passthrough connection so close reaches it;
+// false means the tunnel is already closed.
+func (t *tunnel) setUpstream(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.upstream = c
+	return true
+}
+
+// close ends the tunnel: the client connection and any passthrough
+// upstream. Safe to call more than once, from any goroutine.
+func (t *tunnel) close() {
+	t.mu.Lock()
+	t.closed = true
+	up := t.upstream
+	t.mu.Unlock()
+	if up != nil {
+		up.Close()
+	}
+	t.conn.Close()
+}
+
+// hostMatches reports whether a request's Host (or :authority) names the
+// tunnel's destination: same host name (case and a trailing dot aside)
+// and, if it has a port, the tunnel's port. An empty Host is the tunnel's.
+func (t *tunnel) hostMatches(hostport string) bool {
+	if t.host == "" || hostport == "" {
+		return true
+	}
+	host, port := splitHostPortLoose(hostport)
+	if port != "" {
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || uint16(n) != t.port {
+			return false
+		}
+	}
+	host = strings.TrimSuffix(host, ".")
+	if len(host) > 0 && (host[0] < 'a' || host[0] > 'z') {
+		if a, err := netip.ParseAddr(host); err == nil {
+			return a.Unmap().String() == t.host
+		}
+	}
+	return strings.EqualFold(host, t.host)
+}
+
+// splitHostPortLoose splits "host", "host:port", "[v6]" and "[v6]:port".
+func splitHostPortLoose(s string) (host, port string) {
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return s, ""
+		}
+		host, rest := s[1:end], s[end+1:]
+		if strings.HasPrefix(rest, ":") {
+			return host, rest[1:]
+		}
+		return host, rest // anything else after ']' makes the port invalid
+	}
+	if i := strings.LastIndexByte(s, ':'); i >= 0 && strings.IndexByte(s, ':') == i {
+		return s[:i], s[i+1:]
+	}
+	return s, ""
+}
+
+// normalizeHost lowercases a host name, drops a trailing dot and brackets,
+// and prints IP addresses canonically.
+func normalizeHost(h string) string {
+	h = strings.TrimSuffix(strings.Trim(h, "[]"), ".")
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Unmap().String()
+	}
+	return strings.ToLower(h)
+}
+
+// tunnelConn is a tunnel's client connection as the TLS server and the
+// inner HTTP server see it: reads drain the sniffing buffer first, then go
+// straight to the connection; Close releases whoever waits on done.
+type tunnelConn struct {
+	net.Conn
+	t    *tunnel
+	p    *Proxy
+	r    *bufio.Reader // the sniffing buffer until drained; read by one goroutine at a time
+	once sync.Once
+	done chan struct{}
+}
+
+func (c *tunnelConn) Read(b []byte) (int, error) {
+	if c.r != nil {
+		if c.r.Buffered() > 0 {
+			return c.r.Read(b)
+		}
+		c.p.putSniffReader(c.r)
+		c.r = nil
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *tunnelConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.done) })
+	return err
+}
+
+// CloseWrite half-closes the client connection when it supports it.
+func (c *tunnelConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+func closeWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func (p *Proxy) getSniffReader(c net.Conn) *bufio.Reader {
+	if r, ok := p.sniffBufs.Get().(*bufio.Reader); ok {
+		r.Reset(c)
+		return r
+	}
+	return bufio.NewReaderSize(c, chtls.SniffBufferSize)
+}
+
+func (p *Proxy) putSniffReader(r *bufio.Reader) {
+	r.Reset(nil)
+	p.sniffBufs.Put(r)
+}
+
+// prefixConn replays bytes a client sent before its CONNECT was answered.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(b, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *prefixConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+// chanListener hands tunnels' connections to the inner http.Server.
+type chanListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newChanListener() *chanListener {
+	return &chanListener{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// handOff gives c to the server; false means the listener is closed.
+func (l *chanListener) handOff(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return chanAddr{} }
+
+type chanAddr struct{}
+
+func (chanAddr) Network() string { return "tunnel" }
+func (chanAddr) String() string  { return "chaperone-tunnels" }
+
+// tunnelKey is the context key of a request's *tunnel.
+type tunnelKey struct{}
+
+func tunnelFrom(ctx context.Context) *tunnel {
+	t, _ := ctx.Value(tunnelKey{}).(*tunnel)
+	return t
+}
+
+// innerConnContext attaches a connection's tunnel to its requests. The
+// inner server sees either a *tunnelConn (plain HTTP) or the *tls.Conn
+// wrapping one, so no lookup table is needed.
+func innerConnContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*stdtls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if tc, ok := c.(*tunnelConn); ok {
+		return context.WithValue(ctx, tunnelKey{}, tc.t)
+	}
+	return ctx
+}
+
+// tunnelCerts asks for the certificate of the tunnel's host when the
+// client sent no SNI (an explicit CONNECT to a name, a client speaking to
+// an IP address).
+type tunnelCerts struct{ src chtls.CertSource }
+
+func (c tunnelCerts) GetCertificate(h *stdtls.ClientHelloInfo) (*stdtls.Certificate, error) {
+	if h.ServerName == "" {
+		if tc, ok := h.Conn.(*tunnelConn); ok && tc.t.host != "" {
+			named := *h
+			named.ServerName = tc.t.host
+			return c.src.GetCertificate(&named)
+		}
+	}
+	return c.src.GetCertificate(h)
+}
+
+// bufferPool recycles ReverseProxy's copy buffers without allocating.
+type bufferPool chan []byte
+
+func newBufferPool(n int) bufferPool { return make(bufferPool, n) }
+
+func (bp bufferPool) Get() []byte {
+	select {
+	case b := <-bp:
+		return b
+	default:
+		return make([]byte, 32<<10)
+	}
+}
+
+func (bp bufferPool) Put(b []byte) {
+	select {
+	case bp <- b:
+	default:
+	}
+}
+
+// addrPortOf returns a net.Addr as an AddrPort, or the zero value.
+func addrPortOf(a net.Addr) netip.AddrPort {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap := a.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	case nil:
+		return netip.AddrPort{}
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap
+}

@@ -1,0 +1,45 @@
+// Package proxy owns Chaperone's network data path: the explicit-proxy
+// listener (HTTP CONNECT and absolute-URI requests), the tunnel logic shared
+// with transparent mode (protocol sniffing, TLS interception, HTTP/1.1,
+// HTTP/2 and WebSocket forwarding, passthrough of other TCP), and applying
+// the verdicts a Decider returns to connect, tls and http events.
+//
+// Guarantees:
+//   - Fail closed: an event is published with the verdict that was applied.
+//     A verdict that is not allow or rewrite (deny, ask, unknown, a Decider
+//     that panics) refuses: 403 for a request, a closed connection for a
+//     ClientHello. A denied CONNECT is answered 200 and the tunnel is kept
+//     only to answer each HTTP(S) request in it with the 403 that names the
+//     rule (clients hide a CONNECT response's body; an agent must read why);
+//     a denied tunnel carrying anything else is closed. A ClientHello that
+//     cannot be parsed closes the connection; it is never passed through
+//     uninspected.
+//   - Not an open proxy: every explicit-proxy request must carry
+//     Proxy-Authorization for user "chaperone" with the token of a current
+//     session (compared in constant time, never logged), else 407. A tunnel
+//     whose session is unknown or removed is closed. Proxy-Authorization and
+//     Proxy-Connection never reach an upstream.
+//   - Nothing is dialled for a denied connection or request, and a request
+//     whose Host differs from its tunnel's destination (domain fronting) is
+//     refused with 421.
+//   - Upstream certificates are always verified against Options.UpstreamRoots
+//     (or the system roots); verification is never turned off.
+//   - Events are published when their verdict is applied (http events once
+//     the response status, or the error, is known); Publish is called from
+//     the data path and must not block for long.
+//   - Close works after a partial start, closes listeners, tunnels and
+//     upstream connections, and leaves no goroutine behind.
+//
+// Decrypted and plain requests from every tunnel are served by one
+// internal http.Server (HTTP/1.1, HTTP/2 by ALPN, h2c by prior knowledge)
+// fed through a channel listener; each connection carries its tunnel, so
+// requests find it through ConnContext without a lookup table. Allowed
+// requests go upstream through one httputil.ReverseProxy over one shared
+// http.Transport (keep-alive, HTTP/2 when the upstream offers it, no
+// environment proxy), flushing as bytes arrive so streams are not held.
+//
+// This package imports event, tls and the standard library; it must not
+// import cmd, certs, redirect, internal/upstream or any package above it.
+// Policy, attribution and rewriting reach it through the Decider,
+// ProcessFinder and Publish options.
+package proxy

@@ -1,0 +1,206 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// frontConn is what the explicit front knows about one client connection.
+// net/http runs one request at a time per HTTP/1 connection, so its fields
+// need no lock.
+type frontConn struct {
+	client, local netip.AddrPort
+
+	procSession string // the session proc was looked up for
+	procLooked  bool
+	proc        *event.Process
+
+	dest *tunnel // the last destination allowed for absolute-URI requests
+}
+
+type frontConnKey struct{}
+
+func (p *Proxy) frontConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, frontConnKey{}, &frontConn{client: addrPortOf(c.RemoteAddr()), local: addrPortOf(c.LocalAddr())})
+}
+
+// process attributes the client connection once per session.
+func (fc *frontConn) process(p *Proxy, session string) *event.Process {
+	if fc.procLooked && fc.procSession == session {
+		return fc.proc
+	}
+	fc.procLooked, fc.procSession, fc.proc = true, session, nil
+	if p.procs == nil {
+		return nil
+	}
+	proc, err := p.procs.ProcessForConn(fc.client, fc.local, session)
+	if err != nil {
+		p.log.Debug("proxy: no process for connection", "client", fc.client, "session", session, "err", err)
+		return nil
+	}
+	fc.proc = proc
+	return proc
+}
+
+// serveFront handles every request to the explicit-proxy listener.
+func (p *Proxy) serveFront(w http.ResponseWriter, r *http.Request) {
+	fc, _ := r.Context().Value(frontConnKey{}).(*frontConn)
+	if fc == nil {
+		writeText(w, http.StatusInternalServerError, "chaperone: no connection state\n")
+		return
+	}
+	session, ok := p.authenticate(r.Header["Proxy-Authorization"])
+	if !ok {
+		p.refuseAuth(w, r)
+		return
+	}
+	if r.Method == http.MethodConnect {
+		p.serveConnect(w, r, fc, session)
+		return
+	}
+	p.serveAbsolute(w, r, fc, session)
+}
+
+func (p *Proxy) authenticate(values []string) (string, bool) {
+	if len(values) != 1 {
+		return "", false
+	}
+	user, token, ok := parseProxyAuthorization(values[0])
+	if !ok || user != proxyUser {
+		return "", false
+	}
+	return p.sessions.Load().lookup(token)
+}
+
+// refuseAuth answers 407 and records the refusal as an event outside any
+// session.
+func (p *Proxy) refuseAuth(w http.ResponseWriter, r *http.Request) {
+	host, port, _ := targetOf(r)
+	via := "http"
+	if r.Method == http.MethodConnect {
+		via = "connect"
+	}
+	p.publish(&event.Event{
+		Time: p.now(), Kind: event.KindConnect,
+		Verdict: proxyVerdict(ruleProxyAuth, "no valid session token in Proxy-Authorization"),
+		Connect: &event.Connect{Host: host, Port: port, Transport: event.TCP, Via: via},
+	})
+	w.Header().Set("Proxy-Authenticate", `Basic realm="chaperone"`)
+	writeText(w, http.StatusProxyAuthRequired, "chaperone: proxy authentication required\n")
+}
+
+// targetOf returns the destination of a proxy request: the CONNECT
+// authority or the absolute URI's host.
+func targetOf(r *http.Request) (host string, port uint16, ok bool) {
+	hostport, def := r.Host, uint16(0)
+	if r.Method != http.MethodConnect {
+		if r.URL.Scheme != "http" || r.URL.Host == "" {
+			return "", 0, false
+		}
+		hostport, def = r.URL.Host, 80
+	}
+	h, ps := splitHostPortLoose(hostport)
+	if ps == "" {
+		if def == 0 {
+			return normalizeHost(h), 0, false
+		}
+		return normalizeHost(h), def, h != ""
+	}
+	n, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || n == 0 || h == "" {
+		return normalizeHost(h), 0, false
+	}
+	return normalizeHost(h), uint16(n), true
+}
+
+// connectEvent decides and publishes the connect event for a destination.
+func (p *Proxy) connectEvent(ctx context.Context, session string, proc *event.Process, host string, port uint16, via string) (*event.Event, bool) {
+	e := &event.Event{
+		Time: p.now(), Kind: event.KindConnect, Session: session, Process: proc,
+		Connect: &event.Connect{Host: host, Port: port, Transport: event.TCP, Via: via},
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		e.Connect.Dst = netip.AddrPortFrom(a, port)
+	} else if p.resolve != nil {
+		if a, ok := p.resolve(host, port); ok {
+			e.Connect.Dst = netip.AddrPortFrom(a, port)
+		}
+	}
+	e.Verdict = p.decide(ctx, e)
+	p.publish(e)
+	return e, e.Verdict.Allowed()
+}
+
+// serveConnect handles CONNECT: decide, then tunnel in this goroutine.
+func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, fc *frontConn, session string) {
+	host, port, ok := targetOf(r)
+	if !ok {
+		writeText(w, http.StatusBadRequest, "chaperone: CONNECT needs host:port\n")
+		return
+	}
+	proc := fc.process(p, session)
+	e, allowed := p.connectEvent(r.Context(), session, proc, host, port, "connect")
+	t := &tunnel{session: session, process: proc, host: host, port: port, dst: e.Connect.Dst, via: "connect"}
+	if !allowed {
+		if e.Verdict.Action != event.Deny {
+			// Ask (or anything not allow/deny) denies, but says so only in
+			// the event: answer the CONNECT itself.
+			writeText(w, http.StatusForbidden, denyMessage(e.Verdict))
+			return
+		}
+		// Most clients hide a CONNECT response's body. Accept the tunnel
+		// and answer the requests inside it with the 403 instead, so an
+		// agent reads which rule stopped it; nothing is dialled.
+		t.denied = &e.Verdict
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		p.log.Debug("proxy: hijack failed", "err", err)
+		return
+	}
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		conn = &prefixConn{Conn: conn, prefix: bytes.Clone(b)}
+	}
+	if _, err := conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		conn.Close()
+		return
+	}
+	// r's context stays live until this handler returns; the tunnel ends
+	// before that.
+	p.serveTunnel(r.Context(), conn, t)
+}
+
+// serveAbsolute handles an explicit plain-HTTP request (GET http://...).
+func (p *Proxy) serveAbsolute(w http.ResponseWriter, r *http.Request, fc *frontConn, session string) {
+	host, port, ok := targetOf(r)
+	if !ok {
+		p.publish(&event.Event{
+			Time: p.now(), Kind: event.KindHTTP, Session: session, Process: fc.process(p, session),
+			Verdict: proxyVerdict(ruleNotProxyRequest, "not an absolute http:// request or CONNECT"),
+			HTTP:    &event.HTTP{Method: r.Method, URL: RedactURL(r.URL), Host: r.Host, Proto: r.Proto, Status: http.StatusBadRequest},
+		})
+		writeText(w, http.StatusBadRequest, "chaperone: this is a proxy: send CONNECT host:port or an absolute http:// URL\n")
+		return
+	}
+	t := fc.dest
+	if t == nil || t.session != session || t.host != host || t.port != port {
+		proc := fc.process(p, session)
+		e, allowed := p.connectEvent(r.Context(), session, proc, host, port, "http")
+		if !allowed {
+			writeText(w, http.StatusForbidden, denyMessage(e.Verdict))
+			return
+		}
+		// No dst: explicit requests are dialled by name, like CONNECT.
+		t = &tunnel{session: session, process: proc, host: host, port: port, via: "http"}
+		t.setScheme("http")
+		fc.dest = t
+	}
+	p.forward(w, r, t)
+}

@@ -1,0 +1,384 @@
+package proxy
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	stdtls "crypto/tls"
+
+	"github.com/chaperone-dev/chaperone/event"
+	chtls "github.com/chaperone-dev/chaperone/tls"
+)
+
+// Decider reaches the verdict for an event. It is called synchronously on
+// the data path, concurrently, with the request's context.
+type Decider interface {
+	Decide(ctx context.Context, e *event.Event) event.Verdict
+}
+
+// DeciderFunc adapts a function to Decider.
+type DeciderFunc func(ctx context.Context, e *event.Event) event.Verdict
+
+// Decide calls f.
+func (f DeciderFunc) Decide(ctx context.Context, e *event.Event) event.Verdict { return f(ctx, e) }
+
+// ProcessFinder says which process owns a client connection: client is its
+// remote address, proxy the local address it reached.
+type ProcessFinder interface {
+	ProcessForConn(client, proxy netip.AddrPort, session string) (*event.Process, error)
+}
+
+// ProcessFinderFunc adapts a function to ProcessFinder.
+type ProcessFinderFunc func(client, proxy netip.AddrPort, session string) (*event.Process, error)
+
+// ProcessForConn calls f.
+func (f ProcessFinderFunc) ProcessForConn(client, proxy netip.AddrPort, session string) (*event.Process, error) {
+	return f(client, proxy, session)
+}
+
+// Options configure a Proxy.
+type Options struct {
+	Logger *slog.Logger // nil discards
+	// Decider decides every connect, tls and http event. Required.
+	Decider Decider
+	// Publish receives every decided event (bus.Publish); nil discards.
+	// Events must not be modified after Publish.
+	Publish func(*event.Event)
+	// Certs supplies the leaves presented to intercepted clients. Required.
+	Certs chtls.CertSource
+	// UpstreamRoots verifies upstream servers; nil means the system roots.
+	UpstreamRoots *x509.CertPool
+	// Resolve maps a host to an address before DNS is consulted (the
+	// --resolve overrides); nil or false means DNS.
+	Resolve func(host string, port uint16) (netip.Addr, bool)
+	// Processes finds the process behind a client connection; optional.
+	Processes ProcessFinder
+	// Now is the clock for event times; nil means time.Now.
+	Now func() time.Time
+	// PeekTimeout is how long a tunnel waits for the client's first bytes
+	// before treating the protocol as server-first and passing it through;
+	// 300ms when zero.
+	PeekTimeout time.Duration
+}
+
+// Tunnel describes a client connection whose connect event was allowed:
+// an explicit CONNECT, or a connection redirected in transparent mode.
+type Tunnel struct {
+	Session string
+	Host    string         // the name the client asked for; may be empty
+	Dst     netip.AddrPort // where the client was going, when known
+	Port    uint16         // the destination port; Dst's when zero
+	Process *event.Process
+	Via     string // "connect", "transparent"
+}
+
+const (
+	defaultPeekTimeout = 300 * time.Millisecond
+	handshakeTimeout   = 10 * time.Second // ClientHello and TLS handshake with the client
+	dialTimeout        = 10 * time.Second
+)
+
+// Proxy is Chaperone's intercepting proxy. Its methods are safe for
+// concurrent use.
+type Proxy struct {
+	log         *slog.Logger
+	decider     Decider
+	publishFn   func(*event.Event)
+	resolve     func(string, uint16) (netip.Addr, bool)
+	procs       ProcessFinder
+	now         func() time.Time
+	peekTimeout time.Duration
+
+	mitmTLS   *stdtls.Config
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+	dialer    net.Dialer
+	sniffBufs sync.Pool // *bufio.Reader of chtls.SniffBufferSize
+
+	front     *http.Server // explicit-proxy requests
+	inner     *http.Server // decrypted and plain requests from every tunnel
+	innerLn   *chanListener
+	innerOnce sync.Once
+
+	sessions atomic.Pointer[sessionTable]
+	sessMu   sync.Mutex // serialises writers of sessions
+
+	mu      sync.Mutex
+	closed  bool
+	tunnels map[*tunnel]struct{}
+}
+
+// New returns a Proxy. It starts nothing: Serve and ServeTunnel do.
+func New(opts Options) (*Proxy, error) {
+	if opts.Decider == nil {
+		return nil, errors.New("proxy: options: Decider is required")
+	}
+	if opts.Certs == nil {
+		return nil, errors.New("proxy: options: Certs is required")
+	}
+	if opts.PeekTimeout < 0 {
+		return nil, fmt.Errorf("proxy: options: negative PeekTimeout %v", opts.PeekTimeout)
+	}
+	p := &Proxy{
+		log:         opts.Logger,
+		decider:     opts.Decider,
+		publishFn:   opts.Publish,
+		resolve:     opts.Resolve,
+		procs:       opts.Processes,
+		now:         opts.Now,
+		peekTimeout: opts.PeekTimeout,
+		dialer:      net.Dialer{Timeout: dialTimeout},
+		tunnels:     make(map[*tunnel]struct{}),
+		innerLn:     newChanListener(),
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.peekTimeout == 0 {
+		p.peekTimeout = defaultPeekTimeout
+	}
+	p.sessions.Store(&sessionTable{})
+	p.mitmTLS = chtls.ServerConfig(tunnelCerts{opts.Certs})
+	p.transport = &http.Transport{
+		Proxy:       nil, // never an environment proxy: Chaperone is the last hop
+		DialContext: p.dialUpstream,
+		TLSClientConfig: &stdtls.Config{
+			RootCAs:    opts.UpstreamRoots,
+			MinVersion: stdtls.VersionTLS12,
+		},
+		ForceAttemptHTTP2:     true,
+		DisableCompression:    true, // pass the client's Accept-Encoding through untouched
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   handshakeTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:       p.rewrite,
+		Transport:     p.transport,
+		FlushInterval: -1, // stream as it comes: SSE and LLM token streams
+		ErrorHandler:  p.upstreamError,
+		BufferPool:    newBufferPool(64),
+		ErrorLog:      errLog,
+	}
+	frontProtos := new(http.Protocols)
+	frontProtos.SetHTTP1(true)
+	p.front = &http.Server{
+		Handler:           http.HandlerFunc(p.serveFront),
+		ConnContext:       p.frontConnContext,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          errLog,
+		Protocols:         frontProtos,
+	}
+	innerProtos := new(http.Protocols)
+	innerProtos.SetHTTP1(true)
+	innerProtos.SetHTTP2(true)
+	innerProtos.SetUnencryptedHTTP2(true) // h2c with prior knowledge inside a tunnel
+	p.inner = &http.Server{
+		Handler:           http.HandlerFunc(p.serveInner),
+		ConnContext:       innerConnContext,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          errLog,
+		Protocols:         innerProtos,
+	}
+	return p, nil
+}
+
+// AddSession lets clients presenting token act for session id, replacing
+// the session's previous token. An empty token is ignored: it would match
+// a client that sends none.
+func (p *Proxy) AddSession(id, token string) {
+	if id == "" || token == "" {
+		p.log.Warn("proxy: session not added: empty id or token", "session", id)
+		return
+	}
+	p.sessMu.Lock()
+	defer p.sessMu.Unlock()
+	p.sessions.Store(p.sessions.Load().with(id, token))
+}
+
+// RemoveSession forgets session id and closes its tunnels: a session that
+// ended keeps no network access.
+func (p *Proxy) RemoveSession(id string) {
+	p.sessMu.Lock()
+	p.sessions.Store(p.sessions.Load().without(id))
+	p.sessMu.Unlock()
+	var doomed []*tunnel
+	p.mu.Lock()
+	for t := range p.tunnels {
+		if t.session == id {
+			doomed = append(doomed, t)
+		}
+	}
+	p.mu.Unlock()
+	for _, t := range doomed {
+		t.close()
+	}
+}
+
+// Serve accepts explicit-proxy connections on l until Close, after which
+// it returns nil. l is closed when Serve returns.
+func (p *Proxy) Serve(l net.Listener) error {
+	err := p.front.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("proxy: serve: %w", err)
+}
+
+// ServeTunnel runs the tunnel logic on c, a client connection whose connect
+// event the caller has already decided and allowed, and returns when the
+// tunnel is over; c is closed by then. Cancelling ctx closes the tunnel. A
+// tunnel for a session the Proxy does not know is closed at once.
+func (p *Proxy) ServeTunnel(ctx context.Context, c net.Conn, t Tunnel) {
+	if !p.sessions.Load().has(t.Session) {
+		p.log.Debug("proxy: tunnel refused: unknown session", "session", t.Session)
+		c.Close()
+		return
+	}
+	port := t.Port
+	if port == 0 {
+		port = t.Dst.Port()
+	}
+	via := t.Via
+	if via == "" {
+		via = "transparent"
+	}
+	p.serveTunnel(ctx, c, &tunnel{
+		session: t.Session,
+		process: t.Process,
+		host:    normalizeHost(t.Host),
+		port:    port,
+		dst:     t.Dst,
+		via:     via,
+	})
+}
+
+// Close stops the Proxy: listeners, tunnels and upstream connections are
+// closed, and Serve returns. It is safe to call more than once and before
+// anything started.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	tunnels := make([]*tunnel, 0, len(p.tunnels))
+	for t := range p.tunnels {
+		tunnels = append(tunnels, t)
+	}
+	p.mu.Unlock()
+
+	err := p.front.Close()
+	p.innerLn.Close()
+	err = errors.Join(err, p.inner.Close())
+	for _, t := range tunnels {
+		t.close()
+	}
+	p.transport.CloseIdleConnections()
+	if err != nil {
+		return fmt.Errorf("proxy: close: %w", err)
+	}
+	return nil
+}
+
+// track registers t so that Close and RemoveSession can end it; false
+// means the Proxy is closed.
+func (p *Proxy) track(t *tunnel) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.tunnels[t] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(t *tunnel) {
+	p.mu.Lock()
+	delete(p.tunnels, t)
+	p.mu.Unlock()
+}
+
+func (p *Proxy) publish(e *event.Event) {
+	if p.publishFn != nil {
+		p.publishFn(e)
+	}
+}
+
+// decide asks the Decider and returns the verdict the proxy applies: only
+// allow and rewrite let anything through, asking is not available on this
+// path yet, and a Decider that panics denies.
+func (p *Proxy) decide(ctx context.Context, e *event.Event) (v event.Verdict) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("proxy: decider panicked; denying", "kind", e.Kind, "session", e.Session, "panic", r)
+			v = event.Verdict{Action: event.Deny, Reason: "the policy failed to decide", DecidedBy: event.DecidedByDefault}
+		}
+	}()
+	v = p.decider.Decide(ctx, e)
+	switch v.Action {
+	case event.Allow, event.Rewrite, event.Deny:
+	case event.Ask:
+		v = event.Verdict{Action: event.Deny, Rule: v.Rule, DecidedBy: v.DecidedBy,
+			Reason: strings.TrimSpace("asking is not available here, so denied; " + v.Reason)}
+	default:
+		v = event.Verdict{Action: event.Deny, Rule: v.Rule, DecidedBy: v.DecidedBy, Reason: "unknown verdict " + v.Action.String()}
+	}
+	return v
+}
+
+// denyMessage is the body of a refusal: it names the rule and the reason,
+// never anything secret (rules and reasons never are).
+func denyMessage(v event.Verdict) string {
+	reason := v.Reason
+	if reason == "" {
+		reason = "no reason given"
+	}
+	if v.Rule != "" {
+		return "chaperone: denied by rule " + v.Rule + ": " + reason + "\n"
+	}
+	return "chaperone: denied by " + v.DecidedBy.String() + ": " + reason + "\n"
+}
+
+// proxyVerdict is a refusal the proxy makes by itself, as a built-in rule.
+func proxyVerdict(rule, reason string) event.Verdict {
+	return event.Verdict{Action: event.Deny, Rule: rule, Reason: reason, DecidedBy: event.DecidedByRule}
+}
+
+// Rules the proxy applies by itself.
+const (
+	ruleProxyAuth       = "proxy_auth"
+	ruleDomainFronting  = "domain_fronting"
+	ruleMalformedHello  = "malformed_client_hello"
+	ruleUnknownSession  = "unknown_session"
+	ruleNestedConnect   = "nested_connect"
+	ruleNotProxyRequest = "not_a_proxy_request"
+)
+
+func writeText(w http.ResponseWriter, status int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write([]byte(body))
+}

@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Redacted replaces credential values in events.
+const Redacted = "[REDACTED]"
+
+// RedactURL prints u for an event: scheme, host, path and query, without
+// userinfo or fragment, and with the values of query parameters that carry
+// credentials (sig, signature, token, key, access_token, X-Amz-Signature,
+// anything named like a token, secret, password or API key) replaced by
+// Redacted. Both '&' and ';' separate parameters, since some servers split
+// on either. The rest of the query is kept byte for byte.
+func RedactURL(u *url.URL) string {
+	var b strings.Builder
+	path := u.EscapedPath()
+	b.Grow(len(u.Scheme) + 3 + len(u.Host) + len(path) + 1 + len(u.RawQuery) + len(Redacted))
+	if u.Scheme != "" {
+		b.WriteString(u.Scheme)
+		b.WriteByte(':')
+	}
+	if u.Opaque != "" {
+		// An opaque URL may carry userinfo ("//user:pw@host/..."); drop it.
+		o := u.Opaque
+		if strings.HasPrefix(o, "//") {
+			if at := strings.IndexByte(o, '@'); at >= 0 {
+				if slash := strings.IndexByte(o[2:], '/'); slash < 0 || at < slash+2 {
+					o = "//" + o[at+1:]
+				}
+			}
+		}
+		b.WriteString(o)
+	} else {
+		if u.Scheme != "" || u.Host != "" {
+			b.WriteString("//")
+		}
+		b.WriteString(u.Host)
+		if path != "" && path[0] != '/' && u.Host != "" {
+			b.WriteByte('/')
+		}
+		b.WriteString(path)
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		b.WriteByte('?')
+		writeRedactedQuery(&b, u.RawQuery)
+	}
+	return b.String()
+}
+
+func writeRedactedQuery(b *strings.Builder, q string) {
+	for q != "" {
+		seg := q
+		sep := strings.IndexAny(q, "&;")
+		if sep >= 0 {
+			seg, q = q[:sep], q[sep:]
+		} else {
+			q = ""
+		}
+		key, _, hasValue := strings.Cut(seg, "=")
+		if hasValue && isSecretParam(key) {
+			b.WriteString(key)
+			b.WriteByte('=')
+			b.WriteString(Redacted)
+		} else {
+			b.WriteString(seg)
+		}
+		if q != "" { // the separator
+			b.WriteByte(q[0])
+			q = q[1:]
+		}
+	}
+}
+
+// isSecretParam reports whether a query parameter's name marks a
+// credential.
+func isSecretParam(key string) bool {
+	if strings.ContainsAny(key, "%+") {
+		if k, err := url.QueryUnescape(key); err == nil {
+			key = k
+		}
+	}
+	switch strings.ToLower(key) {
+	case "sig", "key", "code", "auth", "pwd", "pass", "session", "sessionid", "jwt", "bearer":
+		return true
+	}
+	return containsFold(key, "token") || containsFold(key, "secret") || containsFold(key, "signature") ||
+		containsFold(key, "passw") || containsFold(key, "credential") || containsFold(key, "apikey") ||
+		containsFold(key, "api_key") || containsFold(key, "api-key") || containsFold(key, "authorization") ||
+		hasSuffixFold(key, "_key") || hasSuffixFold(key, "-key") || hasSuffixFold(key, "_sig")
+}
+
+// policyHeader copies request headers for an event, replacing the values
+// of credential headers by Redacted. It allocates one map and one slice.
+func policyHeader(h map[string][]string) map[string][]string {
+	n := 0
+	for _, vs := range h {
+		n += len(vs)
+	}
+	out := make(map[string][]string, len(h))
+	vals := make([]string, 0, n)
+	for k, vs := range h {
+		start := len(vals)
+		switch {
+		case len(vs) == 0:
+			continue
+		case isCredentialHeader(k):
+			vals = append(vals, Redacted)
+		default:
+			vals = append(vals, vs...)
+		}
+		out[k] = vals[start:len(vals):len(vals)]
+	}
+	return out
+}
+
+// isCredentialHeader reports whether a header's values are credentials:
+// Authorization, Proxy-Authorization, Cookie, X-Api-Key and anything named
+// like an auth, token, secret, key, password, signature or session header.
+func isCredentialHeader(name string) bool {
+	for _, s := range [...]string{"auth", "cookie", "token", "secret", "key", "passw", "signature", "credential", "session"} {
+		if containsFold(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFold reports whether s contains the lowercase ASCII substr,
+// ignoring ASCII case, without allocating.
+func containsFold(s, substr string) bool {
+	for i := 0; i+len(substr) <= len(s); i++ {
+		if hasPrefixFold(s[i:], substr) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	for j := 0; j < len(prefix); j++ {
+		c := s[j]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != prefix[j] {
+			return false
+		}
+	}
+	return true
+}
+
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && hasPrefixFold(s[len(s)-len(suffix):], suffix)
+}

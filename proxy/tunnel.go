@@ -1,0 +1,332 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	stdtls "crypto/tls"
+
+	"github.com/chaperone-dev/chaperone/event"
+	chtls "github.com/chaperone-dev/chaperone/tls"
+)
+
+// protocol is what a tunnel's first bytes say it carries.
+type protocol int
+
+const (
+	protoClosed protocol = iota // the client went away (or the tunnel was closed)
+	protoTLS
+	protoHTTP
+	protoOther  // client-first, neither TLS nor HTTP: passed through
+	protoSilent // no bytes within PeekTimeout: server-first, passed through
+)
+
+// serveTunnel runs the tunnel logic on c and returns when the tunnel is
+// over, with c closed.
+func (p *Proxy) serveTunnel(ctx context.Context, c net.Conn, t *tunnel) {
+	tc := &tunnelConn{Conn: c, t: t, p: p, done: make(chan struct{})}
+	t.conn = tc
+	if !p.track(t) {
+		c.Close()
+		return
+	}
+	defer p.untrack(t)
+	defer t.close()
+	if !p.sessions.Load().has(t.session) { // removed while the tunnel was set up
+		return
+	}
+	stop := context.AfterFunc(ctx, t.close)
+	defer stop()
+
+	tc.r = p.getSniffReader(c)
+	p.serveProtocol(ctx, tc, p.classify(tc, p.peekTimeout))
+}
+
+func (p *Proxy) serveProtocol(ctx context.Context, tc *tunnelConn, proto protocol) {
+	switch proto {
+	case protoTLS:
+		p.intercept(ctx, tc)
+	case protoHTTP:
+		tc.t.setScheme("http")
+		p.serveInnerConn(tc, tc)
+	case protoOther, protoSilent:
+		if tc.t.denied != nil {
+			return // nothing to answer in: close
+		}
+		p.passthrough(ctx, tc, proto == protoSilent)
+	}
+}
+
+// classify peeks at the client's first bytes. firstWait bounds the wait
+// for the first byte (zero: no bound); an ambiguous start (a few capital
+// letters that may become an HTTP method) waits at most PeekTimeout more
+// and then counts as HTTP, so stalling cannot turn inspection off.
+func (p *Proxy) classify(tc *tunnelConn, firstWait time.Duration) protocol {
+	c := tc.Conn
+	if firstWait > 0 {
+		c.SetReadDeadline(time.Now().Add(firstWait))
+	}
+	defer c.SetReadDeadline(time.Time{})
+	b, err := tc.r.Peek(1)
+	if err != nil {
+		if isTimeout(err) {
+			return protoSilent
+		}
+		return protoClosed
+	}
+	if b[0] == 0x16 {
+		return protoTLS // no text protocol starts with 0x16; Sniff decides the rest
+	}
+	c.SetReadDeadline(time.Now().Add(p.peekTimeout))
+	for {
+		b, _ := tc.r.Peek(tc.r.Buffered())
+		switch httpStart(b) {
+		case yes:
+			return protoHTTP
+		case no:
+			return protoOther
+		}
+		if _, err := tc.r.Peek(len(b) + 1); err != nil {
+			return protoHTTP // fail closed: the HTTP server rejects what is not HTTP
+		}
+	}
+}
+
+type tristate int
+
+const (
+	maybe tristate = iota
+	yes
+	no
+)
+
+// httpStart says whether b starts an HTTP/1 request line or the h2c
+// preface: a token of capital letters (the method), a space, then '/', '*'
+// or an absolute URI's scheme.
+func httpStart(b []byte) tristate {
+	const maxMethod = 20
+	i := 0
+	for i < len(b) && b[i] >= 'A' && b[i] <= 'Z' {
+		i++
+	}
+	switch {
+	case i == 0 || i > maxMethod:
+		return no
+	case i == len(b):
+		return maybe
+	case b[i] != ' ':
+		return no
+	case i+1 == len(b):
+		return maybe
+	}
+	switch b[i+1] {
+	case '/', '*', 'h', 'H':
+		return yes
+	}
+	return no
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// intercept sniffs the ClientHello, decides the tls event and, if allowed,
+// terminates TLS and hands the connection to the inner server.
+func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) {
+	t := tc.t
+	tc.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	hello, err := chtls.Sniff(tc.r)
+	e := &event.Event{Time: p.now(), Kind: event.KindTLS, Session: t.session, Process: t.process, TLS: &event.TLS{}}
+	if err != nil {
+		e.Verdict = proxyVerdict(ruleMalformedHello, "ClientHello could not be read: "+err.Error())
+		p.publish(e)
+		p.log.Debug("proxy: bad ClientHello", "session", t.session, "host", t.host, "err", err)
+		return
+	}
+	e.TLS.ServerName = hello.ServerName
+	e.TLS.ALPN = hello.ALPN
+	e.TLS.Version = hello.MaxVersion()
+	if t.host == "" {
+		t.host = normalizeHost(hello.ServerName)
+	}
+	if t.denied != nil {
+		// Terminate TLS only to answer with the connect's 403.
+		e.Verdict = *t.denied
+		e.TLS.Intercepted = true
+		p.publish(e)
+	} else {
+		e.Verdict = p.decide(ctx, e)
+		e.TLS.Intercepted = e.Verdict.Allowed()
+		p.publish(e)
+		if !e.Verdict.Allowed() {
+			return
+		}
+	}
+	t.setScheme("https")
+	conn := stdtls.Server(tc, p.mitmTLS)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		p.log.Debug("proxy: client handshake failed", "session", t.session, "host", t.host, "err", err)
+		return
+	}
+	tc.Conn.SetDeadline(time.Time{})
+	p.serveInnerConn(conn, tc)
+}
+
+// serveInnerConn hands c (tc, or TLS over it) to the inner server and waits
+// until the server is done with it.
+func (p *Proxy) serveInnerConn(c net.Conn, tc *tunnelConn) {
+	p.innerOnce.Do(func() { go p.inner.Serve(p.innerLn) })
+	if !p.innerLn.handOff(c) {
+		return
+	}
+	<-tc.done
+}
+
+// passthrough copies bytes both ways between the client and the tunnel's
+// destination, half-closing each direction as it ends. When the client has
+// not spoken (serverFirst), the server may speak first; if the client
+// instead speaks first after all and starts TLS or HTTP before the server
+// sent anything, the upstream connection is dropped and the tunnel is
+// intercepted as usual, so waiting out PeekTimeout does not buy an
+// uninspected tunnel.
+func (p *Proxy) passthrough(ctx context.Context, tc *tunnelConn, serverFirst bool) {
+	t := tc.t
+	up, err := p.dialTunnel(ctx, t)
+	if err != nil {
+		p.log.Debug("proxy: passthrough dial failed", "session", t.session, "host", t.host, "port", t.port, "err", err)
+		return
+	}
+	if !t.setUpstream(up) {
+		up.Close()
+		return
+	}
+	// gate decides who spoke first: 0 nobody yet, 1 the server, 2 the client
+	// with TLS or HTTP (intercepted), 3 the client with anything else.
+	var gate atomic.Int32
+	downDone := make(chan struct{})
+	go func() {
+		defer close(downDone)
+		p.copyDown(tc, up, serverFirst, &gate)
+	}()
+	if serverFirst {
+		proto := p.classify(tc, 0)
+		switch {
+		case proto == protoClosed:
+			up.Close()
+			<-downDone
+			return
+		case (proto == protoTLS || proto == protoHTTP) && gate.CompareAndSwap(0, 2):
+			t.mu.Lock()
+			t.upstream = nil
+			t.mu.Unlock()
+			up.Close()
+			<-downDone
+			p.serveProtocol(ctx, tc, proto)
+			return
+		}
+		gate.CompareAndSwap(0, 3)
+	}
+	// Client to upstream: the sniffed bytes, then the connection itself so
+	// that the kernel can splice.
+	var uerr error
+	if n := tc.r.Buffered(); n > 0 {
+		b, _ := tc.r.Peek(n)
+		_, uerr = up.Write(b)
+	}
+	p.putSniffReader(tc.r)
+	tc.r = nil
+	if uerr == nil {
+		_, uerr = io.Copy(up, tc.Conn)
+	}
+	if uerr != nil {
+		t.close()
+	} else {
+		closeWrite(up)
+	}
+	<-downDone
+}
+
+// copyDown copies upstream to client. With serverFirst it consults gate
+// before its first write and drops the bytes if the client is being
+// intercepted instead.
+func (p *Proxy) copyDown(tc *tunnelConn, up net.Conn, serverFirst bool, gate *atomic.Int32) {
+	if serverFirst {
+		buf := make([]byte, 4096)
+		n, err := up.Read(buf)
+		if !gate.CompareAndSwap(0, 1) && gate.Load() == 2 {
+			return
+		}
+		if n > 0 {
+			if _, werr := tc.Conn.Write(buf[:n]); werr != nil {
+				tc.t.close()
+				return
+			}
+		}
+		if err != nil {
+			p.endDown(tc, err)
+			return
+		}
+	}
+	_, err := io.Copy(tc.Conn, up)
+	p.endDown(tc, err)
+}
+
+func (p *Proxy) endDown(tc *tunnelConn, err error) {
+	if err != nil && !errors.Is(err, io.EOF) {
+		tc.t.close()
+		return
+	}
+	tc.CloseWrite()
+}
+
+// dialTunnel connects to a tunnel's destination for passthrough.
+func (p *Proxy) dialTunnel(ctx context.Context, t *tunnel) (net.Conn, error) {
+	if t.dst.IsValid() {
+		return p.dialer.DialContext(ctx, "tcp", t.dst.String())
+	}
+	return p.dialHost(ctx, t.host, t.port)
+}
+
+// dialHost connects to host:port through a Resolve override, else DNS.
+func (p *Proxy) dialHost(ctx context.Context, host string, port uint16) (net.Conn, error) {
+	if host == "" {
+		return nil, errors.New("proxy: dial: no destination")
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return p.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, port).String())
+	}
+	if p.resolve != nil {
+		if a, ok := p.resolve(host, port); ok {
+			return p.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, port).String())
+		}
+	}
+	return p.dialer.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
+}
+
+// dialUpstream is the shared transport's dialer. A request from a tunnel
+// with a known destination (transparent mode) goes there; anything else
+// goes through Resolve, then DNS.
+func (p *Proxy) dialUpstream(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return nil, err
+	}
+	host = normalizeHost(host)
+	if t := tunnelFrom(ctx); t != nil && t.dst.IsValid() && uint16(port) == t.port &&
+		(host == t.host || host == t.dst.Addr().String()) {
+		return p.dialer.DialContext(ctx, "tcp", t.dst.String())
+	}
+	return p.dialHost(ctx, host, uint16(port))
+}
