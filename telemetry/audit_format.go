@@ -132,12 +132,12 @@ func what(r Record) string {
 	case event.KindExec:
 		add(r.Path)
 		if len(r.Argv) > 1 {
-			add(strings.Join(r.Argv[1:], " "))
+			add(shorten(strings.Join(r.Argv[1:], " ")))
 		}
 	case event.KindSessionStart:
 		add(r.Agent, r.Mode)
 		if len(r.Command) > 0 {
-			add("$ " + strings.Join(r.Command, " "))
+			add("$ " + shorten(strings.Join(r.Command, " ")))
 		}
 	case event.KindSessionEnd:
 		add(r.Agent)
@@ -152,6 +152,19 @@ func what(r Record) string {
 		return "-"
 	}
 	return strings.Join(parts, " ")
+}
+
+// maxCommand is how much of a command line one readable line shows; the
+// JSON record has all of it.
+const maxCommand = 100
+
+// shorten cuts a command line to maxCommand runes, on one line.
+func shorten(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= maxCommand {
+		return s
+	}
+	return string([]rune(s)[:maxCommand-1]) + "…"
 }
 
 // clean escapes s when it holds anything a terminal would not print as is.

@@ -561,6 +561,8 @@ func TestFormatRecord(t *testing.T) {
 		{ev[9], "13:05:05.123 7f3a9c01 session_end   allow   claude exit=0 after 61.234s\n"},
 		{&event.Event{Time: t0, Kind: event.KindHTTP, Session: "abc", HTTP: &event.HTTP{Method: "GET", URL: "https://x/\x1b[2J"}},
 			"13:04:05.123 abc http          deny    GET https://x/\\x1b[2J\n"},
+		{&event.Event{Time: t0, Kind: event.KindSessionStart, Session: "abc", SessionInfo: &event.Session{Agent: "sh", Mode: "proxy", Command: []string{"sh", "-c", "\necho " + strings.Repeat("x", 200)}}},
+			"13:04:05.123 abc session_start deny    sh proxy $ sh -c echo " + strings.Repeat("x", 100-len("sh -c echo ")-1) + "…\n"},
 		{&event.Event{Time: t0, Kind: event.KindConnect, Verdict: event.Verdict{Reason: "not from a managed session"}, Connect: &event.Connect{Dst: netip.MustParseAddrPort("127.0.0.1:80")}},
 			"13:04:05.123 - connect       deny    127.0.0.1:80  not from a managed session (by default)\n"},
 	}

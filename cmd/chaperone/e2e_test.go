@@ -236,7 +236,7 @@ func TestCurlHTTP1(t *testing.T) {
 	if !strings.Contains(r.stderr, "not covered") {
 		t.Errorf("stderr lacks the proxy-mode warning:\n%s", r.stderr)
 	}
-	if !strings.Contains(r.stderr, "1 requests") || !strings.Contains(r.stderr, w.log) {
+	if !strings.Contains(r.stderr, "1 request to") || !strings.Contains(r.stderr, w.log) {
 		t.Errorf("summary missing from stderr:\n%s", r.stderr)
 	}
 }

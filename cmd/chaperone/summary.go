@@ -5,7 +5,7 @@ import (
 	"io"
 	"net"
 	"sort"
-	"strconv"
+	"strings"
 
 	"github.com/chaperone-dev/chaperone/event"
 )
@@ -15,13 +15,15 @@ type summary struct {
 	sub  *event.Subscription
 	done chan struct{}
 
-	hosts    map[string]*hostCount
-	requests int
-	denials  []string
+	hosts map[string]*hostCount
 }
 
+// hostCount is what a session did with one host.
 type hostCount struct {
-	requests, denied int
+	requests       int // http requests, allowed or not
+	deniedRequests int
+	deniedConnects int // connections (CONNECT, TLS) refused
+	rules          []string
 }
 
 func newSummary(sub *event.Subscription) *summary {
@@ -51,59 +53,85 @@ func (s *summary) host(name string) *hostCount {
 
 func (s *summary) add(e *event.Event) {
 	denied := !e.Verdict.Allowed()
-	var target string
+	var h *hostCount
 	switch {
 	case e.Connect != nil:
 		name := e.Connect.Host
 		if name == "" && e.Connect.Dst.IsValid() {
 			name = e.Connect.Dst.Addr().String()
 		}
-		target = net.JoinHostPort(name, strconv.Itoa(int(e.Connect.Port)))
-		h := s.host(name)
+		h = s.host(name)
 		if denied {
-			h.denied++
+			h.deniedConnects++
 		}
 	case e.HTTP != nil:
-		target = e.HTTP.Method + " " + e.HTTP.URL
-		s.requests++
-		h := s.host(hostname(e.HTTP.Host))
+		h = s.host(hostname(e.HTTP.Host))
 		h.requests++
 		if denied {
-			h.denied++
+			h.deniedRequests++
 		}
-	case e.TLS != nil:
-		target = "TLS " + e.TLS.ServerName
+	case e.TLS != nil && denied && e.TLS.ServerName != "":
+		// A ClientHello refused on a connection that was allowed.
+		h = s.host(e.TLS.ServerName)
+		if h.deniedConnects == 0 {
+			h.deniedConnects++
+		}
 	default:
 		return
 	}
-	if denied {
-		d := fmt.Sprintf("%s %s", e.Kind, target)
-		if e.Verdict.Rule != "" {
-			d += " (rule " + e.Verdict.Rule + ")"
-		}
-		s.denials = append(s.denials, d)
+	if denied && e.Verdict.Rule != "" && !contains(h.rules, e.Verdict.Rule) {
+		h.rules = append(h.rules, e.Verdict.Rule)
 	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *summary) print(w io.Writer, ss *session, code int) {
 	names := make([]string, 0, len(s.hosts))
-	for n := range s.hosts {
+	requests, denied := 0, 0
+	for n, h := range s.hosts {
 		names = append(names, n)
+		requests += h.requests
+		denied += h.deniedRequests
+		if h.deniedRequests == 0 {
+			denied += h.deniedConnects
+		}
 	}
 	sort.Strings(names)
-	fmt.Fprintf(w, "chaperone: session %s ended, exit status %d: %d requests, %d hosts, %d denied\n",
-		ss.id, code, s.requests, len(names), len(s.denials))
+	fmt.Fprintf(w, "chaperone: session %s ended, exit status %d: %s to %s, %d denied\n",
+		ss.id, code, plural(requests, "request"), plural(len(names), "host"), denied)
 	for _, n := range names {
 		h := s.hosts[n]
-		fmt.Fprintf(w, "  %-40s %d requests, %d denied\n", n, h.requests, h.denied)
-	}
-	for _, d := range s.denials {
-		fmt.Fprintf(w, "  denied: %s\n", d)
+		line := plural(h.requests, "request")
+		if h.deniedRequests > 0 {
+			line += fmt.Sprintf(", %d denied", h.deniedRequests)
+		}
+		if h.deniedConnects > 0 {
+			line += ", connection denied"
+		}
+		if len(h.rules) > 0 {
+			line += " (rule " + strings.Join(h.rules, ", ") + ")"
+		}
+		fmt.Fprintf(w, "  %-32s %s\n", n, line)
 	}
 	if n := s.sub.Dropped(); n > 0 {
-		fmt.Fprintf(w, "  (summary missed %d events; the audit log has them all)\n", n)
+		fmt.Fprintf(w, "  (the summary missed %d events; the audit log has them all)\n", n)
 	}
 	fmt.Fprintf(w, "chaperone: audit log: %s\n", ss.auditLog)
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // hostname strips the port from a host[:port] value.

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+func TestSummary(t *testing.T) {
+	bus := event.NewBus()
+	s := newSummary(bus.Subscribe("summary", event.SubscribeOptions{}))
+	allow := event.Verdict{Action: event.Allow}
+	deny := event.Verdict{Action: event.Deny, Rule: "deny_hosts", DecidedBy: event.DecidedByRule}
+	for _, e := range []*event.Event{
+		{Kind: event.KindSessionStart, SessionInfo: &event.Session{ID: "s"}, Verdict: allow},
+		{Kind: event.KindConnect, Connect: &event.Connect{Host: "api.test", Port: 443}, Verdict: allow},
+		{Kind: event.KindTLS, TLS: &event.TLS{ServerName: "api.test"}, Verdict: allow},
+		{Kind: event.KindHTTP, HTTP: &event.HTTP{Host: "api.test", Status: 200}, Verdict: allow},
+		{Kind: event.KindHTTP, HTTP: &event.HTTP{Host: "api.test:443", Status: 200}, Verdict: allow},
+		// One denied request to exfil: connect, tls and http events of one action.
+		{Kind: event.KindConnect, Connect: &event.Connect{Host: "exfil.test", Port: 443}, Verdict: deny},
+		{Kind: event.KindTLS, TLS: &event.TLS{ServerName: "exfil.test"}, Verdict: deny},
+		{Kind: event.KindHTTP, HTTP: &event.HTTP{Host: "exfil.test", Status: 403}, Verdict: deny},
+		// A denied connection with no request in it.
+		{Kind: event.KindConnect, Connect: &event.Connect{Host: "ssh.test", Port: 22}, Verdict: deny},
+	} {
+		bus.Publish(e)
+	}
+	bus.Close()
+	s.wait()
+	var b strings.Builder
+	s.print(&b, &session{id: "s1", auditLog: "/var/log/a.jsonl"}, 3)
+	want := `chaperone: session s1 ended, exit status 3: 3 requests to 3 hosts, 2 denied
+  api.test                         2 requests
+  exfil.test                       1 request, 1 denied, connection denied (rule deny_hosts)
+  ssh.test                         0 requests, connection denied (rule deny_hosts)
+chaperone: audit log: /var/log/a.jsonl
+`
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("summary (-want +got):\n%s", diff)
+	}
+}
