@@ -4,7 +4,12 @@
 // whether it descends from a session's root process.
 //
 // Everything is read from /proc through the small FS interface, so tests run
-// the same code against a fake tree (DirFS) and the real /proc (OSProc).
+// the same code against a fake tree (DirFS) and the real /proc (OSProc). The
+// one exception is optional and explicit: a Table made WithSocketLookup
+// (SockDiag, NETLINK_SOCK_DIAG on Linux) asks the kernel for a socket's inode
+// instead of reading all of /proc/net/tcp{,6}, and reads those only when the
+// lookup fails or finds nothing. Matching the inode to a process always reads
+// /proc/PID/fd.
 //
 // Guarantees:
 //   - Answers are best effort and true at lookup time only: a process that
@@ -19,9 +24,11 @@
 //   - Start times assume USER_HZ = 100, the tick of /proc/PID/stat on every
 //     Linux ABI Chaperone runs on.
 //   - Sockets are looked up in the network namespace of the FS root
-//     (/proc/net is the reader's namespace).
+//     (/proc/net is the reader's namespace); SockDiag asks in the calling
+//     process's namespace, the same one for OSProc.
 //   - A Table is safe for concurrent use.
 //
-// This package imports only event and the standard library; it must not
-// import the proxy, redirect or any I/O package.
+// This package imports only event, golang.org/x/sys/unix (for sock_diag) and
+// the standard library; it must not import the proxy, redirect or any I/O
+// package.
 package attribution

@@ -124,131 +124,198 @@ func TestRealProcessChild(t *testing.T) {
 	}
 }
 
-func TestRealSocketOwnerSelf(t *testing.T) {
-	tbl := realTable(t)
-	for _, network := range []struct{ name, addr string }{
-		{"ipv4", "127.0.0.1:0"},
-		{"ipv6", "[::1]:0"},
-	} {
-		t.Run(network.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", network.addr)
-			if err != nil {
-				t.Skipf("cannot listen on %s (no loopback for this family?): %v", network.addr, err)
-			}
-			defer ln.Close()
-			accepted := make(chan net.Conn, 1)
-			go func() {
-				c, err := ln.Accept()
-				if err != nil {
-					close(accepted)
-					return
-				}
-				accepted <- c
-			}()
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			srv, ok := <-accepted
-			if !ok {
-				t.Fatal("accept failed")
-			}
-			defer srv.Close()
+// realTables are the ways a Table over the real /proc finds a socket's
+// inode: /proc/net only, and sock_diag first.
+var realTables = []struct {
+	name string
+	new  func(t testing.TB) *Table
+}{
+	{"procnet", realTable},
+	{"netlink", func(t testing.TB) *Table {
+		requireSockDiag(t)
+		return NewTable(OSProc(), WithSocketLookup(SockDiag))
+	}},
+}
 
-			self := func() []int { return []int{os.Getpid()} }
-			for _, tc := range []struct {
-				name          string
-				local, remote net.Addr
-				candidates    func() []int
-			}{
-				{"client side, full scan", c.LocalAddr(), ln.Addr(), nil},
-				{"client side, candidates", c.LocalAddr(), ln.Addr(), self},
-				{"server side", srv.LocalAddr(), srv.RemoteAddr(), self},
-			} {
-				got, err := tbl.SocketOwner(addrPort(t, tc.local), addrPort(t, tc.remote), tc.candidates)
-				if err != nil || got != os.Getpid() {
-					t.Errorf("%s: SocketOwner(%v, %v) = %d, %v; want %d", tc.name, tc.local, tc.remote, got, err, os.Getpid())
-				}
-			}
-			if _, err := tbl.SocketOwner(addrPort(t, c.LocalAddr()), addrPort(t, c.LocalAddr()), nil); !errors.Is(err, ErrNotFound) {
-				t.Errorf("SocketOwner(no such socket) error = %v, want ErrNotFound", err)
-			}
-		})
+// requireSockDiag skips when the kernel has no sock_diag for this process.
+func requireSockDiag(t testing.TB) {
+	t.Helper()
+	realTable(t)
+	_, err := SockDiag(netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("127.0.0.1:1"))
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("no sock_diag: %v", err)
 	}
 }
 
-func TestRealSocketOwnerChild(t *testing.T) {
-	tbl := realTable(t)
+// loopbackPair connects a client to a server listening on addr (127.0.0.1:0
+// or [::1]:0), both in this process. It skips when the family has no
+// loopback.
+func loopbackPair(t testing.TB, addr string) (ln net.Listener, client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s (no loopback for this family?): %v", addr, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { server.Close() })
+	return ln, client, server
+}
+
+func TestRealSocketOwnerSelf(t *testing.T) {
+	for _, rt := range realTables {
+		for _, network := range []struct{ name, addr string }{
+			{"ipv4", "127.0.0.1:0"},
+			{"ipv6", "[::1]:0"},
+		} {
+			t.Run(rt.name+"/"+network.name, func(t *testing.T) {
+				tbl := rt.new(t)
+				ln, c, srv := loopbackPair(t, network.addr)
+				self := func() []int { return []int{os.Getpid()} }
+				for _, tc := range []struct {
+					name          string
+					local, remote net.Addr
+					candidates    func() []int
+				}{
+					{"client side, full scan", c.LocalAddr(), ln.Addr(), nil},
+					{"client side, candidates", c.LocalAddr(), ln.Addr(), self},
+					{"server side", srv.LocalAddr(), srv.RemoteAddr(), self},
+				} {
+					got, err := tbl.SocketOwner(addrPort(t, tc.local), addrPort(t, tc.remote), tc.candidates)
+					if err != nil || got != os.Getpid() {
+						t.Errorf("%s: SocketOwner(%v, %v) = %d, %v; want %d", tc.name, tc.local, tc.remote, got, err, os.Getpid())
+					}
+				}
+				for range 2 { // the second finds the first's owner first
+					got, err := tbl.SessionSocketOwner(addrPort(t, c.LocalAddr()), addrPort(t, ln.Addr()), os.Getpid())
+					if err != nil || got != os.Getpid() {
+						t.Errorf("SessionSocketOwner(%v, %v) = %d, %v; want %d", c.LocalAddr(), ln.Addr(), got, err, os.Getpid())
+					}
+				}
+				if _, err := tbl.SocketOwner(addrPort(t, c.LocalAddr()), addrPort(t, c.LocalAddr()), nil); !errors.Is(err, ErrNotFound) {
+					t.Errorf("SocketOwner(no such socket) error = %v, want ErrNotFound", err)
+				}
+			})
+		}
+	}
+}
+
+// pythonClient is a python3 child connected to a listener of this process.
+type pythonClient struct {
+	pid int
+	// local is the child's address as the listener sees it; remote is the
+	// listener's.
+	local, remote netip.AddrPort
+}
+
+// Scripts that connect to 127.0.0.1:PORT and then sleep.
+const (
+	pyAFInet = "s = socket.create_connection(('127.0.0.1', PORT))\n"
+	// The socket is AF_INET6, so the kernel lists it in tcp6 as
+	// ::ffff:127.0.0.1 while the listener sees 127.0.0.1.
+	pyAFInet6Mapped = "s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n" +
+		"s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n" +
+		"s.connect(('::ffff:127.0.0.1', PORT))\n"
+)
+
+// startPythonClient runs script in a python3 child and waits until it has
+// connected to a listener on 127.0.0.1. Child and connection end with the
+// test.
+func startPythonClient(t testing.TB, script string) pythonClient {
+	t.Helper()
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skipf("no python3: %v", err)
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	cmd := exec.Command(python, "-c", "import socket, time\n"+strings.ReplaceAll(script, "PORT", port)+"time.sleep(60)\n")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	var conn net.Conn
+	select {
+	case conn = <-accepted:
+	case err := <-exited:
+		exited <- err
+		t.Fatalf("child exited before connecting: %v\n%s", err, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child did not connect within 30s")
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pythonClient{pid: cmd.Process.Pid, local: addrPort(t, conn.RemoteAddr()), remote: addrPort(t, ln.Addr())}
+}
+
+func TestRealSocketOwnerChild(t *testing.T) {
 	tests := []struct {
 		name   string
-		script string // connects to 127.0.0.1:PORT and sleeps
-		// mapped: the child's socket is AF_INET6, so the kernel lists it in
-		// tcp6 as ::ffff:127.0.0.1 while the listener sees 127.0.0.1.
+		script string
 		mapped bool
 	}{
-		{name: "af_inet", script: "s = socket.create_connection(('127.0.0.1', PORT))\n"},
-		{name: "af_inet6 v4-mapped", mapped: true, script: "s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n" +
-			"s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n" +
-			"s.connect(('::ffff:127.0.0.1', PORT))\n"},
+		{name: "af_inet", script: pyAFInet},
+		{name: "af_inet6 v4-mapped", script: pyAFInet6Mapped, mapped: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-			cmd := exec.Command(python, "-c", "import socket, time\n"+strings.ReplaceAll(tt.script, "PORT", port)+"time.sleep(60)\n")
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			t.Cleanup(func() { cmd.Process.Kill(); <-exited })
-
-			accepted := make(chan net.Conn, 1)
-			go func() {
-				c, err := ln.Accept()
-				if err == nil {
-					accepted <- c
-				}
-			}()
-			var conn net.Conn
-			select {
-			case conn = <-accepted:
-			case err := <-exited:
-				exited <- err
-				t.Fatalf("child exited before connecting: %v\n%s", err, stderr.String())
-			case <-time.After(30 * time.Second):
-				t.Fatal("the child did not connect within 30s")
-			}
-			defer conn.Close()
-
-			childLocal, lnAddr := addrPort(t, conn.RemoteAddr()), addrPort(t, ln.Addr())
+			child := startPythonClient(t, tt.script)
 			if tt.mapped {
-				requireMappedInTCP6(t, childLocal, lnAddr)
+				requireMappedInTCP6(t, child.local, child.remote)
 			}
-			got, err := tbl.SocketOwner(childLocal, lnAddr, func() []int { return tbl.Descendants(os.Getpid()) })
-			if err != nil || got != cmd.Process.Pid {
-				t.Fatalf("SocketOwner(%v, %v) = %d, %v; want the child %d", childLocal, lnAddr, got, err, cmd.Process.Pid)
-			}
-			p, err := tbl.Process(got)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Contains(p.Lineage, os.Getpid()) {
-				t.Errorf("child's Lineage = %v, want it to hold the test process %d", p.Lineage, os.Getpid())
-			}
-			if len(p.Argv) < 2 || p.Argv[1] != "-c" {
-				t.Errorf("child's Argv = %q, want python's -c", p.Argv)
+			for _, rt := range realTables {
+				t.Run(rt.name, func(t *testing.T) {
+					tbl := rt.new(t)
+					got, err := tbl.SocketOwner(child.local, child.remote, func() []int { return tbl.Descendants(os.Getpid()) })
+					if err != nil || got != child.pid {
+						t.Fatalf("SocketOwner(%v, %v) = %d, %v; want the child %d", child.local, child.remote, got, err, child.pid)
+					}
+					if got, err := tbl.SessionSocketOwner(child.local, child.remote, os.Getpid()); err != nil || got != child.pid {
+						t.Fatalf("SessionSocketOwner(%v, %v) = %d, %v; want the child %d", child.local, child.remote, got, err, child.pid)
+					}
+					p, err := tbl.Process(got)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Contains(p.Lineage, os.Getpid()) {
+						t.Errorf("child's Lineage = %v, want it to hold the test process %d", p.Lineage, os.Getpid())
+					}
+					if len(p.Argv) < 2 || p.Argv[1] != "-c" {
+						t.Errorf("child's Argv = %q, want python's -c", p.Argv)
+					}
+				})
 			}
 		})
 	}
@@ -275,10 +342,13 @@ func requireMappedInTCP6(t *testing.T, local, remote netip.AddrPort) {
 	}
 }
 
-// BenchmarkSocketOwner compares finding a socket among the candidates with
-// scanning every process.
+// BenchmarkSocketOwner compares the ways of finding a socket's inode
+// (/proc/net against sock_diag) crossed with the ways of finding its owner:
+// among the caller's candidates (this process alone, or Descendants of this
+// process read on each call), by SessionSocketOwner, or by scanning every
+// process.
 func BenchmarkSocketOwner(b *testing.B) {
-	tbl := realTable(b)
+	realTable(b)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -301,19 +371,53 @@ func BenchmarkSocketOwner(b *testing.B) {
 	local, remote := addrPort(b, c.LocalAddr()), addrPort(b, ln.Addr())
 	pid := os.Getpid()
 
+	for _, rt := range realTables {
+		b.Run(rt.name, func(b *testing.B) {
+			tbl := rt.new(b)
+			for _, bc := range []struct {
+				name  string
+				owner func() (int, error)
+			}{
+				{"candidates=self", func() (int, error) {
+					return tbl.SocketOwner(local, remote, func() []int { return []int{pid} })
+				}},
+				{"candidates=Descendants", func() (int, error) {
+					return tbl.SocketOwner(local, remote, func() []int { return tbl.Descendants(pid) })
+				}},
+				{"session", func() (int, error) { return tbl.SessionSocketOwner(local, remote, pid) }},
+				{"fullscan", func() (int, error) { return tbl.SocketOwner(local, remote, nil) }},
+			} {
+				b.Run(bc.name, func(b *testing.B) {
+					for b.Loop() {
+						got, err := bc.owner()
+						if err != nil || got != pid {
+							b.Fatalf("SocketOwner = %d, %v; want %d", got, err, pid)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkSocketInode compares finding a socket's inode in /proc/net with
+// asking sock_diag, without the search for its owner.
+func BenchmarkSocketInode(b *testing.B) {
+	requireSockDiag(b)
+	ln, c, _ := loopbackPair(b, "127.0.0.1:0")
+	local, remote := addrPort(b, c.LocalAddr()), addrPort(b, ln.Addr())
+	tbl := realTable(b)
 	for _, bc := range []struct {
-		name       string
-		candidates func() []int
+		name  string
+		inode func() (uint64, error)
 	}{
-		{"candidates=self", func() []int { return []int{pid} }},
-		{"candidates=Descendants", func() []int { return tbl.Descendants(pid) }},
-		{"fullscan", nil},
+		{"procnet", func() (uint64, error) { return tbl.procNetInode(local, remote) }},
+		{"netlink", func() (uint64, error) { return SockDiag(local, remote) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
-				got, err := tbl.SocketOwner(local, remote, bc.candidates)
-				if err != nil || got != pid {
-					b.Fatalf("SocketOwner = %d, %v; want %d", got, err, pid)
+				if _, err := bc.inode(); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

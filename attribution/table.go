@@ -35,11 +35,37 @@ const (
 // Table looks processes up in /proc and caches what it read. It is safe for
 // concurrent use.
 type Table struct {
-	fsys FS
+	fsys   FS
+	lookup SocketLookup // asked before /proc/net; nil: /proc/net only
+	now    func() time.Time
 
-	mu    sync.Mutex
-	btime int64 // boot time, seconds since the epoch; 0 until read
-	cache map[int]cachedProc
+	mu       sync.Mutex
+	btime    int64 // boot time, seconds since the epoch; 0 until read
+	cache    map[int]cachedProc
+	sessions map[int]*sessionPIDs // by root pid
+}
+
+// SocketLookup finds the inode of the TCP socket whose local address is
+// local and whose peer is remote. An error wrapping ErrNotFound means it has
+// no such socket; SockDiag is the one Chaperone uses.
+type SocketLookup func(local, remote netip.AddrPort) (inode uint64, err error)
+
+// TableOption configures a Table.
+type TableOption func(*Table)
+
+// WithSocketLookup makes SocketOwner ask lookup for a socket's inode first,
+// and read /proc/net/tcp{,6} only when lookup fails or finds nothing (so a
+// lookup that is unavailable costs one failed call, never a wrong answer).
+// The lookup must see the network namespace of the Table's FS: pair SockDiag
+// with OSProc, never with a DirFS tree.
+func WithSocketLookup(lookup SocketLookup) TableOption {
+	return func(t *Table) { t.lookup = lookup }
+}
+
+// WithClock sets the clock that ages the cached session processes of
+// SessionSocketOwner; the default is time.Now.
+func WithClock(now func() time.Time) TableOption {
+	return func(t *Table) { t.now = now }
 }
 
 // cachedProc is what does not change while a process runs one program. It is
@@ -53,9 +79,14 @@ type cachedProc struct {
 	uid        int
 }
 
-// NewTable returns a Table reading fsys, usually OSProc().
-func NewTable(fsys FS) *Table {
-	return &Table{fsys: fsys, cache: make(map[int]cachedProc)}
+// NewTable returns a Table reading fsys, usually
+// NewTable(OSProc(), WithSocketLookup(SockDiag)).
+func NewTable(fsys FS, opts ...TableOption) *Table {
+	t := &Table{fsys: fsys, now: time.Now, cache: make(map[int]cachedProc), sessions: make(map[int]*sessionPIDs)}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
 }
 
 // Process returns what pid is now. Exe and Cwd are empty when they cannot be
@@ -217,50 +248,97 @@ func (t *Table) walkAncestors(st procStat, fn func(pid int) bool) {
 // address and remote = the proxy's listen address. IPv4 addresses match
 // sockets listed either way (a.b.c.d or ::ffff:a.b.c.d).
 //
-// The pids candidates returns (may be nil), usually Descendants of the
-// session's root, are searched first; then every process. When several
-// processes share the socket (after fork), the first found is returned. The
-// error wraps ErrNotFound when no socket or no owner matches.
+// The socket's inode comes from the Table's SocketLookup when it has one and
+// that finds it, else from /proc/net. The pids candidates returns (may be
+// nil), usually Descendants of the session's root, are searched first; then
+// every process (SessionSocketOwner orders the search for a session). When
+// several processes share the socket (after fork), the first found is
+// returned. The error wraps ErrNotFound when no socket or no owner matches.
 func (t *Table) SocketOwner(local, remote netip.AddrPort, candidates func() []int) (int, error) {
-	inode, err := t.socketInode(local, remote)
+	scan, err := t.newFDScan(local, remote)
 	if err != nil {
 		return 0, err
 	}
-	target := "socket:[" + strconv.FormatUint(inode, 10) + "]"
-
-	var seen map[int]bool
 	if candidates != nil {
-		pids := candidates()
-		seen = make(map[int]bool, len(pids))
-		for _, pid := range pids {
-			if seen[pid] {
-				continue
-			}
-			seen[pid] = true
-			if t.holdsFD(pid, target) {
-				return pid, nil
-			}
+		if pid, ok := scan.search(candidates()); ok {
+			return pid, nil
 		}
 	}
-	entries, err := t.fsys.ReadDir(".")
+	return scan.searchAll()
+}
+
+// fdScan searches processes' fds for one socket, each process at most once.
+type fdScan struct {
+	t             *Table
+	local, remote netip.AddrPort
+	inode         uint64
+	target        string // the fd link of the socket: socket:[INODE]
+	seen          map[int]bool
+}
+
+func (t *Table) newFDScan(local, remote netip.AddrPort) (*fdScan, error) {
+	inode, err := t.socketInode(local, remote)
+	if err != nil {
+		return nil, err
+	}
+	return &fdScan{
+		t: t, local: local, remote: remote, inode: inode,
+		target: "socket:[" + strconv.FormatUint(inode, 10) + "]",
+		seen:   make(map[int]bool),
+	}, nil
+}
+
+// search returns the first of pids, not searched before, that holds the
+// socket.
+func (s *fdScan) search(pids []int) (int, bool) {
+	for _, pid := range pids {
+		if s.seen[pid] {
+			continue
+		}
+		s.seen[pid] = true
+		if s.t.holdsFD(pid, s.target) {
+			return pid, true
+		}
+	}
+	return 0, false
+}
+
+// searchAll searches every process not searched before.
+func (s *fdScan) searchAll() (int, error) {
+	entries, err := s.t.fsys.ReadDir(".")
 	if err != nil {
 		return 0, fmt.Errorf("attribution: list processes: %w", err)
 	}
 	for _, e := range entries {
 		pid, ok := parsePID(e.Name())
-		if !ok || seen[pid] {
+		if !ok || s.seen[pid] {
 			continue
 		}
-		if t.holdsFD(pid, target) {
+		s.seen[pid] = true
+		if s.t.holdsFD(pid, s.target) {
 			return pid, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: no process holds socket inode %d (%v -> %v)", ErrNotFound, inode, local, remote)
+	return 0, fmt.Errorf("%w: no process holds socket inode %d (%v -> %v)", ErrNotFound, s.inode, s.local, s.remote)
 }
 
-// socketInode finds the inode of the socket (local, remote) in net/tcp and
-// net/tcp6. Sockets without an inode (TIME_WAIT, orphans) are skipped.
+// socketInode finds the inode of the socket (local, remote): from the
+// Table's SocketLookup when it has one and that finds it, else from
+// /proc/net.
 func (t *Table) socketInode(local, remote netip.AddrPort) (uint64, error) {
+	if t.lookup != nil {
+		// Any failure, not found included, leaves the answer to /proc/net,
+		// which also lists what the lookup cannot see.
+		if ino, err := t.lookup(local, remote); err == nil && ino != 0 {
+			return ino, nil
+		}
+	}
+	return t.procNetInode(local, remote)
+}
+
+// procNetInode finds the inode of the socket (local, remote) in net/tcp and
+// net/tcp6. Sockets without an inode (TIME_WAIT, orphans) are skipped.
+func (t *Table) procNetInode(local, remote netip.AddrPort) (uint64, error) {
 	local = normalize(local)
 	remote = normalize(remote)
 	files := []string{"net/tcp", "net/tcp6"}

@@ -345,11 +345,26 @@ func TestDescendants(t *testing.T) {
 	}
 }
 
-// recordingFS records the fd directories read.
+// recordingFS records the fd directories and the files read.
 type recordingFS struct {
 	FS
-	mu      sync.Mutex
-	fdReads []string
+	mu        sync.Mutex
+	fdReads   []string
+	fileReads []string
+}
+
+func (r *recordingFS) ReadFile(name string) ([]byte, error) {
+	r.mu.Lock()
+	r.fileReads = append(r.fileReads, name)
+	r.mu.Unlock()
+	return r.FS.ReadFile(name)
+}
+
+// reset forgets what was read so far.
+func (r *recordingFS) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fdReads, r.fileReads = nil, nil
 }
 
 func (r *recordingFS) ReadDir(name string) ([]fs.DirEntry, error) {

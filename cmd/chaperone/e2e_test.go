@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -569,5 +570,42 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+func TestEventsFollow(t *testing.T) {
+	need(t, "curl")
+	w := newWorld(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	follow := exec.CommandContext(ctx, binary, "events", "--follow", "--log", w.log, "--kind", "http")
+	follow.Env = baseEnv(w.dir)
+	out, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		follow.Wait()
+	}()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	// The log does not exist yet: the follower waits for it.
+	mustSucceed(t, w.run("curl", "-sS", "-o", "/dev/null", w.api.URL+"/followed"))
+	select {
+	case l := <-lines:
+		if !strings.Contains(l, "GET") || !strings.Contains(l, "/followed") || !strings.Contains(l, "200") {
+			t.Errorf("followed line %q", l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("events --follow printed nothing for 30s")
 	}
 }

@@ -127,23 +127,32 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		return 0, usageError{err}
 	}
 
-	bus := event.NewBus()
-	defer bus.Close()
 	audit, err := telemetry.OpenAuditLog(cfg.AuditLogPath())
 	if err != nil {
 		return 0, fmt.Errorf("run: %w", err)
 	}
+	bus := event.NewBus()
 	auditDone := make(chan error, 1)
 	go func() {
 		auditDone <- audit.Run(bus.Subscribe("audit", event.SubscribeOptions{Lossless: true, Queue: 4096}))
 	}()
 	sum := newSummary(bus.Subscribe("summary", event.SubscribeOptions{Queue: 4096}))
+	// stopSinks closes the bus and waits until every event is written and
+	// counted.
+	stopSinks := func() error {
+		bus.Close()
+		err := <-auditDone
+		if cerr := audit.Close(); err == nil {
+			err = cerr
+		}
+		sum.wait()
+		return err
+	}
+	guarded := auditGuard{decider: decider, audit: audit}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		bus.Close()
-		<-auditDone
-		audit.Close()
+		stopSinks()
 		return 0, fmt.Errorf("run: listen %s: %w", cfg.Listen, err)
 	}
 	s := &session{
@@ -155,17 +164,17 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	}
 	s.proxyURL = (&url.URL{Scheme: "http", User: url.UserPassword("chaperone", s.token), Host: s.proxyAdr.String()}).String()
 
-	procs := attribution.NewTable(attribution.OSProc())
+	procs := attribution.NewTable(attribution.OSProc(), attribution.WithSocketLookup(attribution.SockDiag))
 	p, err := proxy.New(proxy.Options{
 		Logger:        log,
-		Decider:       decider,
+		Decider:       guarded,
 		Publish:       bus.Publish,
 		Certs:         certs.NewLeaves(ca, certs.LeafOptions{}),
 		UpstreamRoots: roots,
 		Resolve:       resolver(resolves),
 		Processes: proxy.ProcessFinderFunc(func(client, _ netip.AddrPort, _ string) (*event.Process, error) {
 			// The client's socket: local = its ephemeral address, remote = the proxy.
-			pid, err := procs.SocketOwner(client, s.proxyAdr, func() []int { return procs.Descendants(int(s.rootPID.Load())) })
+			pid, err := procs.SessionSocketOwner(client, s.proxyAdr, int(s.rootPID.Load()))
 			if err != nil {
 				return nil, err
 			}
@@ -175,9 +184,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	})
 	if err != nil {
 		ln.Close()
-		bus.Close()
-		<-auditDone
-		audit.Close()
+		stopSinks()
 		return 0, fmt.Errorf("run: %w", err)
 	}
 	p.AddSession(s.id, s.token)
@@ -193,7 +200,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	code, runErr := runChild(ctx, cmd, func(pid int) {
 		s.rootPID.Store(int64(pid))
 		info.RootPID = pid
-		publishSession(bus, decider, event.KindSessionStart, *info, log)
+		publishSession(bus, guarded, event.KindSessionStart, *info, log)
 		if o.afterStart != nil {
 			o.afterStart(s)
 		}
@@ -216,13 +223,8 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	end := *info
 	end.ExitCode = code
 	end.Duration = time.Since(started)
-	publishSession(bus, decider, event.KindSessionEnd, end, log)
-	bus.Close()
-	auditErr := <-auditDone
-	if err := audit.Close(); auditErr == nil {
-		auditErr = err
-	}
-	sum.wait()
+	publishSession(bus, guarded, event.KindSessionEnd, end, log)
+	auditErr := stopSinks()
 	sum.print(o.stderr, s, code)
 	if auditErr != nil {
 		return code, fmt.Errorf("run: audit log: %w", auditErr)
@@ -320,7 +322,7 @@ func resolver(rs []config.Resolve) func(string, uint16) (netip.Addr, bool) {
 	}
 }
 
-func publishSession(bus *event.Bus, d *policy.Builtin, kind event.Kind, info event.Session, log *slog.Logger) {
+func publishSession(bus *event.Bus, d proxy.Decider, kind event.Kind, info event.Session, log *slog.Logger) {
 	e := &event.Event{Time: time.Now(), Kind: kind, Session: info.ID, SessionInfo: &info}
 	if info.RootPID > 0 {
 		e.Process = &event.Process{PID: info.RootPID, PPID: os.Getpid(), Argv: info.Command}
@@ -328,6 +330,24 @@ func publishSession(bus *event.Bus, d *policy.Builtin, kind event.Kind, info eve
 	e.Verdict = d.Decide(context.Background(), e)
 	log.Debug("session", "kind", kind, "id", info.ID)
 	bus.Publish(e)
+}
+
+// ruleAuditLog names the refusals made because the audit log failed.
+const ruleAuditLog = "audit_log"
+
+// auditGuard fails closed when the audit log cannot be written: an action
+// whose decision cannot be recorded is denied.
+type auditGuard struct {
+	decider proxy.Decider
+	audit   interface{ Err() error }
+}
+
+func (g auditGuard) Decide(ctx context.Context, e *event.Event) event.Verdict {
+	if g.audit.Err() != nil {
+		return event.Verdict{Action: event.Deny, Rule: ruleAuditLog, DecidedBy: event.DecidedByDefault,
+			Reason: "the audit log cannot be written, so nothing is allowed"}
+	}
+	return g.decider.Decide(ctx, e)
 }
 
 // newID returns n random bytes in hex.

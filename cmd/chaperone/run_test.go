@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/netip"
 	"slices"
 	"strings"
@@ -10,6 +11,9 @@ import (
 
 	"github.com/chaperone-dev/chaperone/certs"
 	"github.com/chaperone-dev/chaperone/config"
+	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/proxy"
+	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
 func TestChildEnv(t *testing.T) {
@@ -79,5 +83,29 @@ func TestResolver(t *testing.T) {
 	}
 	if resolver(nil) != nil {
 		t.Error("resolver(nil) is not nil")
+	}
+}
+
+func TestAuditGuardFailsClosed(t *testing.T) {
+	allow := proxy.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
+		return event.Verdict{Action: event.Allow}
+	})
+	a, err := telemetry.OpenAuditLog("/dev/full")
+	if err != nil {
+		t.Skipf("no /dev/full: %v", err)
+	}
+	defer a.Close()
+	g := auditGuard{decider: allow, audit: a}
+	e := &event.Event{Kind: event.KindConnect, Connect: &event.Connect{Host: "api.test"}}
+	if v := g.Decide(context.Background(), e); v.Action != event.Allow {
+		t.Fatalf("before any failure: %v, want allow", v)
+	}
+	a.Write(e)
+	if err := a.Flush(); err == nil {
+		t.Fatal("writing to /dev/full succeeded")
+	}
+	v := g.Decide(context.Background(), e)
+	if v.Action != event.Deny || v.Rule != ruleAuditLog {
+		t.Errorf("after the audit log failed: %v, want a deny by rule %s", v, ruleAuditLog)
 	}
 }
