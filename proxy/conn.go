@@ -284,7 +284,7 @@ func (c tunnelCerts) GetCertificate(h *stdtls.ClientHelloInfo) (*stdtls.Certific
 	return c.src.GetCertificate(h)
 }
 
-// bufferPool recycles ReverseProxy's copy buffers without allocating.
+// bufferPool recycles body copy buffers without allocating.
 type bufferPool chan []byte
 
 func newBufferPool(n int) bufferPool { return make(bufferPool, n) }

@@ -34,9 +34,14 @@
 // internal http.Server (HTTP/1.1, HTTP/2 by ALPN, h2c by prior knowledge)
 // fed through a channel listener; each connection carries its tunnel, so
 // requests find it through ConnContext without a lookup table. Allowed
-// requests go upstream through one httputil.ReverseProxy over one shared
-// http.Transport (keep-alive, HTTP/2 when the upstream offers it, no
-// environment proxy), flushing as bytes arrive so streams are not held.
+// requests go upstream in the client's protocol, through one shared
+// http.Transport per protocol (keep-alive, no environment proxy; HTTP/2
+// when the client spoke it and the upstream offers it, else HTTP/1.1),
+// without hop-by-hop headers, and their responses stream back: every write
+// is flushed at once, except the one that completes a body of known
+// length, which leaves with the handler's return, so nothing is held.
+// Requests that ask to switch protocols (WebSocket) go through
+// httputil.ReverseProxy.
 //
 // This package imports event, tls and the standard library; it must not
 // import cmd, certs, redirect, internal/upstream or any package above it.

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/chaperone-dev/chaperone/event"
 )
@@ -23,58 +25,93 @@ func (p *Proxy) serveInner(w http.ResponseWriter, r *http.Request) {
 	p.forward(w, r, t)
 }
 
-// exchange is one request's event and the writer that publishes it once
-// the status is known, in one allocation.
+// exchange is one request's event, the writer that publishes it once the
+// status is known, and the parts of the outgoing request and response
+// copy, in one allocation.
 type exchange struct {
 	ev   event.Event
 	http event.HTTP
 	sw   statusWriter
+
+	url   url.URL // the outgoing request's
+	body  guardedBody
+	trace httptrace.ClientTrace
+	fw    flushWriter
+
+	mu     sync.Mutex // orders 1xx responses before RoundTrip's return
+	rtDone bool
 }
 
-// forward decides a request and, if allowed, sends it upstream through the
-// shared transport.
+// forward decides a request and, if allowed, sends it upstream. Its frame,
+// and roundTrip's, stay small: on HTTP/2 each request runs on a new
+// goroutine, whose stack is copied each time it has to grow, and the
+// transport's calls below them are deep.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *tunnel) {
-	x := &exchange{}
-	e := &x.ev
-	*e = event.Event{Time: p.now(), Kind: event.KindHTTP, Session: t.session, Process: t.process, HTTP: &x.http}
-	u := *r.URL
-	if u.Host == "" {
-		u.Scheme, u.Host = t.scheme, t.authority
-	}
-	x.http = event.HTTP{
-		Method:  r.Method,
-		URL:     RedactURL(&u),
-		Host:    r.Host,
-		Proto:   r.Proto,
-		Upgrade: upgradeOf(r.Header),
-		Header:  policyHeader(r.Header),
-	}
-	switch {
-	case t.denied != nil:
-		p.refuse(w, e, http.StatusForbidden, *t.denied)
-		return
-	case r.Method == http.MethodConnect:
-		p.refuse(w, e, http.StatusMethodNotAllowed, proxyVerdict(ruleNestedConnect, "CONNECT inside a tunnel"))
-		return
-	case !t.hostMatches(r.Host):
-		p.refuse(w, e, http.StatusMisdirectedRequest, proxyVerdict(ruleDomainFronting,
-			"request for "+r.Host+" inside a tunnel to "+t.authority))
-		return
-	case !p.sessions.Load().has(t.session):
-		p.refuse(w, e, http.StatusForbidden, proxyVerdict(ruleUnknownSession, "the session has ended"))
+	x := p.newExchange(r, t)
+	if !p.admit(w, r, t, &x.ev) {
 		return
 	}
-	e.Verdict = p.decide(r.Context(), e)
-	if !e.Verdict.Allowed() {
-		p.refuse(w, e, http.StatusForbidden, e.Verdict)
-		return
+	x.sw = statusWriter{ResponseWriter: w, p: p, ev: &x.ev}
+	if _, ok := r.Header["Upgrade"]; ok {
+		// Protocol switches (WebSocket) are rare and long: ReverseProxy's
+		// upgrade handling serves them.
+		p.rp.ServeHTTP(&x.sw, r)
+	} else {
+		p.roundTrip(x, r)
 	}
-	x.sw = statusWriter{ResponseWriter: w, p: p, ev: e}
-	p.rp.ServeHTTP(&x.sw, r)
 	if !x.sw.published { // the handler ended without a status (client gone mid-request)
 		x.sw.publish(http.StatusBadGateway)
 	}
 	x.sw.ResponseWriter = nil // the event may outlive the request; the writer must not
+}
+
+// newExchange starts the exchange of r and its http event.
+func (p *Proxy) newExchange(r *http.Request, t *tunnel) *exchange {
+	x := &exchange{}
+	e := &x.ev
+	e.Time = p.now()
+	e.Kind = event.KindHTTP
+	e.Session = t.session
+	e.Process = t.process
+	e.HTTP = &x.http
+	x.url = *r.URL
+	if x.url.Host == "" {
+		x.url.Scheme, x.url.Host = t.scheme, t.authority
+	}
+	h := &x.http
+	h.Method = r.Method
+	h.URL = RedactURL(&x.url)
+	h.Host = r.Host
+	h.Proto = r.Proto
+	h.Upgrade = upgradeOf(r.Header)
+	h.Header = policyHeader(r.Header)
+	return x
+}
+
+// admit decides e, the event of r, and answers a refusal; true means the
+// request goes upstream.
+func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, e *event.Event) bool {
+	switch {
+	case t.denied != nil:
+		p.refuse(w, e, http.StatusForbidden, *t.denied)
+		return false
+	case r.Method == http.MethodConnect:
+		p.refuse(w, e, http.StatusMethodNotAllowed, proxyVerdict(ruleNestedConnect, "CONNECT inside a tunnel"))
+		return false
+	case !t.hostMatches(r.Host):
+		p.refuse(w, e, http.StatusMisdirectedRequest, proxyVerdict(ruleDomainFronting,
+			"request for "+r.Host+" inside a tunnel to "+t.authority))
+		return false
+	case !p.sessions.Load().has(t.session):
+		p.refuse(w, e, http.StatusForbidden, proxyVerdict(ruleUnknownSession, "the session has ended"))
+		return false
+	}
+	e.Verdict = p.decide(r.Context(), e)
+	if !e.Verdict.Allowed() {
+		p.refuse(w, e, http.StatusForbidden, e.Verdict)
+		return false
+	}
+	return true
 }
 
 // refuse answers status with the verdict's rule and reason and publishes e.
@@ -85,8 +122,9 @@ func (p *Proxy) refuse(w http.ResponseWriter, e *event.Event, status int, v even
 	writeText(w, status, denyMessage(v))
 }
 
-// rewrite points the outgoing request at the tunnel's destination and
-// strips what must never leave: the session token.
+// rewrite points an outgoing protocol-switch request (ReverseProxy's) at
+// the tunnel's destination and strips what must never leave: the session
+// token. roundTrip does the same for every other request.
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if t := tunnelFrom(pr.In.Context()); t != nil {
 		pr.Out.URL.Scheme = t.scheme

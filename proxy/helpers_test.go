@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	stdtls "crypto/tls"
 	"crypto/x509"
@@ -162,7 +163,12 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.addr = ln.Addr().String()
-	go func() { e.serveErr <- p.Serve(ln) }()
+	// The labels let a CPU profile tell the proxy's goroutines (and the
+	// ones they start: tunnels, the inner server, the transport's) from
+	// the client's and the upstream's: go tool pprof -tagfocus side=proxy.
+	pprof.Do(context.Background(), pprof.Labels("side", "proxy"), func(context.Context) {
+		go func() { e.serveErr <- p.Serve(ln) }()
+	})
 	t.Cleanup(func() {
 		if err := p.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -186,7 +192,11 @@ func (e *env) upstream(o upstream.Options) *upstream.Server {
 	if o.Addr == "" {
 		o.Addr = "127.0.0.2:0"
 	}
-	s, err := upstream.Start(o)
+	var s *upstream.Server
+	var err error
+	pprof.Do(context.Background(), pprof.Labels("side", "upstream"), func(context.Context) {
+		s, err = upstream.Start(o)
+	})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -101,10 +101,20 @@ type Proxy struct {
 	peekTimeout time.Duration
 
 	mitmTLS   *stdtls.Config
-	transport *http.Transport
-	rp        *httputil.ReverseProxy
 	dialer    net.Dialer
-	sniffBufs sync.Pool // *bufio.Reader of chtls.SniffBufferSize
+	sniffBufs sync.Pool  // *bufio.Reader of chtls.SniffBufferSize
+	bufs      bufferPool // body copy buffers
+
+	// Upstream requests go through two transports, chosen by the client's
+	// protocol, so the upstream is spoken to as the client would have:
+	// an HTTP/2 client's requests share HTTP/2 connections when the
+	// upstream offers it; an HTTP/1 client's requests go over HTTP/1.1,
+	// which costs the proxy (and the upstream) less per request than
+	// HTTP/2 and keeps one client's connection from sharing flow control
+	// with others'.
+	transport   *http.Transport        // HTTP/2 when offered, else HTTP/1.1
+	transportH1 *http.Transport        // HTTP/1.1 only
+	rp          *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
 
 	front     *http.Server // explicit-proxy requests
 	inner     *http.Server // decrypted and plain requests from every tunnel
@@ -141,6 +151,7 @@ func New(opts Options) (*Proxy, error) {
 		dialer:      net.Dialer{Timeout: dialTimeout},
 		tunnels:     make(map[*tunnel]struct{}),
 		innerLn:     newChanListener(),
+		bufs:        newBufferPool(64),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -153,28 +164,15 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.sessions.Store(&sessionTable{})
 	p.mitmTLS = chtls.ServerConfig(tunnelCerts{opts.Certs})
-	p.transport = &http.Transport{
-		Proxy:       nil, // never an environment proxy: Chaperone is the last hop
-		DialContext: p.dialUpstream,
-		TLSClientConfig: &stdtls.Config{
-			RootCAs:    opts.UpstreamRoots,
-			MinVersion: stdtls.VersionTLS12,
-		},
-		ForceAttemptHTTP2:     true,
-		DisableCompression:    true, // pass the client's Accept-Encoding through untouched
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   handshakeTimeout,
-		ExpectContinueTimeout: time.Second,
-	}
+	p.transport = p.newTransport(opts.UpstreamRoots, false)
+	p.transportH1 = p.newTransport(opts.UpstreamRoots, true)
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
-		Transport:     p.transport,
-		FlushInterval: -1, // stream as it comes: SSE and LLM token streams
+		Transport:     p.transportH1, // upgrades are HTTP/1.1
+		FlushInterval: -1,            // stream as it comes: SSE and LLM token streams
 		ErrorHandler:  p.upstreamError,
-		BufferPool:    newBufferPool(64),
+		BufferPool:    p.bufs,
 		ErrorLog:      errLog,
 	}
 	frontProtos := new(http.Protocols)
@@ -200,6 +198,31 @@ func New(opts Options) (*Proxy, error) {
 		Protocols:         innerProtos,
 	}
 	return p, nil
+}
+
+// newTransport returns an upstream transport: keep-alive, no environment
+// proxy, upstreams verified against roots, HTTP/2 when offered unless
+// h1Only.
+func (p *Proxy) newTransport(roots *x509.CertPool, h1Only bool) *http.Transport {
+	protos := new(http.Protocols)
+	protos.SetHTTP1(true)
+	protos.SetHTTP2(!h1Only)
+	tlsConf := &stdtls.Config{RootCAs: roots, MinVersion: stdtls.VersionTLS12}
+	if h1Only {
+		tlsConf.NextProtos = []string{"http/1.1"} // as an HTTP/1 client offers it
+	}
+	return &http.Transport{
+		Proxy:                 nil, // never an environment proxy: Chaperone is the last hop
+		DialContext:           p.dialUpstream,
+		TLSClientConfig:       tlsConf,
+		Protocols:             protos,
+		DisableCompression:    true, // pass the client's Accept-Encoding through untouched
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   handshakeTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
 }
 
 // AddSession lets clients presenting token act for session id, replacing
@@ -295,6 +318,7 @@ func (p *Proxy) Close() error {
 		t.close()
 	}
 	p.transport.CloseIdleConnections()
+	p.transportH1.CloseIdleConnections()
 	if err != nil {
 		return fmt.Errorf("proxy: close: %w", err)
 	}

@@ -71,7 +71,7 @@ func TestHTTPSThroughConnect(t *testing.T) {
 		wantALPNOffer []string
 	}{
 		{"h2 both legs", true, false, "HTTP/2.0", "HTTP/2.0", []string{"h2", "http/1.1"}},
-		{"h1 client, h2 upstream", false, false, "HTTP/1.1", "HTTP/2.0", []string{"http/1.1"}},
+		{"h1 client, upstream offers h2", false, false, "HTTP/1.1", "HTTP/1.1", []string{"http/1.1"}}, // the upstream is spoken to as the client would have
 		{"h1 both legs", false, true, "HTTP/1.1", "HTTP/1.1", []string{"http/1.1"}},
 		{"h2 client, h1 upstream", true, true, "HTTP/2.0", "HTTP/1.1", []string{"h2", "http/1.1"}},
 	}

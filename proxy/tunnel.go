@@ -311,7 +311,7 @@ func (p *Proxy) dialHost(ctx context.Context, host string, port uint16) (net.Con
 	return p.dialer.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
 }
 
-// dialUpstream is the shared transport's dialer. A request from a tunnel
+// dialUpstream is the upstream transports' dialer. A request from a tunnel
 // with a known destination (transparent mode) goes there; anything else
 // goes through Resolve, then DNS.
 func (p *Proxy) dialUpstream(ctx context.Context, network, addr string) (net.Conn, error) {

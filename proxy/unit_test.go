@@ -290,3 +290,22 @@ func TestDenyMessage(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCredentialHeader checks the fast credential-header test against its
+// definition: one of the words, anywhere in the name, in any ASCII case.
+func FuzzCredentialHeader(f *testing.F) {
+	for _, s := range []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "Cookie", "Set-Cookie",
+		"Accept", "User-Agent", "X-Session-Id", "PASSWORD", "x-sIgNaTuRe", "X-Amz-Credential", "Ke", "",
+		"\xffkey", "ToKeN", "sessio", "A\x00uth"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		want := false
+		for _, w := range []string{"auth", "cookie", "token", "secret", "key", "passw", "signature", "credential", "session"} {
+			want = want || containsFold(name, w)
+		}
+		if got := isCredentialHeader(name); got != want {
+			t.Errorf("isCredentialHeader(%q) = %v, want %v", name, got, want)
+		}
+	})
+}

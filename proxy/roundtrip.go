@@ -1,0 +1,454 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// headerFlushDelay bounds how long the header of a response with a known
+// length may wait for the first bytes of the body, so that it is sent in
+// the same write; a slower body gets its header sent alone.
+const headerFlushDelay = time.Millisecond
+
+// roundTrip sends an allowed request that does not ask to switch protocols
+// upstream, over HTTP/1.1 for an HTTP/1 client, and copies the response
+// back. It does what ReverseProxy (Rewrite p.rewrite, FlushInterval -1)
+// did, with fewer allocations and writes:
+//   - hop-by-hop headers (RFC 9110 section 7.6.1: Connection, the headers
+//     it names, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding,
+//     Upgrade) are removed both ways, and Forwarded and X-Forwarded-* from
+//     the request; the request's header map is shared, never modified, when
+//     there is nothing to remove;
+//   - 1xx responses are passed on, trailers are copied, and a failure while
+//     copying the body aborts the client's response;
+//   - no byte is held: streams (text/event-stream, or a body of unknown
+//     length) have their header and every write flushed at once; a body of
+//     known length has every write flushed except the one that completes
+//     it, which the handler's return sends together with the header, and
+//     its header is flushed alone if the body is slower than
+//     headerFlushDelay.
+func (p *Proxy) roundTrip(x *exchange, r *http.Request) {
+	out := x.outgoing(r)
+	if out.Body != nil {
+		defer x.body.Close()
+	}
+	tr := p.transport
+	if r.ProtoMajor == 1 {
+		tr = p.transportH1
+	}
+	res, err := tr.RoundTrip(out)
+	x.mu.Lock()
+	x.rtDone = true
+	x.mu.Unlock()
+	if err != nil {
+		p.upstreamError(&x.sw, out, err)
+		return
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		p.refuseSwitch(&x.sw, out, res)
+		return
+	}
+	announced := x.writeHeader(r, res)
+	if err := p.copyBody(x, res); err != nil {
+		res.Body.Close()
+		// The status is sent: all that is left is to abort the response
+		// so the client sees it truncated.
+		panic(http.ErrAbortHandler)
+	}
+	res.Body.Close() // now, to populate res.Trailer
+	if len(res.Trailer) > 0 {
+		// A response with trailers must be chunked: flushing keeps net/http
+		// from computing a Content-Length for a short body.
+		x.fw.flush()
+		copyTrailers(x.sw.Header(), res.Trailer, announced)
+	}
+}
+
+// outgoing returns the request to send upstream for r, made of r and x.
+func (x *exchange) outgoing(r *http.Request) *http.Request {
+	ctx := r.Context()
+	x.trace.Got1xxResponse = x.got1xx
+	out := r.WithContext(httptrace.WithClientTrace(ctx, &x.trace))
+	out.RequestURI = ""
+	out.Close = false
+	out.Header = outboundHeader(r.Header)
+	// x.url is r.URL, completed by newExchange.
+	x.url.RawQuery = cleanQuery(x.url.RawQuery)
+	out.URL = &x.url
+	if t := tunnelFrom(ctx); t != nil {
+		x.url.Scheme, x.url.Host = t.scheme, t.authority
+		if t.host != "" {
+			out.Host = "" // from URL: the host the tunnel was allowed for
+		}
+	}
+	if r.ContentLength == 0 {
+		out.Body = nil // lets the transport retry on a pooled connection that died
+	} else if r.Body != nil {
+		x.body.rc = r.Body
+		out.Body = &x.body
+		if r.ProtoMajor == 1 {
+			// The body is sent upstream while the response comes back (an
+			// echo, an upload answered early): without full duplex, net/http
+			// would discard up to 256 KiB of the body still in flight as
+			// soon as the response header is written.
+			http.NewResponseController(x.sw.ResponseWriter).EnableFullDuplex()
+		}
+	}
+	return out
+}
+
+// writeHeader writes the status and header of res, less hop-by-hop
+// headers, and returns how many trailers it announced.
+func (x *exchange) writeHeader(r *http.Request, res *http.Response) (announced int) {
+	h := x.sw.Header()
+	copyEndToEnd(h, res.Header) // h is empty, and res.Header is not used again
+	announced = len(res.Trailer)
+	if announced > 0 {
+		announceTrailers(h, res.Trailer)
+		if r.ProtoMajor == 1 {
+			// Trailers need a chunked body in HTTP/1.1, which a
+			// Content-Length (an HTTP/2 upstream sends both) rules out.
+			delete(h, "Content-Length")
+		}
+	}
+	x.sw.WriteHeader(res.StatusCode)
+	return announced
+}
+
+// refuseSwitch answers a 101 to a request that asked for no protocol
+// switch with 502.
+func (p *Proxy) refuseSwitch(w http.ResponseWriter, out *http.Request, res *http.Response) {
+	res.Body.Close()
+	err := errors.New("internal error: 101 switching protocols response with non-writable body")
+	if up := upgradeOf(res.Header); up != "" {
+		err = fmt.Errorf("backend tried to switch protocol %q when %q was requested", up, "")
+	}
+	p.upstreamError(w, out, err)
+}
+
+// announceTrailers lists the trailers to come in h's Trailer header.
+func announceTrailers(h, trailer http.Header) {
+	keys := make([]string, 0, len(trailer))
+	for k := range trailer {
+		keys = append(keys, k)
+	}
+	h.Add("Trailer", strings.Join(keys, ", "))
+}
+
+// copyTrailers adds trailers to h once the body is sent: announced ones
+// as they are, others with http.TrailerPrefix.
+func copyTrailers(h, trailer http.Header, announced int) {
+	if len(trailer) == announced {
+		copyHeader(h, trailer)
+		return
+	}
+	for k, vv := range trailer {
+		k = http.TrailerPrefix + k
+		for _, v := range vv {
+			h.Add(k, v)
+		}
+	}
+}
+
+// copyBody copies the response body to the client, flushing as roundTrip
+// describes.
+func (p *Proxy) copyBody(x *exchange, res *http.Response) error {
+	fw := &x.fw
+	fw.w = &x.sw
+	fw.f, _ = x.sw.ResponseWriter.(http.Flusher)
+	remaining := res.ContentLength // bytes to the end of a known-length body; -1 for a stream
+	if remaining < 0 || isEventStream(res.Header["Content-Type"]) {
+		remaining = -1
+		fw.flush()
+	} else if remaining > 0 {
+		fw.held = true
+		fw.t = time.AfterFunc(headerFlushDelay, fw.delayedFlush)
+		defer fw.stop()
+	}
+	buf := p.bufs.Get()
+	defer p.bufs.Put(buf)
+	for {
+		n, rerr := res.Body.Read(buf)
+		if n > 0 {
+			last := remaining > 0 && int64(n) >= remaining
+			if remaining > 0 {
+				remaining -= int64(n)
+			}
+			if err := fw.write(buf[:n], !last); err != nil {
+				return err
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			return nil
+		case rerr == nil:
+		default:
+			p.bodyReadFailed(rerr)
+			return rerr
+		}
+	}
+}
+
+func (p *Proxy) bodyReadFailed(err error) {
+	if !errors.Is(err, context.Canceled) {
+		p.log.Debug("proxy: upstream body read failed", "err", err)
+	}
+}
+
+// flushWriter writes a response body to the client. Its lock orders the
+// handler's writes with the timer that flushes a held header.
+type flushWriter struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	f       http.Flusher // nil if the writer cannot flush
+	t       *time.Timer
+	held    bool // the header is written and may not have been sent
+	stopped bool // the handler is done with the writer
+}
+
+func (fw *flushWriter) write(b []byte, flush bool) error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	n, err := fw.w.Write(b)
+	if err == nil && n != len(b) {
+		err = io.ErrShortWrite
+	}
+	if flush && fw.f != nil {
+		fw.f.Flush()
+		fw.held = false
+	}
+	return err
+}
+
+func (fw *flushWriter) flush() {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if fw.f != nil {
+		fw.f.Flush()
+	}
+	fw.held = false
+}
+
+func (fw *flushWriter) delayedFlush() {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if fw.held && !fw.stopped && fw.f != nil {
+		fw.f.Flush()
+		fw.held = false
+	}
+}
+
+// stop ends the timer; after it returns, the timer no longer touches the
+// writer.
+func (fw *flushWriter) stop() {
+	fw.mu.Lock()
+	fw.stopped = true
+	fw.t.Stop()
+	fw.mu.Unlock()
+}
+
+// got1xx passes an informational response (103 Early Hints, say) on to the
+// client, until RoundTrip has returned.
+func (x *exchange) got1xx(code int, header textproto.MIMEHeader) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.rtDone {
+		return nil
+	}
+	h := x.sw.Header()
+	copyHeader(h, http.Header(header))
+	x.sw.WriteHeader(code)
+	clear(h) // WriteHeader does not clear the header of a 1xx response
+	return nil
+}
+
+// guardedBody is the outgoing request's body. The transport may still
+// read or close it after the handler returned; its Close only stops later
+// reads, and leaves the inbound body to the server.
+type guardedBody struct {
+	rc     io.ReadCloser
+	closed atomic.Bool
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, errors.New("proxy: read of a request body after the handler returned")
+	}
+	return b.rc.Read(p)
+}
+
+func (b *guardedBody) Close() error {
+	b.closed.Store(true)
+	return nil
+}
+
+// outboundHeader returns the header of the request sent upstream: in
+// without hop-by-hop headers and the client's Forwarded and X-Forwarded-*,
+// with "TE: trailers" kept if the client sent it and an empty User-Agent
+// if it had none (so the transport adds none). When nothing needs to
+// change it is in itself, which neither side modifies.
+func outboundHeader(in http.Header) http.Header {
+	_, hasUA := in["User-Agent"]
+	dirty := !hasUA
+	for k := range in {
+		if dirty {
+			break
+		}
+		dirty = isHopHeader(k) || isForwardedHeader(k)
+	}
+	if !dirty {
+		return in
+	}
+	out := maps.Clone(in) // values are shared, never modified
+	removeHopByHop(out)
+	for k := range out {
+		if isForwardedHeader(k) {
+			delete(out, k)
+		}
+	}
+	if hasToken(in["Te"], "trailers") {
+		out["Te"] = []string{"trailers"}
+	}
+	if _, ok := out["User-Agent"]; !ok {
+		out["User-Agent"] = []string{""}
+	}
+	return out
+}
+
+// copyEndToEnd adds to dst the headers of src that are not hop-by-hop:
+// removeHopByHop and a copy in one pass. The value slices are shared.
+func copyEndToEnd(dst, src http.Header) {
+	for k, vv := range src {
+		if !isHopHeader(k) {
+			dst[k] = vv
+		}
+	}
+	for _, f := range src["Connection"] {
+		for sf := range strings.SplitSeq(f, ",") {
+			if sf = textproto.TrimString(sf); sf != "" {
+				delete(dst, textproto.CanonicalMIMEHeaderKey(sf))
+			}
+		}
+	}
+}
+
+// removeHopByHop deletes from h the headers that its Connection header
+// names and the hop-by-hop headers that are always removed.
+func removeHopByHop(h http.Header) {
+	for _, f := range h["Connection"] {
+		for sf := range strings.SplitSeq(f, ",") {
+			if sf = textproto.TrimString(sf); sf != "" {
+				delete(h, textproto.CanonicalMIMEHeaderKey(sf))
+			}
+		}
+	}
+	for k := range h {
+		if isHopHeader(k) {
+			delete(h, k)
+		}
+	}
+}
+
+// isHopHeader reports whether a canonical header name is one of the
+// hop-by-hop headers removed whatever Connection says.
+func isHopHeader(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// isForwardedHeader reports whether a canonical header name is one of the
+// forwarding headers a client may not set for the upstream.
+func isForwardedHeader(k string) bool {
+	switch k {
+	case "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		return true
+	}
+	return false
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, vv := range src {
+		for _, v := range vv {
+			dst.Add(k, v)
+		}
+	}
+}
+
+// hasToken reports whether a comma-separated header value lists token,
+// ignoring ASCII case.
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.Trim(t, " \t"), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isEventStream reports whether a Content-Type is text/event-stream
+// (Server-Sent Events), parameters aside.
+func isEventStream(ct []string) bool {
+	if len(ct) == 0 {
+		return false
+	}
+	base, _, _ := strings.Cut(ct[0], ";")
+	return strings.EqualFold(strings.TrimSpace(base), "text/event-stream")
+}
+
+// maxQueryParams is ReverseProxy's limit on query parameters passed on
+// without re-encoding.
+const maxQueryParams = 10000
+
+// cleanQuery re-encodes a query that Go's URL parsing would not take as
+// is (a ';', a bad escape, too many parameters), dropping what it rejects,
+// as ReverseProxy does: a parameter that the upstream might split
+// differently is not passed on.
+func cleanQuery(s string) string {
+	if strings.Count(s, "&")+1 > maxQueryParams {
+		return reencodeQuery(s)
+	}
+	for i := 0; i < len(s); {
+		switch s[i] {
+		case ';':
+			return reencodeQuery(s)
+		case '%':
+			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+				return reencodeQuery(s)
+			}
+			i += 3
+		default:
+			i++
+		}
+	}
+	return s
+}
+
+// reencodeQuery is kept out of line: its frame is large, and cleanQuery
+// runs on every request, often on a fresh handler goroutine's small stack.
+//
+//go:noinline
+func reencodeQuery(s string) string {
+	v, _ := url.ParseQuery(s)
+	return v.Encode()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
