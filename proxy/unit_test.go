@@ -309,3 +309,22 @@ func FuzzCredentialHeader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzHTTPStart checks the tunnel's protocol sniffing on arbitrary first
+// bytes: a decided answer (yes or no) never changes as more bytes arrive,
+// which is what lets classify stop reading at the first decided answer.
+func FuzzHTTPStart(f *testing.F) {
+	for _, s := range []string{"GET / HTTP/1.1\r\n", "PRI * HTTP/2.0", "CONNECT h:1 HTTP/1.1", "SSH-2.0-OpenSSH", "\x16\x03\x01", "GE", "POST http://x/"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		prev := maybe
+		for i := 1; i <= len(b); i++ { // classify asks only once a byte has arrived
+			got := httpStart(b[:i])
+			if prev != maybe && got != prev {
+				t.Fatalf("httpStart(%q) = %v after %q gave %v", b[:i], got, b[:i-1], prev)
+			}
+			prev = got
+		}
+	})
+}

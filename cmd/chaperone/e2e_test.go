@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -472,12 +473,13 @@ func TestBadConfig(t *testing.T) {
 		{"deny host", nil, []string{"run", "--deny-host", "a b", "--", "true"}, "deny_hosts"},
 		{"unknown key in file", nil, []string{"run", "--config", bad, "--", "true"}, "listen_adress"},
 		{"resolve", nil, []string{"config", "show", "--resolve", "nohost"}, "resolve"},
+		{"no command", nil, []string{"run"}, "no command given"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := w.chaperone(tt.env, tt.args...)
-			if r.code == 0 {
-				t.Fatalf("exit status 0, want failure; stdout:\n%s", r.stdout)
+			if r.code != 2 {
+				t.Fatalf("exit status %d, want 2 (usage); stdout:\n%s", r.code, r.stdout)
 			}
 			if !strings.Contains(r.stderr, tt.key) {
 				t.Errorf("error does not name %q:\n%s", tt.key, r.stderr)
@@ -608,4 +610,22 @@ func TestEventsFollow(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("events --follow printed nothing for 30s")
 	}
+}
+
+func TestIPv6Proxy(t *testing.T) {
+	need(t, "curl")
+	if ln, err := net.Listen("tcp", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	} else {
+		ln.Close()
+	}
+	w := newWorld(t)
+	r := w.chaperone(nil, "run", "--listen", "[::1]:0", "--upstream-ca", w.caFile,
+		"--resolve", "api.e2e.test:"+w.api.Addr.Addr().String(), "--log", w.log, "--",
+		"sh", "-c", `echo "$HTTPS_PROXY" | grep -q '@\[::1\]:' || { echo "proxy URL $HTTPS_PROXY"; exit 3; }; curl -sS "$1/v6"`, "sh", w.api.URL)
+	mustSucceed(t, r)
+	if !strings.Contains(r.stdout, "hello from api.e2e.test") {
+		t.Errorf("curl printed %q", r.stdout)
+	}
+	w.checkSessionLog(t, "/v6", "curl")
 }

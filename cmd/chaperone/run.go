@@ -40,7 +40,12 @@ func newRunCommand(e env) *cobra.Command {
 			"go through Chaperone's proxy, are decided by the policy and written to the audit log.\n" +
 			"Exits with COMMAND's exit status.",
 		Example: "  chaperone run -- python3 agent.py\n  chaperone run --deny-host '*.pastebin.com' -- claude",
-		Args:    cobra.MinimumNArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError{errors.New("run: no command given: chaperone run [flags] -- COMMAND [ARGS...]")}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(cmd, e)
 			if err != nil {
