@@ -3,7 +3,7 @@ GO       ?= go
 BIN      ?= bin/chaperone
 NODE_E2E := cmd/chaperone/testdata/node
 
-.PHONY: build test test-deps lint demo generate fuzz bench clean
+.PHONY: build test test-deps lint demo generate generate-check fuzz bench clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/chaperone
@@ -30,10 +30,20 @@ lint:
 demo: build
 	$(BIN) demo
 
-# Regenerates committed generated code (none yet; the eBPF programs will
-# be built here with bpf2go). CI fails if regenerating changes anything.
+# Regenerates committed generated code: the eBPF programs (bpf2go, which
+# needs clang, llvm-strip and libbpf's headers; installed from Debian when
+# missing). A normal build needs none of them: the output is committed.
 generate:
+	@if ! command -v clang >/dev/null 2>&1 || ! command -v llvm-strip >/dev/null 2>&1 || [ ! -e /usr/include/bpf/bpf_helpers.h ]; then \
+		echo "installing clang, llvm and libbpf-dev"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang llvm libbpf-dev; \
+	fi
 	$(GO) generate ./...
+
+# Fails when the committed generated code is not what `make generate`
+# produces from the sources.
+generate-check: generate
+	@git diff --exit-code --stat -- '*.go' '*.o' || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 # A short run of every fuzz target (the seed corpora run in `make test`).
 FUZZTIME ?= 20s

@@ -3,6 +3,7 @@ module github.com/chaperone-dev/chaperone
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/google/go-cmp v0.7.0
 	github.com/gorilla/websocket v1.5.3
 	github.com/hashicorp/golang-lru/v2 v2.0.7

@@ -34,6 +34,9 @@ type AuditLog struct {
 	enc    *json.Encoder
 	closed bool
 	err    error // the first write error; once set, nothing more is written
+	// pending counts the lines buffered since the last successful flush:
+	// they are lost, and counted, if the next write fails.
+	pending uint64
 
 	lost atomic.Uint64
 }
@@ -121,11 +124,19 @@ func (a *AuditLog) Write(e *event.Event) error {
 		}
 	}
 	if _, err := a.w.Write(a.buf.Bytes()); err != nil {
-		a.err = fmt.Errorf("telemetry: write audit log: %w", err)
-		a.lost.Add(1)
+		a.fail(err, 1)
 		return a.err
 	}
+	a.pending++
 	return nil
+}
+
+// fail records the first write error; the lines still buffered and extra
+// more are lost with it, and counted.
+func (a *AuditLog) fail(err error, extra uint64) {
+	a.err = fmt.Errorf("telemetry: write audit log: %w", err)
+	a.lost.Add(a.pending + extra)
+	a.pending = 0
 }
 
 // Flush writes buffered lines to the file.
@@ -143,9 +154,10 @@ func (a *AuditLog) flushLocked() error {
 		return a.err
 	}
 	if err := a.w.Flush(); err != nil {
-		a.err = fmt.Errorf("telemetry: write audit log: %w", err)
+		a.fail(err, 0)
 		return a.err
 	}
+	a.pending = 0
 	return nil
 }
 

@@ -1,0 +1,319 @@
+//go:build linux
+
+package redirect
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+const ipprotoTCP = 6
+
+// Redirector holds the loaded programs and maps. Attach it to one cgroup
+// per session; Lookup serves all of them. Its methods are safe for
+// concurrent use.
+type Redirector struct {
+	objs redirectObjects
+
+	mu       sync.Mutex
+	attached map[*attachment]struct{}
+	closed   bool
+}
+
+// Load loads the programs and maps and writes cfg into them. Nothing is
+// attached yet. The error wraps ErrNotPermitted (and os.ErrPermission)
+// without the privileges to load, ErrNotSupported when the kernel lacks a
+// needed feature.
+func Load(cfg Config) (*Redirector, error) {
+	kcfg, err := cfg.kernel()
+	if err != nil {
+		return nil, err
+	}
+	// A no-op on kernels that account BPF memory to the cgroup (5.11+).
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, loadError("remove memlock limit", err)
+	}
+	r := &Redirector{attached: make(map[*attachment]struct{})}
+	if err := loadRedirectObjects(&r.objs, nil); err != nil {
+		return nil, loadError("load programs", err)
+	}
+	if err := r.objs.ConfigMap.Put(uint32(0), kcfg); err != nil {
+		r.objs.Close()
+		return nil, fmt.Errorf("redirect: write config: %w", err)
+	}
+	return r, nil
+}
+
+// loadError classifies err. The verifier's refusals come back as EACCES,
+// which os.ErrPermission matches too, so only EPERM counts as a missing
+// privilege.
+func loadError(what string, err error) error {
+	var verr *ebpf.VerifierError
+	switch {
+	case errors.As(err, &verr):
+		return fmt.Errorf("redirect: %s: %w", what, err)
+	case errors.Is(err, unix.EPERM):
+		return fmt.Errorf("redirect: %s: %w: %w", what, ErrNotPermitted, err)
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return fmt.Errorf("redirect: %s: %w: %w", what, ErrNotSupported, err)
+	}
+	return fmt.Errorf("redirect: %s: %w", what, err)
+}
+
+// kernel validates c and converts it to the programs' configuration.
+func (c Config) kernel() (redirectConfig, error) {
+	var k redirectConfig
+	if !c.ProxyV4.IsValid() && !c.ProxyV6.IsValid() {
+		return k, errors.New("redirect: config: no proxy address")
+	}
+	if c.ProxyV4.IsValid() {
+		a := c.ProxyV4.Addr().Unmap()
+		if !a.Is4() || c.ProxyV4.Port() == 0 {
+			return k, fmt.Errorf("redirect: config: proxy v4 %s: want an IPv4 address and a port", c.ProxyV4)
+		}
+		b := a.As4()
+		k.Proxy4Ip = binary.NativeEndian.Uint32(b[:])
+		k.Proxy4Port = c.ProxyV4.Port()
+		k.Has4 = 1
+	}
+	if c.ProxyV6.IsValid() {
+		a := c.ProxyV6.Addr()
+		if !a.Is6() || a.Is4In6() || a.Zone() != "" || c.ProxyV6.Port() == 0 {
+			return k, fmt.Errorf("redirect: config: proxy v6 %s: want an IPv6 address without zone and a port", c.ProxyV6)
+		}
+		k.Proxy6Ip = words(a.As16())
+		k.Proxy6Port = c.ProxyV6.Port()
+		k.Has6 = 1
+	}
+	return k, nil
+}
+
+// words turns 16 address bytes into the four network-order words the
+// programs use.
+func words(b [16]byte) [4]uint32 {
+	var w [4]uint32
+	for i := range w {
+		w[i] = binary.NativeEndian.Uint32(b[4*i:])
+	}
+	return w
+}
+
+func unwords(w [4]uint32) [16]byte {
+	var b [16]byte
+	for i := range w {
+		binary.NativeEndian.PutUint32(b[4*i:], w[i])
+	}
+	return b
+}
+
+// hooks in attach order: the programs that publish and disguise the record
+// come first, so no connection is redirected before its record can be
+// found; a connection redirected without a record would be refused by the
+// proxy, never let through.
+func (r *Redirector) hooks() []hook {
+	p := &r.objs.redirectPrograms
+	return []hook{
+		{"sockops", p.PublishOrigin, ebpf.AttachCGroupSockOps},
+		{"getpeername4", p.Getpeername4, ebpf.AttachCgroupInet4GetPeername},
+		{"getpeername6", p.Getpeername6, ebpf.AttachCgroupInet6GetPeername},
+		{"connect4", p.Connect4, ebpf.AttachCGroupInet4Connect},
+		{"connect6", p.Connect6, ebpf.AttachCGroupInet6Connect},
+	}
+}
+
+type hook struct {
+	name string
+	prog *ebpf.Program
+	typ  ebpf.AttachType
+}
+
+// Attach attaches every program to the cgroup v2 directory cgroupPath
+// (normally a session's leaf; descendants are covered too). Attach before
+// any process enters the cgroup: connect4 and connect6 are attached one
+// after the other, not atomically.
+//
+// The programs are attached to the cgroup itself (BPF_PROG_ATTACH with
+// BPF_F_ALLOW_MULTI), not through a link owned by this process: if
+// Chaperone dies, they stay and keep sending the session's connections to
+// the dead proxy, which fails closed. They go when the returned Closer (or
+// Close) detaches them, or when the cgroup is removed.
+func (r *Redirector) Attach(cgroupPath string) (io.Closer, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errors.New("redirect: attach: redirector closed")
+	}
+	cg, err := os.Open(cgroupPath)
+	if err != nil {
+		return nil, fmt.Errorf("redirect: attach: open cgroup: %w", err)
+	}
+	a := &attachment{r: r, cgroup: cg}
+	for _, h := range r.hooks() {
+		err := link.RawAttachProgram(link.RawAttachProgramOptions{
+			Target:  int(cg.Fd()),
+			Program: h.prog,
+			Attach:  h.typ,
+			Flags:   unix.BPF_F_ALLOW_MULTI,
+		})
+		if err != nil {
+			err = loadError("attach "+h.name, err)
+			return nil, errors.Join(err, a.detachLocked())
+		}
+		a.hooks = append(a.hooks, h)
+	}
+	r.attached[a] = struct{}{}
+	return a, nil
+}
+
+// attachment is one cgroup's set of attached programs.
+type attachment struct {
+	r      *Redirector
+	cgroup *os.File
+	hooks  []hook // attached, in attach order
+}
+
+// Close detaches the programs from the cgroup. Calling it again does
+// nothing.
+func (a *attachment) Close() error {
+	a.r.mu.Lock()
+	defer a.r.mu.Unlock()
+	return a.detachLocked()
+}
+
+func (a *attachment) detachLocked() error {
+	if a.cgroup == nil {
+		return nil
+	}
+	var errs []error
+	// Reverse order: stop redirecting before the records stop being
+	// published.
+	for i := len(a.hooks) - 1; i >= 0; i-- {
+		h := a.hooks[i]
+		err := link.RawDetachProgram(link.RawDetachProgramOptions{
+			Target:  int(a.cgroup.Fd()),
+			Program: h.prog,
+			Attach:  h.typ,
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("redirect: detach %s: %w", h.name, err))
+		}
+	}
+	errs = append(errs, a.cgroup.Close())
+	a.cgroup, a.hooks = nil, nil
+	delete(a.r.attached, a)
+	return errors.Join(errs...)
+}
+
+// Lookup returns the origin of the redirected connection whose client end
+// is client: the remote address of the connection the proxy accepted,
+// IPv4, IPv6 or v4-mapped. The record is deleted, so a second Lookup of the
+// same address wraps ErrNotFound, as does a connection that was not
+// redirected.
+//
+// The record is published before the client's SYN is sent, so it is there
+// by the time the proxy accepts.
+func (r *Redirector) Lookup(client netip.AddrPort) (Origin, error) {
+	key := localKey(client)
+	var v redirectOrigin
+	err := r.objs.OriginByLocal.LookupAndDelete(&key, &v)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		// Kernels before 5.14 cannot do both in one call.
+		if err = r.objs.OriginByLocal.Lookup(&key, &v); err == nil {
+			err = r.objs.OriginByLocal.Delete(&key)
+		}
+	}
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return Origin{}, fmt.Errorf("redirect: lookup %s: %w", client, ErrNotFound)
+	}
+	if err != nil {
+		return Origin{}, fmt.Errorf("redirect: lookup %s: %w", client, err)
+	}
+	return v.origin(), nil
+}
+
+func localKey(client netip.AddrPort) redirectLocalKey {
+	// As16 maps an IPv4 address, which is how the programs store it.
+	return redirectLocalKey{
+		Ip6:   words(client.Addr().Unmap().As16()),
+		Port:  client.Port(),
+		Proto: ipprotoTCP,
+	}
+}
+
+const (
+	afInet = 2
+)
+
+func (v *redirectOrigin) origin() Origin {
+	addr := netip.AddrFrom16(unwords(v.DstIp6))
+	if v.Family == afInet {
+		addr = addr.Unmap()
+	}
+	comm := make([]byte, 0, len(v.Comm))
+	for _, c := range v.Comm {
+		if c == 0 {
+			break
+		}
+		comm = append(comm, byte(c))
+	}
+	return Origin{
+		Dst:      netip.AddrPortFrom(addr, v.DstPort),
+		PID:      v.Pid,
+		TID:      v.Tid,
+		UID:      v.Uid,
+		GID:      v.Gid,
+		CgroupID: v.CgroupId,
+		Cookie:   v.Cookie,
+		Comm:     string(comm),
+	}
+}
+
+// MapLen counts the records waiting for a Lookup. It walks the map, so it
+// is meant for tests and diagnostics, not the data path.
+func (r *Redirector) MapLen() (int, error) {
+	var (
+		key  redirectLocalKey
+		next redirectLocalKey
+		n    int
+	)
+	var prev any // nil: start from the first key
+	for {
+		err := r.objs.OriginByLocal.NextKey(prev, &next)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("redirect: count records: %w", err)
+		}
+		n++
+		key = next
+		prev = &key
+	}
+}
+
+// Close detaches the programs from every cgroup they are still attached to
+// and releases the maps. It is safe to call more than once.
+func (r *Redirector) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	var errs []error
+	for a := range r.attached {
+		errs = append(errs, a.detachLocked())
+	}
+	errs = append(errs, r.objs.Close())
+	return errors.Join(errs...)
+}

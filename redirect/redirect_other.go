@@ -1,0 +1,35 @@
+//go:build !linux
+
+package redirect
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+)
+
+// Redirector is a stand-in: transparent redirection needs Linux here.
+type Redirector struct{}
+
+// Load fails with an error wrapping ErrNotSupported.
+func Load(Config) (*Redirector, error) {
+	return nil, fmt.Errorf("redirect: load: transparent redirection needs linux: %w", ErrNotSupported)
+}
+
+// Attach fails with an error wrapping ErrNotSupported.
+func (*Redirector) Attach(string) (io.Closer, error) {
+	return nil, fmt.Errorf("redirect: attach: %w", ErrNotSupported)
+}
+
+// Lookup fails with an error wrapping ErrNotSupported.
+func (*Redirector) Lookup(netip.AddrPort) (Origin, error) {
+	return Origin{}, fmt.Errorf("redirect: lookup: %w", ErrNotSupported)
+}
+
+// MapLen fails with an error wrapping ErrNotSupported.
+func (*Redirector) MapLen() (int, error) {
+	return 0, fmt.Errorf("redirect: count records: %w", ErrNotSupported)
+}
+
+// Close does nothing.
+func (*Redirector) Close() error { return nil }
