@@ -15,7 +15,7 @@ import (
 type Config struct {
 	// StateDir holds the CA, the trust bundle and the audit log.
 	StateDir string `mapstructure:"state_dir" yaml:"state_dir"`
-	// Mode is "auto" or "proxy". "transparent" is reserved.
+	// Mode is "auto", "proxy" or "transparent".
 	Mode string `mapstructure:"mode" yaml:"mode"`
 	// Listen is the proxy's listen address, a loopback IP:port.
 	Listen string `mapstructure:"listen" yaml:"listen"`
@@ -39,7 +39,7 @@ type Config struct {
 const (
 	ModeAuto        = "auto"
 	ModeProxy       = "proxy"
-	ModeTransparent = "transparent" // reserved: rejected until it is available
+	ModeTransparent = "transparent" // Linux, as root: eBPF cgroup hooks
 )
 
 // DefaultListen lets the system pick a free loopback port.
@@ -59,7 +59,7 @@ type key struct {
 // keys lists every key in the order they are documented and shown.
 var keys = []key{
 	{name: "state_dir", flag: "state-dir", help: "directory for the CA, trust bundle and audit log"},
-	{name: "mode", flag: "mode", help: `interception mode: "auto" or "proxy"`},
+	{name: "mode", flag: "mode", help: `interception mode: "auto", "proxy" or "transparent" (Linux, root)`},
 	{name: "listen", flag: "listen", help: "proxy listen address, a loopback IP:port"},
 	{name: "log", flag: "log", help: "audit log path (default <state_dir>/audit.jsonl)"},
 	{name: "policy", flag: "policy", help: "policy file (default: the built-in policy)"},

@@ -84,7 +84,7 @@ func TestValidate(t *testing.T) {
 		{"relative state_dir", func(c *Config) { c.StateDir = "state" }, []string{"state_dir"}, "not an absolute path"},
 		{"bad mode", func(c *Config) { c.Mode = "stealth" }, []string{"mode"}, `"stealth" is not a mode`},
 		{"empty mode", func(c *Config) { c.Mode = "" }, []string{"mode"}, "empty"},
-		{"transparent not yet", func(c *Config) { c.Mode = "transparent" }, []string{"mode"}, "not available yet"},
+		{"unknown mode", func(c *Config) { c.Mode = "sideways" }, []string{"mode"}, "is not a mode"},
 		{"non-loopback listen", func(c *Config) { c.Listen = "0.0.0.0:8080" }, []string{"listen"}, "not a loopback"},
 		{"public listen", func(c *Config) { c.Listen = "192.0.2.1:80" }, []string{"listen"}, "not a loopback"},
 		{"listen name", func(c *Config) { c.Listen = "localhost:80" }, []string{"listen"}, "not an IP:port"},
@@ -125,7 +125,7 @@ func TestValidate(t *testing.T) {
 func TestValidateReportsAll(t *testing.T) {
 	c := Config{
 		StateDir:   "/s",
-		Mode:       "transparent",
+		Mode:       "opaque",
 		Listen:     "0.0.0.0:1",
 		DenyHosts:  []string{"a b", "ok.com", "c/d"},
 		UpstreamCA: []string{"/nonexistent/ca.pem"},

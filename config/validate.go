@@ -54,13 +54,11 @@ func (c *Config) Validate() error {
 	}
 
 	switch c.Mode {
-	case ModeAuto, ModeProxy:
-	case ModeTransparent:
-		add("mode", c.Mode, `is not available yet (use "auto" or "proxy")`)
+	case ModeAuto, ModeProxy, ModeTransparent:
 	case "":
-		add("mode", "", `is empty (want "auto" or "proxy")`)
+		add("mode", "", `is empty (want "auto", "proxy" or "transparent")`)
 	default:
-		add("mode", c.Mode, `is not a mode (want "auto" or "proxy")`)
+		add("mode", c.Mode, `is not a mode (want "auto", "proxy" or "transparent")`)
 	}
 
 	if p := listenProblem(c.Listen); p != "" {

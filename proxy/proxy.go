@@ -124,9 +124,10 @@ type Proxy struct {
 	sessions atomic.Pointer[sessionTable]
 	sessMu   sync.Mutex // serialises writers of sessions
 
-	mu      sync.Mutex
-	closed  bool
-	tunnels map[*tunnel]struct{}
+	mu        sync.Mutex
+	closed    bool
+	tunnels   map[*tunnel]struct{}
+	listeners map[net.Listener]struct{} // transparent listeners
 }
 
 // New returns a Proxy. It starts nothing: Serve and ServeTunnel do.
@@ -150,6 +151,7 @@ func New(opts Options) (*Proxy, error) {
 		peekTimeout: opts.PeekTimeout,
 		dialer:      net.Dialer{Timeout: dialTimeout},
 		tunnels:     make(map[*tunnel]struct{}),
+		listeners:   make(map[net.Listener]struct{}),
 		innerLn:     newChanListener(),
 		bufs:        newBufferPool(64),
 	}
@@ -309,9 +311,16 @@ func (p *Proxy) Close() error {
 	for t := range p.tunnels {
 		tunnels = append(tunnels, t)
 	}
+	listeners := make([]net.Listener, 0, len(p.listeners))
+	for l := range p.listeners {
+		listeners = append(listeners, l)
+	}
 	p.mu.Unlock()
 
 	err := p.front.Close()
+	for _, l := range listeners {
+		l.Close()
+	}
 	p.innerLn.Close()
 	err = errors.Join(err, p.inner.Close())
 	for _, t := range tunnels {

@@ -33,6 +33,7 @@ import (
 )
 
 func newRunCommand(e env) *cobra.Command {
+	var killOnExit bool
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- COMMAND [ARGS...]",
 		Short: "Run a command (an agent) and everything it starts inside a Chaperone session",
@@ -52,12 +53,13 @@ func newRunCommand(e env) *cobra.Command {
 				return err
 			}
 			code, err := runSession(cmd.Context(), sessionOptions{
-				cfg:    cfg,
-				argv:   args,
-				stdin:  e.stdin,
-				stdout: e.stdout,
-				stderr: e.stderr,
-				env:    e.environ(),
+				cfg:        cfg,
+				killOnExit: killOnExit,
+				argv:       args,
+				stdin:      e.stdin,
+				stdout:     e.stdout,
+				stderr:     e.stderr,
+				env:        e.environ(),
 			})
 			if err != nil {
 				return err
@@ -70,12 +72,14 @@ func newRunCommand(e env) *cobra.Command {
 	}
 	// Everything after the command's name belongs to the command.
 	cmd.Flags().SetInterspersed(false)
+	cmd.Flags().BoolVar(&killOnExit, "kill-on-exit", true, "transparent mode: when the command exits, kill every process it left in the session (else wait for them)")
 	return cmd
 }
 
 // sessionOptions is one session to run.
 type sessionOptions struct {
 	cfg            config.Config
+	killOnExit     bool // transparent mode: kill what the command leaves behind
 	argv           []string
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -101,11 +105,18 @@ type session struct {
 func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	cfg := o.cfg
 	log := newLogger(o.stderr, cfg.LogLevel)
-	switch cfg.Mode {
-	case "auto", "proxy":
-		fmt.Fprintln(o.stderr, "chaperone: proxy mode: programs that ignore HTTP_PROXY/HTTPS_PROXY are not covered (transparent capture is not available yet)")
+	mode := cfg.Mode
+	switch mode {
+	case config.ModeAuto:
+		// Transparent capture does not cover DNS and UDP yet: auto stays
+		// with the proxy mode until it does.
+		mode = config.ModeProxy
+	case config.ModeProxy, config.ModeTransparent:
 	default:
 		return 0, usageError{fmt.Errorf("run: mode %q is not available", cfg.Mode)}
+	}
+	if mode == config.ModeProxy {
+		fmt.Fprintln(o.stderr, "chaperone: proxy mode: programs that ignore HTTP_PROXY/HTTPS_PROXY are not covered (use --mode transparent, as root on Linux)")
 	}
 	if cfg.Policy != "" {
 		return 0, usageError{fmt.Errorf("run: policy %s: policy files are not supported by this version; use deny_hosts", cfg.Policy)}
@@ -193,16 +204,41 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		return 0, fmt.Errorf("run: %w", err)
 	}
 	p.AddSession(s.id, s.token)
+	var ts *transparentSession
+	if mode == config.ModeTransparent {
+		if ts, err = startTransparent(s.id, procs); err != nil {
+			p.Close()
+			ln.Close()
+			stopSinks()
+			return 0, err
+		}
+		ts.serve(p)
+	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- p.Serve(ln) }()
 
 	started := time.Now()
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.stdin, o.stdout, o.stderr
-	cmd.Env = childEnv(o.env, s)
-	info := &event.Session{ID: s.id, Agent: filepath.Base(o.argv[0]), Command: o.argv, Mode: "proxy", Started: started}
+	cmd.Env = childEnv(o.env, s, mode == config.ModeProxy)
+	info := &event.Session{ID: s.id, Agent: filepath.Base(o.argv[0]), Command: o.argv, Mode: mode, Started: started}
+	var cgroupFD *os.File
+	if ts != nil {
+		if cgroupFD, err = ts.cg.Open(); err == nil {
+			err = startInCgroup(cmd, int(cgroupFD.Fd()))
+		}
+		if err != nil {
+			p.Close()
+			ts.Close()
+			stopSinks()
+			return 0, fmt.Errorf("run: %w", err)
+		}
+	}
 
 	code, runErr := runChild(ctx, cmd, func(pid int) {
+		if cgroupFD != nil {
+			cgroupFD.Close()
+		}
 		s.rootPID.Store(int64(pid))
 		info.RootPID = pid
 		publishSession(bus, guarded, event.KindSessionStart, *info, log)
@@ -219,12 +255,23 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		}
 	}
 
-	// Tear down in order: no new events after the proxy closes, then the
-	// session's end, then the sinks drain.
+	// Tear down in order: what the command left behind, then the proxy
+	// (no new events after it closes), then the session's end, then the
+	// sinks drain.
+	if ts != nil {
+		if err := ts.end(ctx, o.killOnExit); err != nil {
+			log.Warn("end session", "err", err)
+		}
+	}
 	if err := p.Close(); err != nil {
 		log.Warn("close proxy", "err", err)
 	}
 	<-serveDone
+	if ts != nil {
+		if err := ts.Close(); err != nil {
+			log.Warn("remove session cgroup", "err", err)
+		}
+	}
 	end := *info
 	end.ExitCode = code
 	end.Duration = time.Since(started)
@@ -285,8 +332,9 @@ func runChild(ctx context.Context, cmd *exec.Cmd, started func(pid int), log *sl
 }
 
 // childEnv is the command's environment: the caller's, without any proxy or
-// trust settings of its own, plus the session's.
-func childEnv(base []string, s *session) []string {
+// trust settings of its own, plus the session's: the trust variables, and
+// the proxy variables when the session uses the explicit proxy.
+func childEnv(base []string, s *session, explicitProxy bool) []string {
 	drop := map[string]bool{"NO_PROXY": true, "no_proxy": true, "CHAPERONE_SESSION": true}
 	for _, k := range proxyVars {
 		drop[k] = true
@@ -302,10 +350,13 @@ func childEnv(base []string, s *session) []string {
 		}
 		env = append(env, kv)
 	}
-	for _, k := range proxyVars {
-		env = append(env, k+"="+s.proxyURL)
+	if explicitProxy {
+		for _, k := range proxyVars {
+			env = append(env, k+"="+s.proxyURL)
+		}
+		env = append(env, "NO_PROXY=", "no_proxy=")
 	}
-	env = append(env, "NO_PROXY=", "no_proxy=", "CHAPERONE_SESSION="+s.id)
+	env = append(env, "CHAPERONE_SESSION="+s.id)
 	return append(env, certs.TrustEnv(s.bundle)...)
 }
 

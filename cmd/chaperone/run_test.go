@@ -24,7 +24,7 @@ func TestChildEnv(t *testing.T) {
 		"SSL_CERT_FILE=/mine.pem", "NODE_EXTRA_CA_CERTS=/x.pem",
 		"CHAPERONE_STATE_DIR=/secret/state", "CHAPERONE_SESSION=spoofed",
 	}
-	env := childEnv(base, s)
+	env := childEnv(base, s, true)
 	get := func(k string) []string {
 		var vs []string
 		for _, kv := range env {
@@ -107,5 +107,19 @@ func TestAuditGuardFailsClosed(t *testing.T) {
 	v := g.Decide(context.Background(), e)
 	if v.Action != event.Deny || v.Rule != ruleAuditLog {
 		t.Errorf("after the audit log failed: %v, want a deny by rule %s", v, ruleAuditLog)
+	}
+}
+
+func TestChildEnvTransparent(t *testing.T) {
+	s := &session{id: "abc123", proxyURL: "http://chaperone:tok@127.0.0.1:9", bundle: "/b.pem"}
+	env := childEnv([]string{"PATH=/usr/bin", "HTTPS_PROXY=http://corp:3128", "no_proxy=*"}, s, false)
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasSuffix(strings.ToLower(k), "_proxy") || strings.Contains(kv, "tok") {
+			t.Errorf("transparent session's environment has %q", kv)
+		}
+	}
+	if !slices.Contains(env, "SSL_CERT_FILE=/b.pem") || !slices.Contains(env, "PATH=/usr/bin") {
+		t.Errorf("environment %v lacks the trust bundle or PATH", env)
 	}
 }

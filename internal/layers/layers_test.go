@@ -32,6 +32,7 @@ var allowed = map[string]struct{ project, external []string }{
 	"telemetry":         {project: []string{"event"}, external: []string{"go.opentelemetry.io/"}},
 	"internal/upstream": {external: []string{"github.com/gorilla/websocket"}},
 	"internal/layers":   {},
+	"internal/privdrop": {external: []string{"golang.org/x/sys"}},
 	"cmd/chaperone":     {project: []string{"*"}, external: []string{"*"}},
 }
 

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/chaperone-dev/chaperone/attribution"
+	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/proxy"
+	"github.com/chaperone-dev/chaperone/redirect"
+)
+
+// cgroupParentName is the cgroup under the v2 root that holds every
+// session's leaf.
+const cgroupParentName = "chaperone"
+
+// transparentSession is the kernel side of a transparent session: its
+// cgroup, the eBPF hooks attached to it, and the proxy's listeners that
+// the hooks send connections to.
+type transparentSession struct {
+	id    string
+	cg    *redirect.SessionCgroup
+	red   *redirect.Redirector
+	hooks interface{ Close() error }
+	ln4   net.Listener
+	ln6   net.Listener // nil when the machine has no IPv6 loopback
+	procs *attribution.Table
+}
+
+// startTransparent creates the session's cgroup, listens for redirected
+// connections and attaches the hooks. Close undoes whatever it did, also
+// after a failure half way.
+func startTransparent(id string, procs *attribution.Table) (_ *transparentSession, err error) {
+	ts := &transparentSession{id: id, procs: procs}
+	defer func() {
+		if err != nil {
+			ts.Close()
+		}
+	}()
+	root, err := redirect.CgroupRoot()
+	if err != nil {
+		return nil, fmt.Errorf("transparent mode: %w", err)
+	}
+	parent, err := redirect.OpenParent(root, cgroupParentName)
+	if err != nil {
+		return nil, fmt.Errorf("transparent mode: %w", err)
+	}
+	if ts.cg, err = parent.NewSession(id); err != nil {
+		return nil, fmt.Errorf("transparent mode: %w", err)
+	}
+	if ts.ln4, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("transparent mode: listen: %w", err)
+	}
+	cfg := redirect.Config{ProxyV4: ts.ln4.Addr().(*net.TCPAddr).AddrPort()}
+	if ts.ln6, err = net.Listen("tcp6", "[::1]:0"); err == nil {
+		cfg.ProxyV6 = ts.ln6.Addr().(*net.TCPAddr).AddrPort()
+	} else {
+		ts.ln6 = nil // IPv6 connects then fail, and clients fall back to IPv4
+	}
+	if ts.red, err = redirect.Load(cfg); err != nil {
+		return nil, fmt.Errorf("transparent mode: %w", err)
+	}
+	if ts.hooks, err = ts.red.Attach(ts.cg.Path); err != nil {
+		return nil, fmt.Errorf("transparent mode: %w", err)
+	}
+	return ts, nil
+}
+
+// serve hands the redirected connections to p.
+func (ts *transparentSession) serve(p *proxy.Proxy) {
+	for _, ln := range []net.Listener{ts.ln4, ts.ln6} {
+		if ln != nil {
+			go p.ServeTransparent(ln, ts)
+		}
+	}
+}
+
+// Origin implements proxy.OriginFinder: the hooks' record of where the
+// client was going, checked to come from this session's cgroup.
+func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error) {
+	o, err := ts.red.Lookup(client)
+	if err != nil {
+		return proxy.Tunnel{}, err
+	}
+	if o.CgroupID != ts.cg.ID {
+		return proxy.Tunnel{}, fmt.Errorf("connection from cgroup %d, not the session's", o.CgroupID)
+	}
+	proc, err := ts.procs.Process(int(o.PID))
+	if err != nil {
+		// Gone already: keep what the kernel saw at connect().
+		proc = &event.Process{PID: int(o.PID), UID: int(o.UID), Argv: []string{o.Comm}}
+	}
+	return proxy.Tunnel{Session: ts.id, Dst: o.Dst, Process: proc, Via: "transparent"}, nil
+}
+
+// end kills what is left of the session (killOnExit) or waits for it to
+// exit by itself.
+func (ts *transparentSession) end(ctx context.Context, killOnExit bool) error {
+	if killOnExit {
+		return ts.cg.Kill()
+	}
+	return ts.cg.WaitEmpty(ctx)
+}
+
+// Close detaches the hooks and removes the cgroup. The proxy closes the
+// listeners it serves; Close closes them too for a session that never
+// served.
+func (ts *transparentSession) Close() error {
+	var errs []error
+	if ts.hooks != nil {
+		errs = append(errs, ts.hooks.Close())
+	}
+	if ts.red != nil {
+		errs = append(errs, ts.red.Close())
+	}
+	for _, ln := range []net.Listener{ts.ln4, ts.ln6} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	if ts.cg != nil {
+		if err := ts.cg.Kill(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		errs = append(errs, ts.cg.Remove())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,288 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/internal/upstream"
+	"github.com/chaperone-dev/chaperone/redirect"
+	"github.com/chaperone-dev/chaperone/telemetry"
+)
+
+// needTransparent skips unless this machine can run transparent sessions:
+// root, cgroup v2 and the eBPF cgroup hooks.
+func needTransparent(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("transparent mode needs root")
+	}
+	if _, err := redirect.CgroupRoot(); err != nil {
+		t.Skipf("no cgroup v2: %v", err)
+	}
+	r, err := redirect.Load(redirect.Config{ProxyV4: netipMust("127.0.0.1:9")})
+	if errors.Is(err, redirect.ErrNotPermitted) || errors.Is(err, redirect.ErrNotSupported) {
+		t.Skipf("eBPF cgroup hooks unavailable: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+}
+
+// transparent runs agent in a transparent session of w, with the exfil
+// host's address denied.
+func (w *world) transparent(extra []string, agent ...string) result {
+	w.t.Helper()
+	args := append([]string{"run", "--mode", "transparent",
+		"--upstream-ca", w.caFile,
+		"--deny-host", w.exfil.Addr.Addr().String(),
+		"--log", w.log}, extra...)
+	return w.chaperone(nil, append(append(args, "--"), agent...)...)
+}
+
+func TestTransparentCurlNoProxy(t *testing.T) {
+	needTransparent(t)
+	need(t, "curl")
+	w := newWorld(t)
+	port := strconv.Itoa(int(w.api.Addr.Port()))
+	r := w.transparent(nil, "sh", "-c", `env | grep -i '_proxy=' && exit 9
+curl -sS --noproxy '*' --resolve "api.e2e.test:$1:127.0.0.2" -w ' [%{remote_ip}]' "https://api.e2e.test:$1/tp"`, "sh", port)
+	mustSucceed(t, r)
+	if !strings.Contains(r.stdout, "hello from api.e2e.test") || !strings.HasSuffix(r.stdout, "[127.0.0.2]") {
+		t.Errorf("curl printed %q", r.stdout)
+	}
+	reqs := w.api.Requests()
+	if len(reqs) != 1 || reqs[0].ServerName != "api.e2e.test" {
+		t.Fatalf("upstream received %+v", reqs)
+	}
+	rec := w.checkSessionLog(t, "/tp", "curl")
+	if rec.Process.PPID != w.records()[0].RootPID {
+		t.Errorf("curl's parent %d, want the session's root %d", rec.Process.PPID, w.records()[0].RootPID)
+	}
+	for _, r := range w.records() {
+		if r.Kind == event.KindConnect && r.Via != "transparent" {
+			t.Errorf("connect record via %q, want transparent", r.Via)
+		}
+	}
+}
+
+// pythonClient connects with a raw socket (no proxy support at all), does
+// TLS for name, sends one GET and prints getpeername and the status line.
+const pythonClient = `
+import socket, ssl, sys
+family, addr, port, name, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+if family == "6":
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.connect((addr, port))
+else:
+    s = socket.create_connection((addr, port))
+peer = s.getpeername()
+ctx = ssl.create_default_context()
+t = ctx.wrap_socket(s, server_hostname=name)
+t.sendall(("GET %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n" % (path, name, port)).encode())
+data = b""
+while True:
+    chunk = t.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+print("peer", peer[0], peer[1])
+print(data.split(b"\r\n")[0].decode())
+print(data.split(b"\r\n\r\n", 1)[1].decode().strip())
+`
+
+func TestTransparentPythonRawSockets(t *testing.T) {
+	needTransparent(t)
+	need(t, "python3")
+	w := newWorld(t)
+	port := strconv.Itoa(int(w.api.Addr.Port()))
+	tests := []struct {
+		name, family, addr, wantPeer string
+	}{
+		{"ipv4", "4", "127.0.0.2", "peer 127.0.0.2 " + port},
+		{"v4-mapped ipv6", "6", "::ffff:127.0.0.2", "peer ::ffff:127.0.0.2 " + port},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w.log = filepath.Join(t.TempDir(), "audit.jsonl") // one session per log
+			r := w.transparent(nil, "python3", "-c", pythonClient, tt.family, tt.addr, port, "api.e2e.test", "/raw-"+tt.family)
+			mustSucceed(t, r)
+			for _, want := range []string{tt.wantPeer, "HTTP/1.1 200", "hello from api.e2e.test"} {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("python printed %q, want %q in it", r.stdout, want)
+				}
+			}
+			w.checkSessionLog(t, "/raw-"+tt.family, "python3")
+		})
+	}
+
+	t.Run("denied address", func(t *testing.T) {
+		r := w.transparent(nil, "python3", "-c", pythonClient, "4", w.exfil.Addr.Addr().String(),
+			strconv.Itoa(int(w.exfil.Addr.Port())), "exfil.e2e.test", "/upload")
+		mustSucceed(t, r)
+		if !strings.Contains(r.stdout, "HTTP/1.1 403") || !strings.Contains(r.stdout, "deny_hosts") {
+			t.Errorf("python printed %q, want a 403 naming deny_hosts", r.stdout)
+		}
+		if n := len(w.exfil.Requests()); n != 0 {
+			t.Errorf("the denied upstream received %d requests", n)
+		}
+	})
+}
+
+func TestTransparentBashDevTCP(t *testing.T) {
+	needTransparent(t)
+	need(t, "bash")
+	w := newWorld(t)
+	plain := startUpstream(t, upstream.Options{Name: "plain.e2e.test", Addr: "127.0.0.4:0"})
+	r := w.transparent(nil, "bash", "-c", `exec 3<>"/dev/tcp/127.0.0.4/$1"
+printf 'GET /devtcp HTTP/1.1\r\nHost: plain.e2e.test\r\nConnection: close\r\n\r\n' >&3
+cat <&3`, "bash", strconv.Itoa(int(plain.Addr.Port())))
+	mustSucceed(t, r)
+	if !strings.Contains(r.stdout, "200 OK") || !strings.Contains(r.stdout, "hello from plain.e2e.test") {
+		t.Errorf("bash read %q", r.stdout)
+	}
+	if reqs := plain.Requests(); len(reqs) != 1 || reqs[0].Path != "/devtcp" {
+		t.Errorf("upstream received %+v", reqs)
+	}
+}
+
+// A grandchild that leaves its parent (setsid, double fork) is still in the
+// session: its connection goes through the proxy and is attributed to it.
+func TestTransparentOrphanedGrandchild(t *testing.T) {
+	needTransparent(t)
+	need(t, "python3")
+	w := newWorld(t)
+	pidFile := filepath.Join(w.dir, "grandchild.pid")
+	script := `
+import os, socket, ssl, sys, time
+if os.fork() > 0:
+    sys.exit(0)
+os.setsid()
+if os.fork() > 0:
+    os._exit(0)
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(0.3)  # the session's root has exited by now
+s = ssl.create_default_context().wrap_socket(socket.create_connection(("127.0.0.2", int(sys.argv[2]))), server_hostname="api.e2e.test")
+s.sendall(b"GET /orphan HTTP/1.1\r\nHost: api.e2e.test\r\nConnection: close\r\n\r\n")
+s.recv(100)
+`
+	r := w.transparent([]string{"--kill-on-exit=false"}, "python3", "-c", script, pidFile, strconv.Itoa(int(w.api.Addr.Port())))
+	mustSucceed(t, r)
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := strconv.Atoi(string(b))
+	if reqs := w.api.Requests(); len(reqs) != 1 || reqs[0].Path != "/orphan" {
+		t.Fatalf("upstream received %+v", reqs)
+	}
+	rec := w.checkSessionLog(t, "/orphan", "python3")
+	if rec.Process.PID != want {
+		t.Errorf("request attributed to pid %d, want the grandchild %d", rec.Process.PID, want)
+	}
+}
+
+// When Chaperone dies, the hooks stay on the session's cgroup: the agent's
+// next connection fails instead of going out directly.
+func TestTransparentFailsClosedWhenChaperoneDies(t *testing.T) {
+	needTransparent(t)
+	need(t, "curl")
+	w := newWorld(t)
+	ready := filepath.Join(w.dir, "ready")
+	done := filepath.Join(w.dir, "done")
+	cmd := exec.Command(binary, "run", "--mode", "transparent", "--upstream-ca", w.caFile, "--log", w.log, "--",
+		"sh", "-c", `touch "$1"; while [ ! -e "$1.go" ]; do sleep 0.02; done
+curl -sS --max-time 5 --noproxy '*' --resolve "api.e2e.test:$2:127.0.0.2" "https://api.e2e.test:$2/after" >/dev/null 2>&1
+echo $? > "$3.tmp"; mv "$3.tmp" "$3"`, "sh", ready, strconv.Itoa(int(w.api.Addr.Port())), done)
+	cmd.Env = baseEnv(w.dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, ready)
+	session := sessionCgroupOf(t, w.log)
+	if _, err := os.Stat(session); err != nil {
+		t.Fatalf("session cgroup: %v", err)
+	}
+	t.Cleanup(func() { cleanupCgroup(t, session) })
+	cmd.Process.Kill()
+	cmd.Wait()
+	os.WriteFile(ready+".go", nil, 0o644)
+	waitFile(t, done)
+	b, _ := os.ReadFile(done)
+	if code := strings.TrimSpace(string(b)); code == "0" {
+		t.Errorf("curl succeeded after Chaperone died")
+	}
+	if n := len(w.api.Requests()); n != 0 {
+		t.Errorf("upstream received %d requests after Chaperone died", n)
+	}
+}
+
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never appeared", path)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sessionCgroupOf finds the cgroup of the session whose start the audit
+// log at path records.
+func sessionCgroupOf(t *testing.T, path string) string {
+	t.Helper()
+	root, err := redirect.CgroupRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if f, err := os.Open(path); err == nil {
+			var id string
+			telemetry.ReadRecords(f, telemetry.Filter{Kinds: []event.Kind{event.KindSessionStart}}, func(r telemetry.Record) error {
+				id = r.Session
+				return nil
+			})
+			f.Close()
+			if id != "" {
+				return filepath.Join(root, cgroupParentName, "session-"+id)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no session_start in %s", path)
+	return ""
+}
+
+// cleanupCgroup kills what is left in a session cgroup that Chaperone could
+// not remove (it was killed) and removes it, which detaches the hooks.
+func cleanupCgroup(t *testing.T, path string) {
+	os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		if err := syscall.Rmdir(path); err == nil || errors.Is(err, syscall.ENOENT) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("could not remove %s", path)
+}
+
+func netipMust(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }

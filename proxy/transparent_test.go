@@ -1,0 +1,172 @@
+package proxy
+
+import (
+	"bufio"
+	stdtls "crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/internal/upstream"
+	"github.com/chaperone-dev/chaperone/policy"
+)
+
+// transparentEnv serves a transparent listener whose origins come from a
+// table the test fills: what the kernel's redirection would report.
+type transparentEnv struct {
+	*env
+	addr    string
+	origins map[netip.AddrPort]Tunnel // keyed by the client's local address
+	done    chan error
+}
+
+func newTransparentEnv(t *testing.T, o envOptions) *transparentEnv {
+	e := &transparentEnv{env: newEnv(t, o), origins: map[netip.AddrPort]Tunnel{}, done: make(chan error, 1)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addr = ln.Addr().String()
+	var mu = &e.namesMu
+	go func() {
+		e.done <- e.p.ServeTransparent(ln, OriginFinderFunc(func(client netip.AddrPort) (Tunnel, error) {
+			// The test registers a client's origin once its dial returns,
+			// which may be after the accept: wait for it a little.
+			for range 100 {
+				mu.Lock()
+				tun, ok := e.origins[client]
+				mu.Unlock()
+				if ok {
+					return tun, nil
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return Tunnel{}, errors.New("no redirect record")
+		}))
+	}()
+	t.Cleanup(func() {
+		e.p.Close()
+		select {
+		case err := <-e.done:
+			if err != nil {
+				t.Errorf("ServeTransparent returned %v after Close", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("ServeTransparent did not return after Close")
+		}
+	})
+	return e
+}
+
+// dial connects to the transparent listener as a redirected client whose
+// original destination was dst.
+func (e *transparentEnv) dial(t *testing.T, dst netip.AddrPort, register bool) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if register {
+		local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+		e.namesMu.Lock()
+		e.origins[local] = Tunnel{Session: testSession, Dst: dst, Process: &event.Process{PID: 4242}}
+		e.namesMu.Unlock()
+	}
+	return c
+}
+
+// get does one HTTPS GET over c, as a client that believes it talks to
+// name at dst.
+func (e *transparentEnv) get(t *testing.T, c net.Conn, name string, dst netip.AddrPort) (int, string) {
+	t.Helper()
+	tc := stdtls.Client(c, &stdtls.Config{RootCAs: e.caPool, ServerName: name})
+	req, _ := http.NewRequest("GET", "https://"+name+":"+itoa(dst.Port())+"/t", nil)
+	if err := req.Write(tc); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(tc), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestTransparentIntercepts(t *testing.T) {
+	e := newTransparentEnv(t, envOptions{})
+	up := e.upstream(upstream.Options{Name: "api.example.test", CA: e.upCA})
+	c := e.dial(t, up.Addr, true)
+	status, body := e.get(t, c, "api.example.test", up.Addr)
+	if status != 200 || !strings.Contains(body, "hello from api.example.test") {
+		t.Fatalf("got %d %q", status, body)
+	}
+	reqs := up.Requests()
+	if len(reqs) != 1 || reqs[0].ServerName != "api.example.test" {
+		t.Fatalf("upstream received %+v", reqs)
+	}
+	ev := e.rec.wait(t, "transparent connect", func(ev *event.Event) bool {
+		return ev.Kind == event.KindConnect && ev.Connect.Via == "transparent"
+	})
+	if ev.Session != testSession || ev.Connect.Dst != up.Addr || ev.Process == nil || ev.Process.PID != 4242 || !ev.Verdict.Allowed() {
+		t.Errorf("connect event %+v %+v", ev, ev.Connect)
+	}
+	e.rec.wait(t, "http", func(ev *event.Event) bool {
+		return ev.Kind == event.KindHTTP && ev.HTTP.Status == 200 && strings.HasPrefix(ev.HTTP.URL, "https://api.example.test:")
+	})
+}
+
+func TestTransparentDeniedDestination(t *testing.T) {
+	e := newTransparentEnv(t, envOptions{deny: []string{"127.0.0.2"}})
+	up := e.upstream(upstream.Options{Name: "evil.example.test", CA: e.upCA})
+	c := e.dial(t, up.Addr, true)
+	status, body := e.get(t, c, "evil.example.test", up.Addr)
+	if status != http.StatusForbidden || !strings.Contains(body, policy.RuleDenyHosts) {
+		t.Fatalf("got %d %q, want 403 naming the rule", status, body)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Errorf("denied upstream received %d requests", n)
+	}
+}
+
+func TestTransparentUnknownOrigin(t *testing.T) {
+	e := newTransparentEnv(t, envOptions{})
+	up := e.upstream(upstream.Options{Name: "api.example.test", CA: e.upCA})
+	c := e.dial(t, up.Addr, false)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("a connection without an origin got %d bytes", n)
+	}
+	ev := e.rec.wait(t, "refusal", func(ev *event.Event) bool {
+		return ev.Kind == event.KindConnect && ev.Verdict.Rule == ruleNoOrigin
+	})
+	if ev.Verdict.Allowed() || ev.Session != "" {
+		t.Errorf("refusal event %+v", ev)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Errorf("upstream received %d requests", n)
+	}
+}
+
+func TestTransparentUnspecifiedDestination(t *testing.T) {
+	e := newTransparentEnv(t, envOptions{})
+	c := e.dial(t, netip.MustParseAddrPort("0.0.0.0:443"), true)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// Nothing to answer in: a ClientHello is met with a 403 tunnel, so
+	// speak plain HTTP.
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("status %d, want 403", resp.StatusCode)
+	}
+}
