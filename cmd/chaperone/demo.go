@@ -112,6 +112,7 @@ func runDemo(ctx context.Context, e env, dir string) error {
 	code, err := runSession(ctx, sessionOptions{
 		cfg:    cfg,
 		argv:   []string{"sh", "-c", demoScript},
+		getenv: e.getenv,
 		stdin:  nil,
 		stdout: out,
 		stderr: e.stderr,

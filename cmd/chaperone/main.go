@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/chaperone-dev/chaperone/internal/privdrop"
 )
 
 // exitError carries a process exit status up to main without printing
@@ -38,6 +40,10 @@ type env struct {
 }
 
 func main() {
+	// The agent's own start: drop privileges, then exec it (never returns).
+	if privdrop.RunShim() {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	e := env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ}

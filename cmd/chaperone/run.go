@@ -26,6 +26,7 @@ import (
 	"github.com/chaperone-dev/chaperone/certs"
 	"github.com/chaperone-dev/chaperone/config"
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/internal/privdrop"
 	"github.com/chaperone-dev/chaperone/policy"
 	"github.com/chaperone-dev/chaperone/proxy"
 	"github.com/chaperone-dev/chaperone/telemetry"
@@ -33,7 +34,10 @@ import (
 )
 
 func newRunCommand(e env) *cobra.Command {
-	var killOnExit bool
+	var (
+		killOnExit bool
+		user       string
+	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- COMMAND [ARGS...]",
 		Short: "Run a command (an agent) and everything it starts inside a Chaperone session",
@@ -54,6 +58,8 @@ func newRunCommand(e env) *cobra.Command {
 			}
 			code, err := runSession(cmd.Context(), sessionOptions{
 				cfg:        cfg,
+				user:       user,
+				getenv:     e.getenv,
 				killOnExit: killOnExit,
 				argv:       args,
 				stdin:      e.stdin,
@@ -72,6 +78,7 @@ func newRunCommand(e env) *cobra.Command {
 	}
 	// Everything after the command's name belongs to the command.
 	cmd.Flags().SetInterspersed(false)
+	cmd.Flags().StringVar(&user, "user", "", "run the command as this user (name or uid); default: the user who ran sudo, else unchanged")
 	cmd.Flags().BoolVar(&killOnExit, "kill-on-exit", true, "transparent mode: when the command exits, kill every process it left in the session (else wait for them)")
 	return cmd
 }
@@ -79,7 +86,9 @@ func newRunCommand(e env) *cobra.Command {
 // sessionOptions is one session to run.
 type sessionOptions struct {
 	cfg            config.Config
-	killOnExit     bool // transparent mode: kill what the command leaves behind
+	user           string              // --user: run the agent as this user; "" = the sudo user, else as is
+	getenv         func(string) string // SUDO_UID and friends
+	killOnExit     bool                // transparent mode: kill what the command leaves behind
 	argv           []string
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -126,9 +135,26 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	if err != nil {
 		return 0, fmt.Errorf("run: %w", err)
 	}
-	bundle, err := certs.WriteTrustBundle(cfg.StateDir, ca)
+	// The bundle lives outside the state directory, which only Chaperone
+	// may enter: the agent may run as another user and must read it.
+	trustDir, err := os.MkdirTemp("", "chaperone-trust-")
 	if err != nil {
 		return 0, fmt.Errorf("run: %w", err)
+	}
+	defer os.RemoveAll(trustDir)
+	if err := os.Chmod(trustDir, 0o755); err != nil {
+		return 0, fmt.Errorf("run: %w", err)
+	}
+	bundle, err := certs.WriteTrustBundle(trustDir, ca)
+	if err != nil {
+		return 0, fmt.Errorf("run: %w", err)
+	}
+	who, err := agentUser(o.user, o.getenv)
+	if err != nil {
+		return 0, usageError{err}
+	}
+	if who.UID == -1 && os.Geteuid() == 0 {
+		fmt.Fprintln(o.stderr, "chaperone: the agent runs as root, without capabilities; use sudo or --user to run it as an ordinary user")
 	}
 	roots, err := chtls.LoadRoots(true, cfg.UpstreamCA...)
 	if err != nil {
@@ -235,6 +261,11 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		}
 	}
 
+	if err := privdrop.Wrap(cmd, who); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		// Most often: the command is not on PATH. Report it as a shell
+		// would, after the session's start and end are recorded.
+		cmd.Err = err
+	}
 	code, runErr := runChild(ctx, cmd, func(pid int) {
 		if cgroupFD != nil {
 			cgroupFD.Close()
@@ -249,9 +280,9 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	if runErr != nil {
 		// The command could not be started: report it as a shell would.
 		fmt.Fprintf(o.stderr, "chaperone: %v\n", runErr)
-		code = 127
-		if errors.Is(runErr, os.ErrPermission) {
-			code = 126
+		code = 126
+		if errors.Is(runErr, exec.ErrNotFound) || errors.Is(runErr, os.ErrNotExist) {
+			code = 127
 		}
 	}
 
@@ -386,6 +417,23 @@ func publishSession(bus *event.Bus, d proxy.Decider, kind event.Kind, info event
 	e.Verdict = d.Decide(context.Background(), e)
 	log.Debug("session", "kind", kind, "id", info.ID)
 	bus.Publish(e)
+}
+
+// agentUser says who the agent runs as: --user, else the user who ran
+// sudo, else unchanged (UID -1). It always runs without capabilities and
+// with no_new_privs.
+func agentUser(name string, getenv func(string) string) (privdrop.Options, error) {
+	if name != "" {
+		o, err := privdrop.ForUser(name)
+		if err != nil {
+			return o, fmt.Errorf("run: --user %s: %w", name, err)
+		}
+		return o, nil
+	}
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	return privdrop.FromSudo(getenv)
 }
 
 // ruleAuditLog names the refusals made because the audit log failed.

@@ -286,3 +286,41 @@ func cleanupCgroup(t *testing.T, path string) {
 }
 
 func netipMust(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// Started with sudo, the agent runs as the invoking user, without
+// capabilities and with no_new_privs: it cannot read the CA key or detach
+// the hooks, and its traffic still goes through the proxy.
+func TestTransparentAgentCannotTurnItOff(t *testing.T) {
+	needTransparent(t)
+	need(t, "curl")
+	w := newWorld(t)
+	key := filepath.Join(w.dir, "state", "ca-key.pem")
+	root, err := redirect.CgroupRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Join(root, cgroupParentName) // escaping to it would leave the hooks behind
+	port := strconv.Itoa(int(w.api.Addr.Port()))
+	r := w.chaperone([]string{"SUDO_UID=65534", "SUDO_GID=65534", "SUDO_USER=nobody"},
+		"run", "--mode", "transparent", "--upstream-ca", w.caFile, "--log", w.log, "--",
+		"sh", "-c", `echo "uid $(id -u)"
+grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status
+cat "$1" >/dev/null 2>&1 && echo "read the CA key"
+echo $$ > "$3/cgroup.procs" 2>/dev/null && echo "left the cgroup"
+curl -sS --noproxy '*' --resolve "api.e2e.test:$2:127.0.0.2" "https://api.e2e.test:$2/nobody"`, "sh", key, port, parent)
+	mustSucceed(t, r)
+	for _, want := range []string{"uid 65534", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "hello from api.e2e.test"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("agent printed %q, want %q in it", r.stdout, want)
+		}
+	}
+	for _, bad := range []string{"read the CA key", "left the cgroup"} {
+		if strings.Contains(r.stdout, bad) {
+			t.Errorf("the agent %s", bad)
+		}
+	}
+	rec := w.checkSessionLog(t, "/nobody", "curl")
+	if rec.Process.PID == 0 {
+		t.Errorf("no process in %+v", rec)
+	}
+}

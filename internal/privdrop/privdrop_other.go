@@ -1,0 +1,28 @@
+//go:build !linux
+
+package privdrop
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+)
+
+// Wrap is not supported on this system: it returns an error wrapping
+// errors.ErrUnsupported and leaves cmd as it is.
+func Wrap(cmd *exec.Cmd, o Options) error {
+	return fmt.Errorf("privdrop: dropping privileges on %s: %w", runtime.GOOS, errors.ErrUnsupported)
+}
+
+// RunShim returns false unless argv[1] is ShimArg; the shim cannot run on
+// this system, so then it fails closed: it prints the reason and exits 126.
+func RunShim() bool {
+	if len(os.Args) < 2 || os.Args[1] != ShimArg {
+		return false
+	}
+	fmt.Fprintf(os.Stderr, "chaperone: dropping privileges on %s: %v\n", runtime.GOOS, errors.ErrUnsupported)
+	os.Exit(126)
+	return true
+}
