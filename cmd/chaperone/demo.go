@@ -93,6 +93,7 @@ func runDemo(ctx context.Context, e env, dir string) error {
 	defer exfil.Close()
 
 	cfg := config.Default(e.getenv, os.Geteuid())
+	cfg.Mode = config.ModeProxy // the script relies on names only the proxy resolves
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.Log = filepath.Join(dir, "audit.jsonl")
 	cfg.DenyHosts = []string{"exfil.demo.test"}

@@ -111,7 +111,7 @@ func (w *world) chaperone(env []string, args ...string) result {
 // their names and denies the exfil host.
 func (w *world) run(agent ...string) result {
 	w.t.Helper()
-	args := []string{"run",
+	args := []string{"run", "--mode", "proxy",
 		"--upstream-ca", w.caFile,
 		"--resolve", "api.e2e.test:" + w.api.Addr.Addr().String(),
 		"--resolve", "exfil.e2e.test:" + w.exfil.Addr.Addr().String(),
@@ -344,7 +344,7 @@ func TestGitLsRemote(t *testing.T) {
 		t.Fatal(err)
 	}
 	git := startUpstream(t, upstream.Options{Name: "git.e2e.test", Addr: "127.0.0.4:0", CA: ca, Handler: h})
-	r := w.chaperone(nil, "run", "--upstream-ca", caFile, "--resolve", "git.e2e.test:127.0.0.4", "--log", w.log, "--",
+	r := w.chaperone(nil, "run", "--mode", "proxy", "--upstream-ca", caFile, "--resolve", "git.e2e.test:127.0.0.4", "--log", w.log, "--",
 		"git", "ls-remote", git.URL+"/project.git")
 	mustSucceed(t, r)
 	if !strings.Contains(r.stdout, head) {
@@ -434,7 +434,7 @@ func TestExitStatusAndSignals(t *testing.T) {
 
 	// SIGTERM to chaperone reaches the command, whose status is returned.
 	ready := filepath.Join(w.dir, "ready")
-	cmd := exec.Command(binary, "run", "--log", w.log, "--", "sh", "-c", `trap 'exit 42' TERM; touch "$1"; while :; do sleep 0.05; done`, "sh", ready)
+	cmd := exec.Command(binary, "run", "--mode", "proxy", "--log", w.log, "--", "sh", "-c", `trap 'exit 42' TERM; touch "$1"; while :; do sleep 0.05; done`, "sh", ready)
 	cmd.Env = baseEnv(w.dir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -620,7 +620,7 @@ func TestIPv6Proxy(t *testing.T) {
 		ln.Close()
 	}
 	w := newWorld(t)
-	r := w.chaperone(nil, "run", "--listen", "[::1]:0", "--upstream-ca", w.caFile,
+	r := w.chaperone(nil, "run", "--mode", "proxy", "--listen", "[::1]:0", "--upstream-ca", w.caFile,
 		"--resolve", "api.e2e.test:"+w.api.Addr.Addr().String(), "--log", w.log, "--",
 		"sh", "-c", `echo "$HTTPS_PROXY" | grep -q '@\[::1\]:' || { echo "proxy URL $HTTPS_PROXY"; exit 3; }; curl -sS "$1/v6"`, "sh", w.api.URL)
 	mustSucceed(t, r)

@@ -116,16 +116,9 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	log := newLogger(o.stderr, cfg.LogLevel)
 	mode := cfg.Mode
 	switch mode {
-	case config.ModeAuto:
-		// Transparent capture does not cover DNS and UDP yet: auto stays
-		// with the proxy mode until it does.
-		mode = config.ModeProxy
-	case config.ModeProxy, config.ModeTransparent:
+	case config.ModeAuto, config.ModeProxy, config.ModeTransparent:
 	default:
 		return 0, usageError{fmt.Errorf("run: mode %q is not available", cfg.Mode)}
-	}
-	if mode == config.ModeProxy {
-		fmt.Fprintln(o.stderr, "chaperone: proxy mode: programs that ignore HTTP_PROXY/HTTPS_PROXY are not covered (use --mode transparent, as root on Linux)")
 	}
 	if cfg.Policy != "" {
 		return 0, usageError{fmt.Errorf("run: policy %s: policy files are not supported by this version; use deny_hosts", cfg.Policy)}
@@ -230,15 +223,31 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		return 0, fmt.Errorf("run: %w", err)
 	}
 	p.AddSession(s.id, s.token)
+	// auto: transparent when this machine and user allow it, else the
+	// explicit proxy, saying why.
 	var ts *transparentSession
-	if mode == config.ModeTransparent {
-		if ts, err = startTransparent(s.id, procs); err != nil {
+	switch {
+	case mode == config.ModeTransparent || (mode == config.ModeAuto && os.Geteuid() == 0):
+		ts, err = startTransparent(s.id, procs)
+		switch {
+		case err == nil:
+			mode = config.ModeTransparent
+			ts.serve(p)
+		case mode == config.ModeAuto:
+			fmt.Fprintf(o.stderr, "chaperone: transparent mode unavailable (%v)\n", err)
+			mode = config.ModeProxy
+		default:
 			p.Close()
 			ln.Close()
 			stopSinks()
 			return 0, err
 		}
-		ts.serve(p)
+	case mode == config.ModeAuto:
+		fmt.Fprintln(o.stderr, "chaperone: transparent mode needs root")
+		mode = config.ModeProxy
+	}
+	if mode == config.ModeProxy {
+		fmt.Fprintln(o.stderr, "chaperone: proxy mode: programs that ignore HTTP_PROXY/HTTPS_PROXY are not covered (transparent mode needs root on Linux)")
 	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- p.Serve(ln) }()

@@ -324,3 +324,19 @@ curl -sS --noproxy '*' --resolve "api.e2e.test:$2:127.0.0.2" "https://api.e2e.te
 		t.Errorf("no process in %+v", rec)
 	}
 }
+
+func TestAutoModeChoosesTransparentWhenPrivileged(t *testing.T) {
+	needTransparent(t)
+	w := newWorld(t)
+	r := w.chaperone(nil, "run", "--log", w.log, "--", "sh", "-c", `env | grep -ci '_proxy=' || true`)
+	mustSucceed(t, r)
+	if start := w.records()[0]; start.Mode != "transparent" {
+		t.Errorf("auto mode as root chose %q, want transparent\n%s", start.Mode, r.stderr)
+	}
+	if strings.TrimSpace(r.stdout) != "0" {
+		t.Errorf("the agent has proxy variables in transparent mode: %q", r.stdout)
+	}
+	if strings.Contains(r.stderr, "proxy mode") {
+		t.Errorf("stderr warns of proxy mode:\n%s", r.stderr)
+	}
+}
