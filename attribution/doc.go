@@ -1,7 +1,10 @@
 // Package attribution answers, for an action seen on the network or the
 // filesystem, which process did it: the owner of a TCP socket, what that
 // process is (exe, argv, cwd, uid, parent, start time), its lineage, and
-// whether it descends from a session's root process.
+// whether it descends from a session's root process; the SHA-256 of the
+// executable a process runs (ExeDigest), the names of the programs between a
+// session's root and a process (LineageNames), and which coding agent a
+// command line runs (DetectAgent, pure).
 //
 // Everything is read from /proc through the small FS interface, so tests run
 // the same code against a fake tree (DirFS) and the real /proc (OSProc). The
@@ -26,6 +29,10 @@
 //   - Sockets are looked up in the network namespace of the FS root
 //     (/proc/net is the reader's namespace); SockDiag asks in the calling
 //     process's namespace, the same one for OSProc.
+//   - ExeDigest hashes the file the process runs (opened through PID/exe),
+//     not whatever is at its path now, and caches by the file's device,
+//     inode, size, mtime and ctime; a digest is never cached from a read
+//     during which the file changed.
 //   - A Table is safe for concurrent use.
 //
 // This package imports only event, golang.org/x/sys/unix (for sock_diag) and

@@ -16,9 +16,19 @@ type FS interface {
 	Readlink(name string) (string, error)
 }
 
+// Opener is implemented by an FS that can also open a file for reading, as
+// ExeDigest needs: opening PID/exe through /proc reaches the file the process
+// runs even after the path on disk was replaced or removed. DirFS and OSProc
+// implement it.
+type Opener interface {
+	Open(name string) (fs.File, error)
+}
+
 // DirFS returns an FS rooted at the directory root, which holds a tree laid
 // out like /proc (tests build one under t.TempDir or testdata). Readlink reads
-// a symbolic link inside root; its target need not exist.
+// a symbolic link inside root; its target need not exist. It is an Opener:
+// Open follows symbolic links, so PID/exe may be a regular file or a link to
+// one.
 func DirFS(root string) FS { return dirFS(root) }
 
 type dirFS string
@@ -55,4 +65,16 @@ func (d dirFS) Readlink(name string) (string, error) {
 		return "", err
 	}
 	return os.Readlink(p)
+}
+
+func (d dirFS) Open(name string) (fs.File, error) {
+	p, err := d.path("open", name)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err // never a typed nil *os.File in the interface
+	}
+	return f, nil
 }

@@ -21,3 +21,4 @@ func errNoProc(name string) error {
 func (noProc) ReadFile(name string) ([]byte, error)       { return nil, errNoProc(name) }
 func (noProc) ReadDir(name string) ([]fs.DirEntry, error) { return nil, errNoProc(name) }
 func (noProc) Readlink(name string) (string, error)       { return "", errNoProc(name) }
+func (noProc) Open(name string) (fs.File, error)          { return nil, errNoProc(name) }

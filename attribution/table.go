@@ -43,6 +43,9 @@ type Table struct {
 	btime    int64 // boot time, seconds since the epoch; 0 until read
 	cache    map[int]cachedProc
 	sessions map[int]*sessionPIDs // by root pid
+	// digests holds ExeDigest's answers; digesting the hashes in progress.
+	digests   map[exeKey]string
+	digesting map[exeKey]*digestCall
 }
 
 // SocketLookup finds the inode of the TCP socket whose local address is
@@ -82,7 +85,13 @@ type cachedProc struct {
 // NewTable returns a Table reading fsys, usually
 // NewTable(OSProc(), WithSocketLookup(SockDiag)).
 func NewTable(fsys FS, opts ...TableOption) *Table {
-	t := &Table{fsys: fsys, now: time.Now, cache: make(map[int]cachedProc), sessions: make(map[int]*sessionPIDs)}
+	t := &Table{
+		fsys: fsys, now: time.Now,
+		cache:     make(map[int]cachedProc),
+		sessions:  make(map[int]*sessionPIDs),
+		digests:   make(map[exeKey]string),
+		digesting: make(map[exeKey]*digestCall),
+	}
 	for _, o := range opts {
 		o(t)
 	}
