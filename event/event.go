@@ -67,6 +67,11 @@ type Process struct {
 	// Lineage holds the ancestors' pids, parent first, up to the session's
 	// root process.
 	Lineage []int `json:"lineage,omitempty"`
+	// LineageNames names the executables from the session's root down to
+	// this process, e.g. ["claude", "bash", "python3"].
+	LineageNames []string `json:"lineage_names,omitempty"`
+	// ExeDigest is "sha256:<hex>" of the executable, when computed.
+	ExeDigest string `json:"exe_digest,omitempty"`
 }
 
 // Session describes an agent session: one agent command and every process it

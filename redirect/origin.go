@@ -4,7 +4,7 @@ import (
 	"net/netip"
 )
 
-// Config says where redirected connections go.
+// Config says where redirected connections and DNS queries go.
 type Config struct {
 	// ProxyV4 is the proxy's IPv4 listener (normally 127.0.0.1:port).
 	// Connections to IPv4 destinations, and to v4-mapped ones from
@@ -16,11 +16,22 @@ type Config struct {
 	// application falls back to IPv4; only v4-mapped ones are redirected
 	// (to ProxyV4).
 	ProxyV6 netip.AddrPort
+	// DNSV4 and DNSV6 are the session's resolver. When both are invalid,
+	// UDP to port 53 is left alone. Otherwise it is sent to the resolver
+	// of its family (a dual-stack socket's v4-mapped destinations to
+	// DNSV4), and fails with EPERM for a family without one.
+	DNSV4, DNSV6 netip.AddrPort
+	// AllowQUIC lets UDP to port 443 through unchanged; by default it fails
+	// with EPERM (and is counted, see QUICRefused), so clients fall back to
+	// TCP, which the proxy sees.
+	AllowQUIC bool
 }
 
-// Origin is what a redirected connection asked for, and who asked.
+// Origin is what a redirected connection or DNS query asked for, and who
+// asked.
 type Origin struct {
-	// Dst is the destination the application passed to connect(): an IPv4
+	// Dst is the destination the application passed to connect() or
+	// sendmsg(): an IPv4
 	// address from an AF_INET socket, an IPv6 address from an AF_INET6
 	// socket. A dual-stack socket's v4-mapped destination keeps its mapped
 	// form (Dst.Addr().Is4In6()); Unmap it to get the IPv4 host.

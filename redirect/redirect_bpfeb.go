@@ -21,7 +21,14 @@ type redirectConfig struct {
 	Proxy6Port uint16
 	Has4       uint8
 	Has6       uint8
-	Pad        [2]uint8
+	HasDns4    uint8
+	HasDns6    uint8
+	Dns4Ip     uint32
+	Dns6Ip     [4]uint32
+	Dns4Port   uint16
+	Dns6Port   uint16
+	AllowQuic  uint8
+	Pad        [3]uint8
 }
 
 type redirectLocalKey struct {
@@ -55,12 +62,18 @@ type redirectOrigin struct {
 const (
 	redirectMapConfigMap      = "config_map"
 	redirectMapOriginByLocal  = "origin_by_local"
+	redirectMapQuicRefused    = "quic_refused"
 	redirectMapSkOrigin       = "sk_origin"
 	redirectProgConnect4      = "connect4"
 	redirectProgConnect6      = "connect6"
 	redirectProgGetpeername4  = "getpeername4"
 	redirectProgGetpeername6  = "getpeername6"
 	redirectProgPublishOrigin = "publish_origin"
+	redirectProgPublishUdp    = "publish_udp"
+	redirectProgRecvmsg4      = "recvmsg4"
+	redirectProgRecvmsg6      = "recvmsg6"
+	redirectProgSendmsg4      = "sendmsg4"
+	redirectProgSendmsg6      = "sendmsg6"
 )
 
 // loadRedirect returns the embedded CollectionSpec for redirect.
@@ -110,6 +123,11 @@ type redirectProgramSpecs struct {
 	Getpeername4  *ebpf.ProgramSpec `ebpf:"getpeername4"`
 	Getpeername6  *ebpf.ProgramSpec `ebpf:"getpeername6"`
 	PublishOrigin *ebpf.ProgramSpec `ebpf:"publish_origin"`
+	PublishUdp    *ebpf.ProgramSpec `ebpf:"publish_udp"`
+	Recvmsg4      *ebpf.ProgramSpec `ebpf:"recvmsg4"`
+	Recvmsg6      *ebpf.ProgramSpec `ebpf:"recvmsg6"`
+	Sendmsg4      *ebpf.ProgramSpec `ebpf:"sendmsg4"`
+	Sendmsg6      *ebpf.ProgramSpec `ebpf:"sendmsg6"`
 }
 
 // redirectMapSpecs contains maps before they are loaded into the kernel.
@@ -118,6 +136,7 @@ type redirectProgramSpecs struct {
 type redirectMapSpecs struct {
 	ConfigMap     *ebpf.MapSpec `ebpf:"config_map"`
 	OriginByLocal *ebpf.MapSpec `ebpf:"origin_by_local"`
+	QuicRefused   *ebpf.MapSpec `ebpf:"quic_refused"`
 	SkOrigin      *ebpf.MapSpec `ebpf:"sk_origin"`
 }
 
@@ -149,6 +168,7 @@ func (o *redirectObjects) Close() error {
 type redirectMaps struct {
 	ConfigMap     *ebpf.Map `ebpf:"config_map"`
 	OriginByLocal *ebpf.Map `ebpf:"origin_by_local"`
+	QuicRefused   *ebpf.Map `ebpf:"quic_refused"`
 	SkOrigin      *ebpf.Map `ebpf:"sk_origin"`
 }
 
@@ -156,6 +176,7 @@ func (m *redirectMaps) Close() error {
 	return _RedirectClose(
 		m.ConfigMap,
 		m.OriginByLocal,
+		m.QuicRefused,
 		m.SkOrigin,
 	)
 }
@@ -175,6 +196,11 @@ type redirectPrograms struct {
 	Getpeername4  *ebpf.Program `ebpf:"getpeername4"`
 	Getpeername6  *ebpf.Program `ebpf:"getpeername6"`
 	PublishOrigin *ebpf.Program `ebpf:"publish_origin"`
+	PublishUdp    *ebpf.Program `ebpf:"publish_udp"`
+	Recvmsg4      *ebpf.Program `ebpf:"recvmsg4"`
+	Recvmsg6      *ebpf.Program `ebpf:"recvmsg6"`
+	Sendmsg4      *ebpf.Program `ebpf:"sendmsg4"`
+	Sendmsg6      *ebpf.Program `ebpf:"sendmsg6"`
 }
 
 func (p *redirectPrograms) Close() error {
@@ -184,6 +210,11 @@ func (p *redirectPrograms) Close() error {
 		p.Getpeername4,
 		p.Getpeername6,
 		p.PublishOrigin,
+		p.PublishUdp,
+		p.Recvmsg4,
+		p.Recvmsg6,
+		p.Sendmsg4,
+		p.Sendmsg6,
 	)
 }
 

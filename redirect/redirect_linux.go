@@ -17,7 +17,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const ipprotoTCP = 6
+const (
+	ipprotoTCP = 6
+	ipprotoUDP = 17
+)
 
 // Redirector holds the loaded programs and maps. Attach it to one cgroup
 // per session; Lookup serves all of them. Its methods are safe for
@@ -77,25 +80,56 @@ func (c Config) kernel() (redirectConfig, error) {
 		return k, errors.New("redirect: config: no proxy address")
 	}
 	if c.ProxyV4.IsValid() {
-		a := c.ProxyV4.Addr().Unmap()
-		if !a.Is4() || c.ProxyV4.Port() == 0 {
-			return k, fmt.Errorf("redirect: config: proxy v4 %s: want an IPv4 address and a port", c.ProxyV4)
+		ip, err := kernel4("proxy v4", c.ProxyV4)
+		if err != nil {
+			return k, err
 		}
-		b := a.As4()
-		k.Proxy4Ip = binary.NativeEndian.Uint32(b[:])
-		k.Proxy4Port = c.ProxyV4.Port()
-		k.Has4 = 1
+		k.Proxy4Ip, k.Proxy4Port, k.Has4 = ip, c.ProxyV4.Port(), 1
 	}
 	if c.ProxyV6.IsValid() {
-		a := c.ProxyV6.Addr()
-		if !a.Is6() || a.Is4In6() || a.Zone() != "" || c.ProxyV6.Port() == 0 {
-			return k, fmt.Errorf("redirect: config: proxy v6 %s: want an IPv6 address without zone and a port", c.ProxyV6)
+		ip, err := kernel6("proxy v6", c.ProxyV6)
+		if err != nil {
+			return k, err
 		}
-		k.Proxy6Ip = words(a.As16())
-		k.Proxy6Port = c.ProxyV6.Port()
-		k.Has6 = 1
+		k.Proxy6Ip, k.Proxy6Port, k.Has6 = ip, c.ProxyV6.Port(), 1
+	}
+	if c.DNSV4.IsValid() {
+		ip, err := kernel4("dns v4", c.DNSV4)
+		if err != nil {
+			return k, err
+		}
+		k.Dns4Ip, k.Dns4Port, k.HasDns4 = ip, c.DNSV4.Port(), 1
+	}
+	if c.DNSV6.IsValid() {
+		ip, err := kernel6("dns v6", c.DNSV6)
+		if err != nil {
+			return k, err
+		}
+		k.Dns6Ip, k.Dns6Port, k.HasDns6 = ip, c.DNSV6.Port(), 1
+	}
+	if c.AllowQUIC {
+		k.AllowQuic = 1
 	}
 	return k, nil
+}
+
+// kernel4 converts an IPv4 (or v4-mapped) address with a port.
+func kernel4(what string, ap netip.AddrPort) (uint32, error) {
+	a := ap.Addr().Unmap()
+	if !a.Is4() || ap.Port() == 0 {
+		return 0, fmt.Errorf("redirect: config: %s %s: want an IPv4 address and a port", what, ap)
+	}
+	b := a.As4()
+	return binary.NativeEndian.Uint32(b[:]), nil
+}
+
+// kernel6 converts an IPv6 address, neither mapped nor zoned, with a port.
+func kernel6(what string, ap netip.AddrPort) ([4]uint32, error) {
+	a := ap.Addr()
+	if !a.Is6() || a.Is4In6() || a.Zone() != "" || ap.Port() == 0 {
+		return [4]uint32{}, fmt.Errorf("redirect: config: %s %s: want an IPv6 address without zone and a port", what, ap)
+	}
+	return words(a.As16()), nil
 }
 
 // words turns 16 address bytes into the four network-order words the
@@ -117,15 +151,20 @@ func unwords(w [4]uint32) [16]byte {
 }
 
 // hooks in attach order: the programs that publish and disguise the record
-// come first, so no connection is redirected before its record can be
-// found; a connection redirected without a record would be refused by the
-// proxy, never let through.
+// come first, so no connection or query is redirected before its record
+// can be found; a connection redirected without a record would be refused
+// by the proxy, never let through.
 func (r *Redirector) hooks() []hook {
 	p := &r.objs.redirectPrograms
 	return []hook{
 		{"sockops", p.PublishOrigin, ebpf.AttachCGroupSockOps},
+		{"egress", p.PublishUdp, ebpf.AttachCGroupInetEgress},
 		{"getpeername4", p.Getpeername4, ebpf.AttachCgroupInet4GetPeername},
 		{"getpeername6", p.Getpeername6, ebpf.AttachCgroupInet6GetPeername},
+		{"recvmsg4", p.Recvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
+		{"recvmsg6", p.Recvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+		{"sendmsg4", p.Sendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
+		{"sendmsg6", p.Sendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
 		{"connect4", p.Connect4, ebpf.AttachCGroupInet4Connect},
 		{"connect6", p.Connect6, ebpf.AttachCGroupInet6Connect},
 	}
@@ -139,8 +178,8 @@ type hook struct {
 
 // Attach attaches every program to the cgroup v2 directory cgroupPath
 // (normally a session's leaf; descendants are covered too). Attach before
-// any process enters the cgroup: connect4 and connect6 are attached one
-// after the other, not atomically.
+// any process enters the cgroup: the programs are attached one after the
+// other, not atomically.
 //
 // The programs are attached to the cgroup itself (BPF_PROG_ATTACH with
 // BPF_F_ALLOW_MULTI), not through a link owned by this process: if
@@ -223,7 +262,7 @@ func (a *attachment) detachLocked() error {
 // The record is published before the client's SYN is sent, so it is there
 // by the time the proxy accepts.
 func (r *Redirector) Lookup(client netip.AddrPort) (Origin, error) {
-	key := localKey(client)
+	key := localKey(client, ipprotoTCP)
 	var v redirectOrigin
 	err := r.objs.OriginByLocal.LookupAndDelete(&key, &v)
 	if errors.Is(err, ebpf.ErrNotSupported) {
@@ -241,12 +280,48 @@ func (r *Redirector) Lookup(client netip.AddrPort) (Origin, error) {
 	return v.origin(), nil
 }
 
-func localKey(client netip.AddrPort) redirectLocalKey {
+// LookupUDP returns the origin of the DNS query the resolver received from
+// client, the datagram's source address (IPv4, IPv6 or v4-mapped). The
+// record belongs to the client's socket and is kept, since one socket sends
+// many queries: it describes the socket's latest redirected datagram (or
+// its connect()), and is evicted from the bounded LRU map when no longer
+// used. An address with no redirected query wraps ErrNotFound.
+//
+// The record is published as the datagram leaves, so it is there by the
+// time the resolver reads the query.
+func (r *Redirector) LookupUDP(client netip.AddrPort) (Origin, error) {
+	key := localKey(client, ipprotoUDP)
+	var v redirectOrigin
+	err := r.objs.OriginByLocal.Lookup(&key, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return Origin{}, fmt.Errorf("redirect: lookup udp %s: %w", client, ErrNotFound)
+	}
+	if err != nil {
+		return Origin{}, fmt.Errorf("redirect: lookup udp %s: %w", client, err)
+	}
+	return v.origin(), nil
+}
+
+// QUICRefused counts the UDP sends and connects to port 443 refused since
+// Load, over every cgroup the Redirector is attached to.
+func (r *Redirector) QUICRefused() (uint64, error) {
+	var perCPU []uint64
+	if err := r.objs.QuicRefused.Lookup(uint32(0), &perCPU); err != nil {
+		return 0, fmt.Errorf("redirect: read quic refusals: %w", err)
+	}
+	var n uint64
+	for _, c := range perCPU {
+		n += c
+	}
+	return n, nil
+}
+
+func localKey(client netip.AddrPort, proto uint8) redirectLocalKey {
 	// As16 maps an IPv4 address, which is how the programs store it.
 	return redirectLocalKey{
 		Ip6:   words(client.Addr().Unmap().As16()),
 		Port:  client.Port(),
-		Proto: ipprotoTCP,
+		Proto: proto,
 	}
 }
 
@@ -278,7 +353,7 @@ func (v *redirectOrigin) origin() Origin {
 	}
 }
 
-// MapLen counts the records waiting for a Lookup. It walks the map, so it
+// MapLen counts the records waiting for a Lookup, and the UDP ones. It walks the map, so it
 // is meant for tests and diagnostics, not the data path.
 func (r *Redirector) MapLen() (int, error) {
 	var (

@@ -45,7 +45,19 @@ func TestConfigKernel(t *testing.T) {
 			cfg:  Config{ProxyV4: netip.MustParseAddrPort("[::ffff:127.0.0.1]:80")},
 			want: redirectConfig{Proxy4Ip: words(netip.MustParseAddr("::ffff:127.0.0.1").As16())[3], Proxy4Port: 80, Has4: 1},
 		},
+		{
+			name: "resolvers and QUIC",
+			cfg: Config{ProxyV4: netip.MustParseAddrPort("127.0.0.1:80"), DNSV4: netip.MustParseAddrPort("127.0.0.1:5353"),
+				DNSV6: netip.MustParseAddrPort("[::1]:5354"), AllowQUIC: true},
+			want: redirectConfig{Proxy4Ip: words(netip.MustParseAddr("::ffff:127.0.0.1").As16())[3], Proxy4Port: 80, Has4: 1,
+				Dns4Ip: words(netip.MustParseAddr("::ffff:127.0.0.1").As16())[3], Dns4Port: 5353, HasDns4: 1,
+				Dns6Ip: words(netip.IPv6Loopback().As16()), Dns6Port: 5354, HasDns6: 1, AllowQuic: 1},
+		},
 		{name: "none", cfg: Config{}, wantErr: true},
+		{name: "resolver only", cfg: Config{DNSV4: netip.MustParseAddrPort("127.0.0.1:53")}, wantErr: true},
+		{name: "v6 resolver in v4 slot", cfg: Config{ProxyV4: netip.MustParseAddrPort("127.0.0.1:80"), DNSV4: netip.MustParseAddrPort("[::1]:53")}, wantErr: true},
+		{name: "mapped resolver in v6 slot", cfg: Config{ProxyV4: netip.MustParseAddrPort("127.0.0.1:80"), DNSV6: netip.MustParseAddrPort("[::ffff:127.0.0.1]:53")}, wantErr: true},
+		{name: "resolver port zero", cfg: Config{ProxyV4: netip.MustParseAddrPort("127.0.0.1:80"), DNSV4: netip.MustParseAddrPort("127.0.0.1:0")}, wantErr: true},
 		{name: "v6 in v4 slot", cfg: Config{ProxyV4: netip.MustParseAddrPort("[::1]:80")}, wantErr: true},
 		{name: "v4 in v6 slot", cfg: Config{ProxyV6: netip.MustParseAddrPort("127.0.0.1:80")}, wantErr: true},
 		{name: "mapped in v6 slot", cfg: Config{ProxyV6: netip.MustParseAddrPort("[::ffff:127.0.0.1]:80")}, wantErr: true},
@@ -80,10 +92,12 @@ func TestLocalKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := localKey(tt.client)
-			want := redirectLocalKey{Ip6: words(tt.want), Port: 40000, Proto: ipprotoTCP}
-			if diff := cmp.Diff(want, got, cmp.AllowUnexported(redirectLocalKey{})); diff != "" {
-				t.Errorf("localKey(%s) (-want +got):\n%s", tt.client, diff)
+			for _, proto := range []uint8{ipprotoTCP, ipprotoUDP} {
+				got := localKey(tt.client, proto)
+				want := redirectLocalKey{Ip6: words(tt.want), Port: 40000, Proto: proto}
+				if diff := cmp.Diff(want, got, cmp.AllowUnexported(redirectLocalKey{})); diff != "" {
+					t.Errorf("localKey(%s, %d) (-want +got):\n%s", tt.client, proto, diff)
+				}
 			}
 		})
 	}

@@ -26,6 +26,16 @@ func (*Redirector) Lookup(netip.AddrPort) (Origin, error) {
 	return Origin{}, fmt.Errorf("redirect: lookup: %w", ErrNotSupported)
 }
 
+// LookupUDP fails with an error wrapping ErrNotSupported.
+func (*Redirector) LookupUDP(netip.AddrPort) (Origin, error) {
+	return Origin{}, fmt.Errorf("redirect: lookup udp: %w", ErrNotSupported)
+}
+
+// QUICRefused fails with an error wrapping ErrNotSupported.
+func (*Redirector) QUICRefused() (uint64, error) {
+	return 0, fmt.Errorf("redirect: read quic refusals: %w", ErrNotSupported)
+}
+
 // MapLen fails with an error wrapping ErrNotSupported.
 func (*Redirector) MapLen() (int, error) {
 	return 0, fmt.Errorf("redirect: count records: %w", ErrNotSupported)

@@ -74,10 +74,12 @@ type Record struct {
 
 // Process is the acting process as the audit log records it.
 type Process struct {
-	PID  int      `json:"pid"`
-	PPID int      `json:"ppid"`
-	Exe  string   `json:"exe,omitempty"`
-	Argv []string `json:"argv,omitempty"`
+	PID     int      `json:"pid"`
+	PPID    int      `json:"ppid"`
+	Exe     string   `json:"exe,omitempty"`
+	Argv    []string `json:"argv,omitempty"`
+	Lineage []string `json:"lineage,omitempty"`    // executable names, the session's root first
+	Digest  string   `json:"exe_digest,omitempty"` // "sha256:<hex>"
 }
 
 // RecordOf flattens e into its audit record. Only the payload that matches
@@ -93,7 +95,7 @@ func RecordOf(e *event.Event) Record {
 		Reason:    e.Verdict.Reason,
 	}
 	if p := e.Process; p != nil {
-		r.Process = &Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: p.Argv}
+		r.Process = &Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: p.Argv, Lineage: p.LineageNames, Digest: p.ExeDigest}
 	}
 	switch e.Kind {
 	case event.KindConnect:
@@ -153,7 +155,7 @@ func (r Record) Event() *event.Event {
 		Verdict: event.Verdict{Action: r.Verdict, Rule: r.Rule, Reason: r.Reason, DecidedBy: r.DecidedBy},
 	}
 	if p := r.Process; p != nil {
-		e.Process = &event.Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: p.Argv}
+		e.Process = &event.Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: p.Argv, LineageNames: p.Lineage, ExeDigest: p.Digest}
 	}
 	switch r.Kind {
 	case event.KindConnect:

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -37,6 +36,7 @@ func newRunCommand(e env) *cobra.Command {
 	var (
 		killOnExit bool
 		user       string
+		agent      string
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- COMMAND [ARGS...]",
@@ -59,6 +59,7 @@ func newRunCommand(e env) *cobra.Command {
 			code, err := runSession(cmd.Context(), sessionOptions{
 				cfg:        cfg,
 				user:       user,
+				agent:      agent,
 				getenv:     e.getenv,
 				killOnExit: killOnExit,
 				argv:       args,
@@ -78,6 +79,7 @@ func newRunCommand(e env) *cobra.Command {
 	}
 	// Everything after the command's name belongs to the command.
 	cmd.Flags().SetInterspersed(false)
+	cmd.Flags().StringVar(&agent, "agent", "", "the agent's name in events and traces (default: detected from the command: claude, codex, cursor, aider, gemini, …)")
 	cmd.Flags().StringVar(&user, "user", "", "run the command as this user (name or uid); default: the user who ran sudo, else unchanged")
 	cmd.Flags().BoolVar(&killOnExit, "kill-on-exit", true, "transparent mode: when the command exits, kill every process it left in the session (else wait for them)")
 	return cmd
@@ -87,6 +89,7 @@ func newRunCommand(e env) *cobra.Command {
 type sessionOptions struct {
 	cfg            config.Config
 	user           string              // --user: run the agent as this user; "" = the sudo user, else as is
+	agent          string              // --agent: the agent\'s name; "" = detected from the command
 	getenv         func(string) string // SUDO_UID and friends
 	killOnExit     bool                // transparent mode: kill what the command leaves behind
 	argv           []string
@@ -209,11 +212,12 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		Resolve:       resolver(resolves),
 		Processes: proxy.ProcessFinderFunc(func(client, _ netip.AddrPort, _ string) (*event.Process, error) {
 			// The client's socket: local = its ephemeral address, remote = the proxy.
-			pid, err := procs.SessionSocketOwner(client, s.proxyAdr, int(s.rootPID.Load()))
+			root := int(s.rootPID.Load())
+			pid, err := procs.SessionSocketOwner(client, s.proxyAdr, root)
 			if err != nil {
 				return nil, err
 			}
-			return procs.Process(pid)
+			return describeProcess(procs, pid, root)
 		}),
 		Now: time.Now,
 	})
@@ -256,7 +260,12 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.stdin, o.stdout, o.stderr
 	cmd.Env = childEnv(o.env, s, mode == config.ModeProxy)
-	info := &event.Session{ID: s.id, Agent: filepath.Base(o.argv[0]), Command: o.argv, Mode: mode, Started: started}
+	agent := o.agent
+	if agent == "" {
+		exe, _ := exec.LookPath(o.argv[0])
+		agent = attribution.DetectAgent(o.argv, exe)
+	}
+	info := &event.Session{ID: s.id, Agent: agent, Command: o.argv, Mode: mode, Started: started}
 	var cgroupFD *os.File
 	if ts != nil {
 		if cgroupFD, err = ts.cg.Open(); err == nil {
@@ -280,6 +289,9 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			cgroupFD.Close()
 		}
 		s.rootPID.Store(int64(pid))
+		if ts != nil {
+			ts.rootPID.Store(int64(pid))
+		}
 		info.RootPID = pid
 		publishSession(bus, guarded, event.KindSessionStart, *info, log)
 		if o.afterStart != nil {
@@ -426,6 +438,20 @@ func publishSession(bus *event.Bus, d proxy.Decider, kind event.Kind, info event
 	e.Verdict = d.Decide(context.Background(), e)
 	log.Debug("session", "kind", kind, "id", info.ID)
 	bus.Publish(e)
+}
+
+// describeProcess is what events say of pid: its details, lineage names
+// from the session's root and its executable's digest.
+func describeProcess(procs *attribution.Table, pid, root int) (*event.Process, error) {
+	p, err := procs.Process(pid)
+	if err != nil {
+		return nil, err
+	}
+	p.LineageNames = procs.LineageNames(p, root)
+	if d, err := procs.ExeDigest(pid); err == nil {
+		p.ExeDigest = d
+	}
+	return p, nil
 }
 
 // agentUser says who the agent runs as: --user, else the user who ran

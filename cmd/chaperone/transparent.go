@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 
 	"github.com/chaperone-dev/chaperone/attribution"
 	"github.com/chaperone-dev/chaperone/event"
@@ -29,6 +30,9 @@ type transparentSession struct {
 	ln4   net.Listener
 	ln6   net.Listener // nil when the machine has no IPv6 loopback
 	procs *attribution.Table
+	// rootPID is the session's first process, once started: lineages are
+	// named from it.
+	rootPID atomic.Int64
 }
 
 // startTransparent creates the session's cgroup, listens for redirected
@@ -89,7 +93,7 @@ func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error
 	if o.CgroupID != ts.cg.ID {
 		return proxy.Tunnel{}, fmt.Errorf("connection from cgroup %d, not the session's", o.CgroupID)
 	}
-	proc, err := ts.procs.Process(int(o.PID))
+	proc, err := describeProcess(ts.procs, int(o.PID), int(ts.rootPID.Load()))
 	if err != nil {
 		// Gone already: keep what the kernel saw at connect().
 		proc = &event.Process{PID: int(o.PID), UID: int(o.UID), Argv: []string{o.Comm}}

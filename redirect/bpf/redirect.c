@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 /*
  * Transparent redirection of a session's TCP connections to Chaperone's
- * proxy. Attached to the session's cgroup v2 leaf:
+ * proxy, and of its DNS to the session's resolver. Attached to the
+ * session's cgroup v2 leaf:
  *
  *   cgroup/connect4, cgroup/connect6
  *       Every SOCK_STREAM connect() is rewritten to the proxy's address,
  *       except a connect() to the proxy itself. The original destination and
  *       the connecting task go into the socket's local storage (sk_origin),
- *       which the kernel frees with the socket.
+ *       which the kernel frees with the socket. A UDP connect() follows the
+ *       datagram rules below.
  *   sockops (BPF_SOCK_OPS_TCP_CONNECT_CB)
  *       Runs after the local port is chosen and before the SYN leaves, so
  *       the record is published under the client's local (address, port) in
@@ -16,13 +18,25 @@
  *       address and deletes the entry after reading it.
  *   cgroup/getpeername4, cgroup/getpeername6
  *       A redirected socket reports its original destination as its peer.
+ *   cgroup/sendmsg4, cgroup/sendmsg6 (and connect4/6 for UDP)
+ *       UDP to port 53 goes to the session's resolver, its origin into
+ *       sk_origin; UDP to port 443 (QUIC) is refused unless allowed, and
+ *       counted in quic_refused; other UDP passes. A dual-stack socket's
+ *       datagram to ::ffff:a.b.c.d comes through sendmsg4.
+ *   cgroup_skb/egress
+ *       Publishes a DNS socket's record under the datagram's source
+ *       (address, port): only the packet has the source address of a
+ *       socket bound to the wildcard, and a connected socket's port is only
+ *       chosen after connect4/6 ran. Records stay until the LRU evicts
+ *       them: one socket sends many queries.
+ *   cgroup/recvmsg4, cgroup/recvmsg6
+ *       A reply from the resolver reports the original destination as its
+ *       source, which resolvers check.
  *
  * Fail closed: when the configuration is missing, when a family has no proxy
- * address, or when the record cannot be stored, connect() fails with EPERM
- * instead of going out directly.
- *
- * Keys and records are shaped for UDP (sendmsg/recvmsg) to be added: the
- * key carries the protocol, the record the hook family and protocol.
+ * (or, with DNS redirected, no resolver) address, or when the record cannot
+ * be stored, connect() and sendmsg() fail with EPERM instead of going out
+ * directly.
  */
 #include "uapi.h"
 #include <bpf/bpf_helpers.h>
@@ -33,6 +47,12 @@
 
 #define CONNECT_ALLOW 1
 #define CONNECT_REJECT 0
+
+#define SOCK_ADDR_ALLOW 1
+#define SOCK_ADDR_REJECT 0
+
+#define DNS_PORT 53
+#define QUIC_PORT 443
 
 /* origin.flags */
 #define ORIGIN_F_V4MAPPED 0x1 /* connect6 to ::ffff:a.b.c.d */
@@ -45,7 +65,14 @@ struct config {
 	__u16 proxy6_port;  /* host byte order */
 	__u8 has4;
 	__u8 has6;
-	__u8 pad[2];
+	__u8 has_dns4;
+	__u8 has_dns6;
+	__u32 dns4_ip;    /* network byte order */
+	__u32 dns6_ip[4]; /* network byte order */
+	__u16 dns4_port;  /* host byte order */
+	__u16 dns6_port;  /* host byte order */
+	__u8 allow_quic;
+	__u8 pad[3];
 };
 
 /* What the application asked for, and who asked. */
@@ -58,8 +85,8 @@ struct origin {
 	__u32 uid;
 	__u32 gid;
 	__u16 dst_port; /* host byte order */
-	__u8 family;    /* AF_INET: connect4, AF_INET6: connect6 */
-	__u8 proto;     /* IPPROTO_TCP */
+	__u8 family;    /* the socket's: AF_INET or AF_INET6 */
+	__u8 proto;     /* IPPROTO_TCP or IPPROTO_UDP */
 	__u8 flags;     /* ORIGIN_F_* */
 	__u8 pad[3];
 	char comm[16];
@@ -89,7 +116,7 @@ struct {
 } sk_origin SEC(".maps");
 
 /*
- * Records waiting for the proxy. LRU and bounded: an entry the proxy never
+ * Records waiting for the proxy (TCP) or the resolver (UDP). LRU and bounded: an entry the proxy never
  * reads (the client gave up before accept) is evicted, never leaked.
  */
 struct {
@@ -98,6 +125,14 @@ struct {
 	__type(key, struct local_key);
 	__type(value, struct origin);
 } origin_by_local SEC(".maps");
+
+/* UDP sends to port 443 refused, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} quic_refused SEC(".maps");
 
 static __always_inline const struct config *config_get(void)
 {
@@ -115,7 +150,7 @@ static __always_inline int is_v4mapped(const __u32 ip6[4])
 }
 
 /* Fills everything but the destination. */
-static __always_inline void origin_fill(struct origin *o, struct bpf_sock_addr *ctx, __u8 family)
+static __always_inline void origin_fill(struct origin *o, struct bpf_sock_addr *ctx, __u8 family, __u8 proto)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 uid_gid = bpf_get_current_uid_gid();
@@ -127,16 +162,154 @@ static __always_inline void origin_fill(struct origin *o, struct bpf_sock_addr *
 	o->uid = (__u32)uid_gid;
 	o->gid = uid_gid >> 32;
 	o->family = family;
-	o->proto = IPPROTO_TCP;
+	o->proto = proto;
 	o->flags = 0;
 	bpf_get_current_comm(o->comm, sizeof(o->comm));
+}
+
+/* What happens to a datagram, or a datagram socket's connect(). */
+enum udp_verdict {
+	UDP_PASS,
+	UDP_DNS,
+	UDP_REJECT,
+};
+
+static __always_inline enum udp_verdict udp_verdict(const struct config *cfg, __u16 port, int v4)
+{
+	if (port == QUIC_PORT) {
+		if (cfg && cfg->allow_quic)
+			return UDP_PASS;
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&quic_refused, &zero);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+		return UDP_REJECT;
+	}
+	if (port != DNS_PORT)
+		return UDP_PASS;
+	if (!cfg)
+		return UDP_REJECT;
+	if (!cfg->has_dns4 && !cfg->has_dns6)
+		return UDP_PASS; /* DNS is not redirected at all */
+	if (v4 ? cfg->has_dns4 : cfg->has_dns6)
+		return UDP_DNS;
+	return UDP_REJECT; /* no resolver for this family */
+}
+
+/*
+ * An IPv4 destination: sendmsg4, or a UDP connect4. The socket may be
+ * AF_INET6 (dual stack) sending to ::ffff:a.b.c.d, which the kernel hands to
+ * the IPv4 path; the record then keeps the mapped form.
+ */
+static __always_inline int udp4(struct bpf_sock_addr *ctx, int is_connect)
+{
+	__u32 zero = 0;
+	const struct config *cfg = bpf_map_lookup_elem(&config_map, &zero);
+	__u32 ip = ctx->user_ip4;
+	__u16 port = bpf_ntohs((__u16)ctx->user_port);
+
+	switch (udp_verdict(cfg, port, 1)) {
+	case UDP_PASS:
+		/* A reconnected socket must not keep a stale record. */
+		if (is_connect)
+			bpf_sk_storage_delete(&sk_origin, ctx->sk);
+		return SOCK_ADDR_ALLOW;
+	case UDP_REJECT:
+		return SOCK_ADDR_REJECT;
+	default:
+		break;
+	}
+	if (!cfg)
+		return SOCK_ADDR_REJECT; /* for the verifier: udp_verdict saw to it */
+
+	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!o)
+		return SOCK_ADDR_REJECT;
+	__u8 family = ctx->family == AF_INET6 ? AF_INET6 : AF_INET;
+	origin_fill(o, ctx, family, IPPROTO_UDP);
+	if (family == AF_INET6)
+		o->flags = ORIGIN_F_V4MAPPED;
+	o->dst_ip6[0] = 0;
+	o->dst_ip6[1] = 0;
+	o->dst_ip6[2] = bpf_htonl(0x0000ffff);
+	o->dst_ip6[3] = ip;
+	o->dst_port = port;
+
+	ctx->user_ip4 = cfg->dns4_ip;
+	ctx->user_port = bpf_htons(cfg->dns4_port);
+	return SOCK_ADDR_ALLOW;
+}
+
+/*
+ * An IPv6 destination: sendmsg6, or a UDP connect6. Only connect6 sees
+ * v4-mapped ones (sendmsg6 gets them through sendmsg4) and may rewrite to a
+ * mapped address.
+ */
+static __always_inline int udp6(struct bpf_sock_addr *ctx, int is_connect)
+{
+	__u32 zero = 0;
+	const struct config *cfg = bpf_map_lookup_elem(&config_map, &zero);
+	__u32 ip6[4];
+	ip6[0] = ctx->user_ip6[0];
+	ip6[1] = ctx->user_ip6[1];
+	ip6[2] = ctx->user_ip6[2];
+	ip6[3] = ctx->user_ip6[3];
+	__u16 port = bpf_ntohs((__u16)ctx->user_port);
+	int mapped = is_v4mapped(ip6);
+
+	switch (udp_verdict(cfg, port, mapped)) {
+	case UDP_PASS:
+		if (is_connect)
+			bpf_sk_storage_delete(&sk_origin, ctx->sk);
+		return SOCK_ADDR_ALLOW;
+	case UDP_REJECT:
+		return SOCK_ADDR_REJECT;
+	default:
+		break;
+	}
+	if (!cfg || (mapped && !is_connect))
+		return SOCK_ADDR_REJECT;
+
+	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!o)
+		return SOCK_ADDR_REJECT;
+	origin_fill(o, ctx, AF_INET6, IPPROTO_UDP);
+	o->dst_ip6[0] = ip6[0];
+	o->dst_ip6[1] = ip6[1];
+	o->dst_ip6[2] = ip6[2];
+	o->dst_ip6[3] = ip6[3];
+	o->dst_port = port;
+
+	if (mapped) {
+		o->flags = ORIGIN_F_V4MAPPED;
+		ctx->user_ip6[0] = 0;
+		ctx->user_ip6[1] = 0;
+		ctx->user_ip6[2] = bpf_htonl(0x0000ffff);
+		ctx->user_ip6[3] = cfg->dns4_ip;
+		ctx->user_port = bpf_htons(cfg->dns4_port);
+	} else {
+		ctx->user_ip6[0] = cfg->dns6_ip[0];
+		ctx->user_ip6[1] = cfg->dns6_ip[1];
+		ctx->user_ip6[2] = cfg->dns6_ip[2];
+		ctx->user_ip6[3] = cfg->dns6_ip[3];
+		ctx->user_port = bpf_htons(cfg->dns6_port);
+	}
+	return SOCK_ADDR_ALLOW;
+}
+
+static __always_inline int is_udp(struct bpf_sock_addr *ctx)
+{
+	/* Not ICMP ping sockets, also SOCK_DGRAM; not UDP-Lite. */
+	return ctx->type == SOCK_DGRAM && ctx->protocol == IPPROTO_UDP;
 }
 
 SEC("cgroup/connect4")
 int connect4(struct bpf_sock_addr *ctx)
 {
+	if (is_udp(ctx))
+		return udp4(ctx, 1);
 	if (ctx->type != SOCK_STREAM)
-		return CONNECT_ALLOW; /* UDP comes with sendmsg4 */
+		return CONNECT_ALLOW;
 
 	const struct config *cfg = config_get();
 	if (!cfg || !cfg->has4)
@@ -154,7 +327,7 @@ int connect4(struct bpf_sock_addr *ctx)
 	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!o)
 		return CONNECT_REJECT;
-	origin_fill(o, ctx, AF_INET);
+	origin_fill(o, ctx, AF_INET, IPPROTO_TCP);
 	o->dst_ip6[0] = 0;
 	o->dst_ip6[1] = 0;
 	o->dst_ip6[2] = bpf_htonl(0x0000ffff);
@@ -169,8 +342,10 @@ int connect4(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect6")
 int connect6(struct bpf_sock_addr *ctx)
 {
+	if (is_udp(ctx))
+		return udp6(ctx, 1);
 	if (ctx->type != SOCK_STREAM)
-		return CONNECT_ALLOW; /* UDP comes with sendmsg6 */
+		return CONNECT_ALLOW;
 
 	const struct config *cfg = config_get();
 	if (!cfg)
@@ -209,7 +384,7 @@ int connect6(struct bpf_sock_addr *ctx)
 	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!o)
 		return CONNECT_REJECT;
-	origin_fill(o, ctx, AF_INET6);
+	origin_fill(o, ctx, AF_INET6, IPPROTO_TCP);
 	o->dst_ip6[0] = ip6[0];
 	o->dst_ip6[1] = ip6[1];
 	o->dst_ip6[2] = ip6[2];
@@ -279,28 +454,56 @@ int publish_origin(struct bpf_sock_ops *ctx)
 	return 1;
 }
 
-SEC("cgroup/getpeername4")
-int getpeername4(struct bpf_sock_addr *ctx)
+/*
+ * The address a redirected socket was sent to: the proxy for TCP, the
+ * resolver for UDP. mapped: a dual-stack socket's IPv4 one.
+ */
+static __always_inline int is_target4(const struct config *cfg, __u8 proto, __u32 ip, __u16 port)
 {
-	const struct config *cfg = config_get();
+	if (proto == IPPROTO_UDP)
+		return cfg->has_dns4 && ip == cfg->dns4_ip && port == cfg->dns4_port;
+	return cfg->has4 && ip == cfg->proxy4_ip && port == cfg->proxy4_port;
+}
+
+static __always_inline int is_target6(const struct config *cfg, __u8 proto, const __u32 ip6[4], __u16 port)
+{
+	if (proto == IPPROTO_UDP)
+		return cfg->has_dns6 && ip6[0] == cfg->dns6_ip[0] && ip6[1] == cfg->dns6_ip[1] &&
+		       ip6[2] == cfg->dns6_ip[2] && ip6[3] == cfg->dns6_ip[3] && port == cfg->dns6_port;
+	return cfg->has6 && ip6[0] == cfg->proxy6_ip[0] && ip6[1] == cfg->proxy6_ip[1] &&
+	       ip6[2] == cfg->proxy6_ip[2] && ip6[3] == cfg->proxy6_ip[3] && port == cfg->proxy6_port;
+}
+
+/*
+ * Shows an AF_INET socket its original peer when ctx holds the proxy's or
+ * the resolver's address: getpeername4 for the connection's peer,
+ * recvmsg4 for a datagram's source.
+ */
+static __always_inline int disguise4(struct bpf_sock_addr *ctx)
+{
+	__u32 zero = 0;
+	const struct config *cfg = bpf_map_lookup_elem(&config_map, &zero);
 	if (!cfg)
 		return 1;
-	if (ctx->user_ip4 != cfg->proxy4_ip || bpf_ntohs((__u16)ctx->user_port) != cfg->proxy4_port)
-		return 1;
-
 	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, 0);
 	if (!o || o->family != AF_INET)
+		return 1;
+	if (!is_target4(cfg, o->proto, ctx->user_ip4, bpf_ntohs((__u16)ctx->user_port)))
 		return 1;
 	ctx->user_ip4 = o->dst_ip6[3];
 	ctx->user_port = bpf_htons(o->dst_port);
 	return 1;
 }
 
-SEC("cgroup/getpeername6")
-int getpeername6(struct bpf_sock_addr *ctx)
+/* The same for an AF_INET6 socket, whose IPv4 peers are v4-mapped. */
+static __always_inline int disguise6(struct bpf_sock_addr *ctx)
 {
-	const struct config *cfg = config_get();
+	__u32 zero = 0;
+	const struct config *cfg = bpf_map_lookup_elem(&config_map, &zero);
 	if (!cfg)
+		return 1;
+	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, 0);
+	if (!o || o->family != AF_INET6)
 		return 1;
 
 	__u32 ip6[4];
@@ -310,21 +513,100 @@ int getpeername6(struct bpf_sock_addr *ctx)
 	ip6[3] = ctx->user_ip6[3];
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
 
-	int to_proxy4 = is_v4mapped(ip6) && ip6[3] == cfg->proxy4_ip && port == cfg->proxy4_port;
-	int to_proxy6 = ip6[0] == cfg->proxy6_ip[0] && ip6[1] == cfg->proxy6_ip[1] &&
-			ip6[2] == cfg->proxy6_ip[2] && ip6[3] == cfg->proxy6_ip[3] &&
-			port == cfg->proxy6_port;
-	if (!(cfg->has4 && to_proxy4) && !(cfg->has6 && to_proxy6))
-		return 1;
-
-	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, 0);
-	if (!o || o->family != AF_INET6)
+	/* The record must be of the same kind: mapped or not. */
+	int target;
+	if (o->flags & ORIGIN_F_V4MAPPED)
+		target = is_v4mapped(ip6) && is_target4(cfg, o->proto, ip6[3], port);
+	else
+		target = is_target6(cfg, o->proto, ip6, port);
+	if (!target)
 		return 1;
 	ctx->user_ip6[0] = o->dst_ip6[0];
 	ctx->user_ip6[1] = o->dst_ip6[1];
 	ctx->user_ip6[2] = o->dst_ip6[2];
 	ctx->user_ip6[3] = o->dst_ip6[3];
 	ctx->user_port = bpf_htons(o->dst_port);
+	return 1;
+}
+
+SEC("cgroup/getpeername4")
+int getpeername4(struct bpf_sock_addr *ctx)
+{
+	return disguise4(ctx);
+}
+
+SEC("cgroup/getpeername6")
+int getpeername6(struct bpf_sock_addr *ctx)
+{
+	return disguise6(ctx);
+}
+
+SEC("cgroup/sendmsg4")
+int sendmsg4(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_UDP)
+		return SOCK_ADDR_ALLOW;
+	return udp4(ctx, 0);
+}
+
+SEC("cgroup/sendmsg6")
+int sendmsg6(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_UDP)
+		return SOCK_ADDR_ALLOW;
+	return udp6(ctx, 0);
+}
+
+SEC("cgroup/recvmsg4")
+int recvmsg4(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_UDP)
+		return 1;
+	return disguise4(ctx);
+}
+
+SEC("cgroup/recvmsg6")
+int recvmsg6(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_UDP)
+		return 1;
+	return disguise6(ctx);
+}
+
+SEC("cgroup_skb/egress")
+int publish_udp(struct __sk_buff *skb)
+{
+	struct bpf_sock *sk = skb->sk;
+	if (!sk)
+		return 1;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk || sk->protocol != IPPROTO_UDP)
+		return 1;
+	struct origin *o = bpf_sk_storage_get(&sk_origin, sk, 0, 0);
+	if (!o || o->proto != IPPROTO_UDP)
+		return 1; /* not a DNS socket */
+
+	/* skb->data is the network header here. */
+	struct local_key key = {};
+	__u32 proto = skb->protocol;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		key.ip6[2] = bpf_htonl(0x0000ffff);
+		if (bpf_skb_load_bytes(skb, 12, &key.ip6[3], 4))
+			return 1;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, 8, key.ip6, 16))
+			return 1;
+	} else {
+		return 1;
+	}
+	key.port = (__u16)sk->src_port;
+	key.proto = IPPROTO_UDP;
+
+	/*
+	 * Egress cannot fail the send usefully; without an entry the resolver
+	 * finds no origin for the query and says so.
+	 */
+	bpf_map_update_elem(&origin_by_local, &key, o, BPF_ANY);
 	return 1;
 }
 

@@ -29,6 +29,7 @@ typedef __u32 __wsum;
 
 enum {
 	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_SK_STORAGE = 24,
 };
@@ -46,7 +47,13 @@ enum {
 #define AF_INET 2
 #define AF_INET6 10
 #define SOCK_STREAM 1
+#define SOCK_DGRAM 2
 #define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+
+struct bpf_flow_keys;
 
 struct bpf_sock {
 	__u32 bound_dev_if;
@@ -77,6 +84,44 @@ struct bpf_sock_addr {
 	__u32 msg_src_ip4;
 	__u32 msg_src_ip6[4];
 	__bpf_md_ptr(struct bpf_sock *, sk);
+};
+
+struct __sk_buff {
+	__u32 len;
+	__u32 pkt_type;
+	__u32 mark;
+	__u32 queue_mapping;
+	__u32 protocol; /* network byte order */
+	__u32 vlan_present;
+	__u32 vlan_tci;
+	__u32 vlan_proto;
+	__u32 priority;
+	__u32 ingress_ifindex;
+	__u32 ifindex;
+	__u32 tc_index;
+	__u32 cb[5];
+	__u32 hash;
+	__u32 tc_classid;
+	__u32 data;
+	__u32 data_end;
+	__u32 napi_id;
+	__u32 family;
+	__u32 remote_ip4;
+	__u32 local_ip4;
+	__u32 remote_ip6[4];
+	__u32 local_ip6[4];
+	__u32 remote_port;
+	__u32 local_port;
+	__u32 data_meta;
+	__bpf_md_ptr(struct bpf_flow_keys *, flow_keys);
+	__u64 tstamp;
+	__u32 wire_len;
+	__u32 gso_segs;
+	__bpf_md_ptr(struct bpf_sock *, sk);
+	__u32 gso_size;
+	__u8 tstamp_type;
+	__u32 : 24;
+	__u64 hwtstamp;
 };
 
 struct bpf_sock_ops {
