@@ -31,6 +31,10 @@ type Config struct {
 	// Resolve pins host names to addresses, like curl --resolve:
 	// HOST:ADDR or HOST:PORT:ADDR.
 	Resolve []string `mapstructure:"resolve" yaml:"resolve"`
+	// DNSUpstreams are the resolvers a transparent session's resolver
+	// forwards to (IP or IP:port); empty means the system's, from
+	// /etc/resolv.conf.
+	DNSUpstreams []string `mapstructure:"dns_upstreams" yaml:"dns_upstreams"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `mapstructure:"log_level" yaml:"log_level"`
 }
@@ -66,6 +70,7 @@ var keys = []key{
 	{name: "deny_hosts", flag: "deny-host", list: true, help: "deny this host: a name, *.domain or IP (repeatable)"},
 	{name: "upstream_ca", flag: "upstream-ca", list: true, help: "also trust this PEM file's certificates for upstream TLS (repeatable)"},
 	{name: "resolve", flag: "resolve", list: true, help: "pin HOST:ADDR or HOST:PORT:ADDR, like curl --resolve (repeatable)"},
+	{name: "dns_upstreams", flag: "dns-upstream", list: true, help: "transparent mode: forward the session's DNS to this resolver, IP or IP:port (repeatable; default: the system's)"},
 	{name: "log_level", flag: "log-level", help: "debug, info, warn or error"},
 }
 
@@ -139,7 +144,7 @@ func (c Config) SlogLevel() slog.Level {
 // `chaperone config show`. The log key shows the audit log's actual path.
 func (c Config) YAML() ([]byte, error) {
 	c.Log = c.AuditLogPath()
-	for _, p := range []*[]string{&c.DenyHosts, &c.UpstreamCA, &c.Resolve} {
+	for _, p := range []*[]string{&c.DenyHosts, &c.UpstreamCA, &c.Resolve, &c.DNSUpstreams} {
 		if *p == nil {
 			*p = []string{}
 		}

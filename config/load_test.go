@@ -236,6 +236,7 @@ func TestYAMLRoundTrip(t *testing.T) {
 		Resolve:    []string{"h:443:[::1]"},
 		LogLevel:   "debug",
 	}
+	c.DNSUpstreams = []string{"127.0.0.5:53", "::1"}
 	b, err := c.YAML()
 	if err != nil {
 		t.Fatal(err)

@@ -87,6 +87,12 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	for i, u := range c.DNSUpstreams {
+		if _, err := ParseDNSUpstream(u); err != nil {
+			add(fmt.Sprintf("dns_upstreams[%d]", i), u, "is not an IP address or IP:port")
+		}
+	}
+
 	switch {
 	case c.LogLevel == "":
 		add("log_level", "", "is empty (want debug, info, warn or error)")
@@ -224,4 +230,17 @@ func isHostName(s string) bool {
 		}
 	}
 	return true
+}
+
+// ParseDNSUpstream parses a dns_upstreams entry: an IP address (port 53)
+// or IP:port ([v6]:port).
+func ParseDNSUpstream(s string) (netip.AddrPort, error) {
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		return netip.AddrPortFrom(a, 53), nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil || ap.Port() == 0 || ap.Addr().Zone() != "" {
+		return netip.AddrPort{}, fmt.Errorf("config: dns upstream %q is not an IP address or IP:port", s)
+	}
+	return ap, nil
 }

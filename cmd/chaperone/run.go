@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"github.com/chaperone-dev/chaperone/attribution"
 	"github.com/chaperone-dev/chaperone/certs"
 	"github.com/chaperone-dev/chaperone/config"
+	"github.com/chaperone-dev/chaperone/dns"
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/privdrop"
 	"github.com/chaperone-dev/chaperone/policy"
@@ -232,7 +234,10 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	var ts *transparentSession
 	switch {
 	case mode == config.ModeTransparent || (mode == config.ModeAuto && os.Geteuid() == 0):
-		ts, err = startTransparent(s.id, procs)
+		ts, err = startTransparent(s.id, transparentOptions{
+			procs: procs, decider: guarded, publish: bus.Publish, log: log,
+			static: staticNames(resolves), upstreams: dnsUpstreams(cfg, o.stderr),
+		})
 		switch {
 		case err == nil:
 			mode = config.ModeTransparent
@@ -313,6 +318,9 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	if ts != nil {
 		if err := ts.end(ctx, o.killOnExit); err != nil {
 			log.Warn("end session", "err", err)
+		}
+		if n := ts.quicRefused(); n > 0 {
+			fmt.Fprintf(o.stderr, "chaperone: refused %d QUIC datagrams; clients fall back to TCP through the proxy\n", n)
 		}
 	}
 	if err := p.Close(); err != nil {
@@ -438,6 +446,41 @@ func publishSession(bus *event.Bus, d proxy.Decider, kind event.Kind, info event
 	e.Verdict = d.Decide(context.Background(), e)
 	log.Debug("session", "kind", kind, "id", info.ID)
 	bus.Publish(e)
+}
+
+// staticNames are the --resolve names as the session's resolver answers
+// them (a port-specific entry names the host for every port).
+func staticNames(rs []config.Resolve) map[string][]netip.Addr {
+	m := map[string][]netip.Addr{}
+	for _, r := range rs {
+		if !slices.Contains(m[r.Host], r.Addr) {
+			m[r.Host] = append(m[r.Host], r.Addr)
+		}
+	}
+	return m
+}
+
+// dnsUpstreams are where a transparent session's resolver forwards:
+// dns_upstreams, else the system's resolvers. With neither, only static
+// names resolve.
+func dnsUpstreams(cfg config.Config, stderr io.Writer) []netip.AddrPort {
+	var ups []netip.AddrPort
+	for _, u := range cfg.DNSUpstreams {
+		if ap, err := config.ParseDNSUpstream(u); err == nil {
+			ups = append(ups, ap)
+		}
+	}
+	if len(ups) > 0 {
+		return ups
+	}
+	conf, err := os.ReadFile("/etc/resolv.conf")
+	if err == nil {
+		ups, err = dns.SystemUpstreams(conf)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "chaperone: no DNS upstream (%v): only --resolve names resolve in the session\n", err)
+	}
+	return ups
 }
 
 // describeProcess is what events say of pid: its details, lineage names

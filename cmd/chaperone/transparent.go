@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"sync/atomic"
 
 	"github.com/chaperone-dev/chaperone/attribution"
+	"github.com/chaperone-dev/chaperone/dns"
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/proxy"
 	"github.com/chaperone-dev/chaperone/redirect"
@@ -18,6 +20,16 @@ import (
 // cgroupParentName is the cgroup under the v2 root that holds every
 // session's leaf.
 const cgroupParentName = "chaperone"
+
+// transparentOptions is what a transparent session needs beyond its id.
+type transparentOptions struct {
+	procs     *attribution.Table
+	decider   dns.Decider
+	publish   func(*event.Event)
+	static    map[string][]netip.Addr // --resolve names, answered by the session's resolver
+	upstreams []netip.AddrPort        // where its resolver forwards the rest
+	log       *slog.Logger
+}
 
 // transparentSession is the kernel side of a transparent session: its
 // cgroup, the eBPF hooks attached to it, and the proxy's listeners that
@@ -29,6 +41,7 @@ type transparentSession struct {
 	hooks interface{ Close() error }
 	ln4   net.Listener
 	ln6   net.Listener // nil when the machine has no IPv6 loopback
+	dns   *dns.Server  // the session's resolver, where the hooks send port 53
 	procs *attribution.Table
 	// rootPID is the session's first process, once started: lineages are
 	// named from it.
@@ -38,8 +51,8 @@ type transparentSession struct {
 // startTransparent creates the session's cgroup, listens for redirected
 // connections and attaches the hooks. Close undoes whatever it did, also
 // after a failure half way.
-func startTransparent(id string, procs *attribution.Table) (_ *transparentSession, err error) {
-	ts := &transparentSession{id: id, procs: procs}
+func startTransparent(id string, o transparentOptions) (_ *transparentSession, err error) {
+	ts := &transparentSession{id: id, procs: o.procs}
 	defer func() {
 		if err != nil {
 			ts.Close()
@@ -64,6 +77,24 @@ func startTransparent(id string, procs *attribution.Table) (_ *transparentSessio
 		cfg.ProxyV6 = ts.ln6.Addr().(*net.TCPAddr).AddrPort()
 	} else {
 		ts.ln6 = nil // IPv6 connects then fail, and clients fall back to IPv4
+	}
+	if ts.dns, err = dns.New(dns.Options{
+		Session: id, Decider: o.decider, Publish: o.publish,
+		Static: o.static, Upstreams: o.upstreams, Logger: o.log,
+	}); err != nil {
+		return nil, fmt.Errorf("transparent mode: %w", err)
+	}
+	udp4, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("transparent mode: resolver: %w", err)
+	}
+	cfg.DNSV4 = udp4.LocalAddr().(*net.UDPAddr).AddrPort()
+	go ts.dns.ServeUDP(udp4)
+	if ts.ln6 != nil {
+		if udp6, err := net.ListenPacket("udp6", "[::1]:0"); err == nil {
+			cfg.DNSV6 = udp6.LocalAddr().(*net.UDPAddr).AddrPort()
+			go ts.dns.ServeUDP(udp6)
+		}
 	}
 	if ts.red, err = redirect.Load(cfg); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
@@ -98,7 +129,16 @@ func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error
 		// Gone already: keep what the kernel saw at connect().
 		proc = &event.Process{PID: int(o.PID), UID: int(o.UID), Argv: []string{o.Comm}}
 	}
-	return proxy.Tunnel{Session: ts.id, Dst: o.Dst, Process: proc, Via: "transparent"}, nil
+	// The name the session looked this address up as, if it did.
+	host, _ := ts.dns.NameFor(o.Dst.Addr().Unmap())
+	return proxy.Tunnel{Session: ts.id, Host: host, Dst: o.Dst, Process: proc, Via: "transparent"}, nil
+}
+
+// quicRefused is how many QUIC datagrams the session was refused (its
+// clients fall back to TCP, which the proxy sees).
+func (ts *transparentSession) quicRefused() uint64 {
+	n, _ := ts.red.QUICRefused()
+	return n
 }
 
 // end kills what is left of the session (killOnExit) or waits for it to
@@ -120,6 +160,9 @@ func (ts *transparentSession) Close() error {
 	}
 	if ts.red != nil {
 		errs = append(errs, ts.red.Close())
+	}
+	if ts.dns != nil {
+		errs = append(errs, ts.dns.Close())
 	}
 	for _, ln := range []net.Listener{ts.ln4, ts.ln6} {
 		if ln != nil {

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/dns"
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/upstream"
 	"github.com/chaperone-dev/chaperone/redirect"
@@ -45,6 +47,7 @@ func needTransparent(t *testing.T) {
 func (w *world) transparent(extra []string, agent ...string) result {
 	w.t.Helper()
 	args := append([]string{"run", "--mode", "transparent",
+		"--dns-upstream", fakeDNSUpstream(w.t).String(),
 		"--upstream-ca", w.caFile,
 		"--deny-host", w.exfil.Addr.Addr().String(),
 		"--log", w.log}, extra...)
@@ -202,7 +205,7 @@ func TestTransparentFailsClosedWhenChaperoneDies(t *testing.T) {
 	w := newWorld(t)
 	ready := filepath.Join(w.dir, "ready")
 	done := filepath.Join(w.dir, "done")
-	cmd := exec.Command(binary, "run", "--mode", "transparent", "--upstream-ca", w.caFile, "--log", w.log, "--",
+	cmd := exec.Command(binary, "run", "--mode", "transparent", "--dns-upstream", fakeDNSUpstream(t).String(), "--upstream-ca", w.caFile, "--log", w.log, "--",
 		"sh", "-c", `touch "$1"; while [ ! -e "$1.go" ]; do sleep 0.02; done
 curl -sS --max-time 5 --noproxy '*' --resolve "api.e2e.test:$2:127.0.0.2" "https://api.e2e.test:$2/after" >/dev/null 2>&1
 echo $? > "$3.tmp"; mv "$3.tmp" "$3"`, "sh", ready, strconv.Itoa(int(w.api.Addr.Port())), done)
@@ -302,7 +305,7 @@ func TestTransparentAgentCannotTurnItOff(t *testing.T) {
 	parent := filepath.Join(root, cgroupParentName) // escaping to it would leave the hooks behind
 	port := strconv.Itoa(int(w.api.Addr.Port()))
 	r := w.chaperone([]string{"SUDO_UID=65534", "SUDO_GID=65534", "SUDO_USER=nobody"},
-		"run", "--mode", "transparent", "--upstream-ca", w.caFile, "--log", w.log, "--",
+		"run", "--mode", "transparent", "--dns-upstream", fakeDNSUpstream(t).String(), "--upstream-ca", w.caFile, "--log", w.log, "--",
 		"sh", "-c", `echo "uid $(id -u)"
 grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status
 cat "$1" >/dev/null 2>&1 && echo "read the CA key"
@@ -328,7 +331,7 @@ curl -sS --noproxy '*' --resolve "api.e2e.test:$2:127.0.0.2" "https://api.e2e.te
 func TestAutoModeChoosesTransparentWhenPrivileged(t *testing.T) {
 	needTransparent(t)
 	w := newWorld(t)
-	r := w.chaperone(nil, "run", "--log", w.log, "--", "sh", "-c", `env | grep -ci '_proxy=' || true`)
+	r := w.chaperone(nil, "run", "--dns-upstream", fakeDNSUpstream(t).String(), "--log", w.log, "--", "sh", "-c", `env | grep -ci '_proxy=' || true`)
 	mustSucceed(t, r)
 	if start := w.records()[0]; start.Mode != "transparent" {
 		t.Errorf("auto mode as root chose %q, want transparent\n%s", start.Mode, r.stderr)
@@ -339,4 +342,81 @@ func TestAutoModeChoosesTransparentWhenPrivileged(t *testing.T) {
 	if strings.Contains(r.stderr, "proxy mode") {
 		t.Errorf("stderr warns of proxy mode:\n%s", r.stderr)
 	}
+}
+
+// fakeDNSUpstream starts a resolver on 127.0.0.x that knows no names, for
+// sessions to forward to: tests never ask the machine's resolver.
+func fakeDNSUpstream(t *testing.T) netip.AddrPort {
+	t.Helper()
+	srv, err := dns.New(dns.Options{Decider: dns.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
+		return event.Verdict{Action: event.Allow}
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp4", "127.0.0.9:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.ServeUDP(pc)
+	t.Cleanup(func() { srv.Close() })
+	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// Names resolve through the session's resolver: --resolve names answer,
+// denied names do not, and the connection to the answer carries the name.
+func TestTransparentDNS(t *testing.T) {
+	needTransparent(t)
+	need(t, "python3")
+	w := newWorld(t)
+	port := strconv.Itoa(int(w.api.Addr.Port()))
+	script := `
+import socket, ssl, sys
+port = int(sys.argv[1])
+try:
+    socket.getaddrinfo("exfil.e2e.test", port, socket.AF_INET)
+    print("exfil resolved")
+except socket.gaierror as e:
+    print("exfil not resolved")
+addr = socket.getaddrinfo("api.e2e.test", port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+print("api is", addr[0])
+s = ssl.create_default_context().wrap_socket(socket.create_connection(addr), server_hostname="api.e2e.test")
+s.sendall(b"GET /named HTTP/1.1\r\nHost: api.e2e.test\r\nConnection: close\r\n\r\n")
+print(s.recv(200).split(b"\r\n")[0].decode())
+`
+	r := w.transparent([]string{
+		"--resolve", "api.e2e.test:127.0.0.2",
+		"--resolve", "exfil.e2e.test:127.0.0.3",
+		"--deny-host", "exfil.e2e.test",
+	}, "python3", "-c", script, port)
+	mustSucceed(t, r)
+	for _, want := range []string{"exfil not resolved", "api is 127.0.0.2", "HTTP/1.1 200"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("python printed %q, want %q in it", r.stdout, want)
+		}
+	}
+	var sawDenied, sawAnswer, sawNamed bool
+	for _, rec := range w.records() {
+		switch {
+		case rec.Kind == event.KindDNS && rec.Name == "exfil.e2e.test" && rec.Verdict == event.Deny:
+			sawDenied = true
+		case rec.Kind == event.KindDNS && rec.Name == "api.e2e.test" && slicesContains(rec.Answers, "127.0.0.2"):
+			sawAnswer = true
+		case rec.Kind == event.KindConnect && rec.Host == "api.e2e.test" && rec.Via == "transparent":
+			sawNamed = true
+		}
+	}
+	if !sawDenied || !sawAnswer || !sawNamed {
+		t.Errorf("audit log: denied dns %v, answered dns %v, connect named by dns %v\n%+v", sawDenied, sawAnswer, sawNamed, w.records())
+	}
+	w.checkSessionLog(t, "/named", "python3")
+}
+
+func slicesContains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
