@@ -189,6 +189,12 @@ func need(t *testing.T, tools ...string) {
 // base name is exe.
 func (w *world) checkSessionLog(t *testing.T, path, exe string) telemetry.Record {
 	t.Helper()
+	return w.checkSessionLogFor(t, "api.e2e.test", path, exe)
+}
+
+// checkSessionLogFor is checkSessionLog for a request to host.
+func (w *world) checkSessionLogFor(t *testing.T, host, path, exe string) telemetry.Record {
+	t.Helper()
 	rs := w.records()
 	if len(rs) < 4 {
 		t.Fatalf("audit log has %d records, want session_start, connect, http, session_end at least", len(rs))
@@ -201,7 +207,7 @@ func (w *world) checkSessionLog(t *testing.T, path, exe string) telemetry.Record
 			t.Errorf("record %+v: session %q, want %q", r, r.Session, rs[0].Session)
 		}
 	}
-	for _, r := range w.httpRecords("api.e2e.test") {
+	for _, r := range w.httpRecords(host) {
 		if r.Method == "GET" && strings.HasSuffix(r.URL, path) {
 			if r.Status != 200 || r.Verdict != event.Allow {
 				t.Errorf("http record %+v: want status 200 and allow", r)

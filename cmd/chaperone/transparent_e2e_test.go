@@ -143,6 +143,35 @@ func TestTransparentPythonRawSockets(t *testing.T) {
 	})
 }
 
+func TestTransparentCurlPlainHTTPAndNetcat(t *testing.T) {
+	needTransparent(t)
+	need(t, "curl")
+	w := newWorld(t)
+	plain := startUpstream(t, upstream.Options{Name: "plain.e2e.test", Addr: "127.0.0.4:0"})
+	port := strconv.Itoa(int(plain.Addr.Port()))
+	script := `curl -sS --noproxy '*' "http://127.0.0.4:$1/curl-plain"; echo
+if command -v nc >/dev/null; then printf 'GET /nc HTTP/1.1\r\nHost: plain.e2e.test\r\nConnection: close\r\n\r\n' | nc -N 127.0.0.4 "$1"; fi`
+	r := w.transparent(nil, "sh", "-c", script, "sh", port)
+	mustSucceed(t, r)
+	if !strings.Contains(r.stdout, "hello from plain.e2e.test") {
+		t.Errorf("printed %q", r.stdout)
+	}
+	want := []string{"/curl-plain"}
+	if _, err := exec.LookPath("nc"); err == nil {
+		want = append(want, "/nc")
+	} else {
+		t.Log("nc is not installed: only curl ran")
+	}
+	var got []string
+	for _, rq := range plain.Requests() {
+		got = append(got, rq.Path)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("upstream received %v, want %v", got, want)
+	}
+	w.checkSessionLogFor(t, "127.0.0.4", "/curl-plain", "curl")
+}
+
 func TestTransparentBashDevTCP(t *testing.T) {
 	needTransparent(t)
 	need(t, "bash")
