@@ -12,11 +12,13 @@
 //     panics, answers Options.DenyRcode, and no upstream is asked.
 //   - Every well-formed query with one question produces exactly one event,
 //     published before the reply is sent, carrying the verdict applied, the
-//     reply's rcode and the A/AAAA addresses of its answer. Responses and
-//     packets shorter than a header are dropped; other bytes that do not
-//     parse, and queries with other than one question, get FORMERR, other
-//     opcodes NOTIMP, all without an event since they name nothing to
-//     decide, and nothing is forwarded for them.
+//     reply's rcode, the A/AAAA addresses of its answer and the process
+//     that Options.Process found for the client's address (set before the
+//     Decider is asked). Responses and packets shorter than a header are
+//     dropped; other bytes that do not parse, and queries with other than
+//     one question, get FORMERR, other opcodes NOTIMP, all without an event
+//     since they name nothing to decide, and nothing is forwarded for them
+//     nor any process looked up.
 //   - Static names are authoritative: they are never forwarded, and a type
 //     they have no record for gets NOERROR with an empty answer.
 //   - UDP replies respect the client's advertised size (512 without EDNS0)

@@ -54,7 +54,7 @@ func FuzzHandle(f *testing.F) {
 	f.Cleanup(func() { s.Close() })
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		for _, udp := range []bool{true, false} {
-			out := s.handlePacket(context.Background(), pkt, udp)
+			out := s.handlePacket(context.Background(), pkt, udp, netip.AddrPort{})
 			if out == nil {
 				continue
 			}

@@ -17,10 +17,10 @@ import (
 // headerLen is the length of a DNS message header.
 const headerLen = 12
 
-// handlePacket answers one raw query; udp says whether the reply must fit
-// the client's UDP size. It returns nil when nothing should be sent (the
+// handlePacket answers one raw query from client; udp says whether the
+// reply must fit the client's UDP size. It returns nil when nothing should be sent (the
 // packet is not a query, or cannot be answered at all).
-func (s *Server) handlePacket(ctx context.Context, pkt []byte, udp bool) []byte {
+func (s *Server) handlePacket(ctx context.Context, pkt []byte, udp bool, client netip.AddrPort) []byte {
 	req := new(mdns.Msg)
 	if err := req.Unpack(pkt); err != nil {
 		return formErr(pkt)
@@ -28,7 +28,7 @@ func (s *Server) handlePacket(ctx context.Context, pkt []byte, udp bool) []byte 
 	if req.Response {
 		return nil // never answer answers: that is how loops start
 	}
-	resp := s.handle(ctx, req)
+	resp := s.handle(ctx, req, client)
 	if udp {
 		size := mdns.MinMsgSize
 		if opt := req.IsEdns0(); opt != nil && int(opt.UDPSize()) > size {
@@ -65,8 +65,8 @@ func formErr(pkt []byte) []byte {
 	return out
 }
 
-// handle answers a parsed query.
-func (s *Server) handle(ctx context.Context, req *mdns.Msg) *mdns.Msg {
+// handle answers a parsed query from client.
+func (s *Server) handle(ctx context.Context, req *mdns.Msg, client netip.AddrPort) *mdns.Msg {
 	if req.Opcode != mdns.OpcodeQuery {
 		return reply(req, mdns.RcodeNotImplemented)
 	}
@@ -84,6 +84,7 @@ func (s *Server) handle(ctx context.Context, req *mdns.Msg) *mdns.Msg {
 		Session: s.session,
 		DNS:     &event.DNS{Name: name, Type: typeString(q.Qtype)},
 	}
+	e.Process = s.findProcess(client, name)
 	e.Verdict = s.decide(ctx, e)
 
 	var resp *mdns.Msg
@@ -102,6 +103,21 @@ func (s *Server) handle(ctx context.Context, req *mdns.Msg) *mdns.Msg {
 	s.remember(name, resp)
 	s.publish(e)
 	return resp
+}
+
+// findProcess asks Options.Process who sent the query; one that panics
+// leaves the process unknown rather than taking the server down.
+func (s *Server) findProcess(client netip.AddrPort, name string) (p *event.Process) {
+	if s.process == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("dns: process lookup panicked", "session", s.session, "name", name, "client", client, "panic", r)
+			p = nil
+		}
+	}()
+	return s.process(client)
 }
 
 // decide asks the Decider and returns the verdict applied: only allow and

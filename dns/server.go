@@ -54,6 +54,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for events and name memory; time.Now when nil.
 	Now func() time.Time
+	// Process finds the process that sent a query from client (the UDP
+	// packet's source, the TCP connection's remote address; an IPv4
+	// address is never in its v4-mapped form). Its result becomes the
+	// event's Process before the Decider sees the event. It is called once
+	// per query that produces an event, concurrently, on the query's path.
+	// Nil, or a nil result, leaves Process nil.
+	Process func(client netip.AddrPort) *event.Process
 }
 
 const (
@@ -79,6 +86,7 @@ type Server struct {
 	timeout   time.Duration
 	log       *slog.Logger
 	now       func() time.Time
+	process   func(netip.AddrPort) *event.Process
 	names     *nameMemory
 
 	ctx    context.Context // cancelled by Close: stops in-flight exchanges
@@ -158,6 +166,7 @@ func New(o Options) (*Server, error) {
 		timeout:   o.Timeout,
 		log:       o.Logger,
 		now:       o.Now,
+		process:   o.Process,
 		names:     newNameMemory(defaultNameCapacity),
 		ctx:       ctx,
 		cancel:    cancel,
@@ -217,7 +226,7 @@ func (s *Server) ServeUDP(pc net.PacketConn) error {
 		go func() {
 			defer s.wg.Done()
 			defer func() { <-sem }()
-			if reply := s.handlePacket(s.ctx, pkt, true); reply != nil {
+			if reply := s.handlePacket(s.ctx, pkt, true, clientAddr(from)); reply != nil {
 				if _, err := pc.WriteTo(reply, from); err != nil && !s.isClosed() {
 					s.log.Debug("dns: write udp reply", "session", s.session, "err", err)
 				}
@@ -272,6 +281,7 @@ func (s *Server) ServeTCP(l net.Listener) error {
 
 // serveConn answers length-prefixed queries on one TCP connection in turn.
 func (s *Server) serveConn(c net.Conn) {
+	client := clientAddr(c.RemoteAddr())
 	var lenBuf [2]byte
 	for {
 		c.SetReadDeadline(time.Now().Add(tcpIdle))
@@ -282,7 +292,7 @@ func (s *Server) serveConn(c net.Conn) {
 		if _, err := io.ReadFull(c, pkt); err != nil {
 			return
 		}
-		reply := s.handlePacket(s.ctx, pkt, false)
+		reply := s.handlePacket(s.ctx, pkt, false, client)
 		if reply == nil {
 			continue
 		}
@@ -294,6 +304,23 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 	}
+}
+
+// clientAddr is a client's address as given to Options.Process, unmapped;
+// the zero AddrPort when a says nothing usable.
+func clientAddr(a net.Addr) netip.AddrPort {
+	var ap netip.AddrPort
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	case nil:
+		return netip.AddrPort{}
+	default:
+		ap, _ = netip.ParseAddrPort(a.String())
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // track registers a resource and one goroutine under the lock, unless the

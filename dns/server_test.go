@@ -453,7 +453,7 @@ func TestHandlePacketDropsNonQueries(t *testing.T) {
 		{"garbage response", append([]byte{1, 2, 0x80}, make([]byte, 20)...)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := s.handlePacket(context.Background(), tt.pkt, true); got != nil {
+			if got := s.handlePacket(context.Background(), tt.pkt, true, netip.AddrPort{}); got != nil {
 				t.Errorf("handlePacket answered %x, want nothing", got)
 			}
 		})

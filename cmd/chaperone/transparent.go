@@ -42,6 +42,7 @@ type transparentSession struct {
 	ln4   net.Listener
 	ln6   net.Listener // nil when the machine has no IPv6 loopback
 	dns   *dns.Server  // the session's resolver, where the hooks send port 53
+	udp   []net.PacketConn
 	procs *attribution.Table
 	// rootPID is the session's first process, once started: lineages are
 	// named from it.
@@ -81,6 +82,7 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 	if ts.dns, err = dns.New(dns.Options{
 		Session: id, Decider: o.decider, Publish: o.publish,
 		Static: o.static, Upstreams: o.upstreams, Logger: o.log,
+		Process: ts.queryProcess,
 	}); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
 	}
@@ -88,12 +90,12 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 	if err != nil {
 		return nil, fmt.Errorf("transparent mode: resolver: %w", err)
 	}
+	ts.udp = append(ts.udp, udp4)
 	cfg.DNSV4 = udp4.LocalAddr().(*net.UDPAddr).AddrPort()
-	go ts.dns.ServeUDP(udp4)
 	if ts.ln6 != nil {
 		if udp6, err := net.ListenPacket("udp6", "[::1]:0"); err == nil {
+			ts.udp = append(ts.udp, udp6)
 			cfg.DNSV6 = udp6.LocalAddr().(*net.UDPAddr).AddrPort()
-			go ts.dns.ServeUDP(udp6)
 		}
 	}
 	if ts.red, err = redirect.Load(cfg); err != nil {
@@ -105,8 +107,26 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 	return ts, nil
 }
 
-// serve hands the redirected connections to p.
+// queryProcess is the process behind a DNS query from client, when the
+// hooks recorded it for this session.
+func (ts *transparentSession) queryProcess(client netip.AddrPort) *event.Process {
+	o, err := ts.red.LookupUDP(client)
+	if err != nil || o.CgroupID != ts.cg.ID {
+		return nil
+	}
+	proc, err := describeProcess(ts.procs, int(o.PID), int(ts.rootPID.Load()))
+	if err != nil {
+		return &event.Process{PID: int(o.PID), UID: int(o.UID), Argv: []string{o.Comm}}
+	}
+	return proc
+}
+
+// serve starts the session's resolver and hands the redirected
+// connections to p.
 func (ts *transparentSession) serve(p *proxy.Proxy) {
+	for _, pc := range ts.udp {
+		go ts.dns.ServeUDP(pc)
+	}
 	for _, ln := range []net.Listener{ts.ln4, ts.ln6} {
 		if ln != nil {
 			go p.ServeTransparent(ln, ts)
@@ -163,6 +183,9 @@ func (ts *transparentSession) Close() error {
 	}
 	if ts.dns != nil {
 		errs = append(errs, ts.dns.Close())
+	}
+	for _, pc := range ts.udp {
+		pc.Close() // already closed when the resolver served it
 	}
 	for _, ln := range []net.Listener{ts.ln4, ts.ln6} {
 		if ln != nil {

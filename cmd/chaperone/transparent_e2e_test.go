@@ -5,7 +5,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -431,6 +434,9 @@ print(s.recv(200).split(b"\r\n")[0].decode())
 			sawDenied = true
 		case rec.Kind == event.KindDNS && rec.Name == "api.e2e.test" && slicesContains(rec.Answers, "127.0.0.2"):
 			sawAnswer = true
+			if rec.Process == nil || !strings.HasPrefix(filepath.Base(rec.Process.Exe), "python3") {
+				t.Errorf("dns record's process = %+v, want the python3 that asked", rec.Process)
+			}
 		case rec.Kind == event.KindConnect && rec.Host == "api.e2e.test" && rec.Via == "transparent":
 			sawNamed = true
 		}
@@ -448,4 +454,90 @@ func slicesContains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestBenchClient is not a test: BenchmarkTransparentHTTPS runs the test
+// binary as the client, in a session or directly, through it.
+func TestBenchClient(t *testing.T) {
+	url := os.Getenv("BENCH_CLIENT_URL")
+	if url == "" {
+		t.Skip("only a client for BenchmarkTransparentHTTPS")
+	}
+	n, _ := strconv.Atoi(os.Getenv("BENCH_CLIENT_N"))
+	dial := os.Getenv("BENCH_CLIENT_DIAL") // the upstream's address: no DNS
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, dial)
+	}}
+	c := &http.Client{Transport: tr}
+	get := func() {
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	get() // connection and certificate warm
+	start := time.Now()
+	for range n {
+		get()
+	}
+	fmt.Printf("ns/op=%d\n", time.Since(start).Nanoseconds()/int64(n))
+}
+
+// BenchmarkTransparentHTTPS measures a kept-alive HTTPS GET of 1 KB made
+// by a real process in a transparent session against the same process
+// making it directly, in one run: the ratio is what transparent capture
+// and interception cost a request.
+func BenchmarkTransparentHTTPS(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("transparent mode needs root")
+	}
+	dir := b.TempDir()
+	ca, err := upstream.NewCA("bench-upstream")
+	if err != nil {
+		b.Fatal(err)
+	}
+	caFile, err := ca.WriteFile(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	up, err := upstream.Start(upstream.Options{Name: "bench.e2e.test", Addr: "127.0.0.2:0", CA: ca, HTTP1Only: true,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(make([]byte, 1024)) })})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer up.Close()
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := max(b.N, 200)
+	client := func(t []string, env ...string) float64 {
+		cmd := exec.Command(t[0], append(t[1:], self, "-test.run=^TestBenchClient$", "-test.v=false")...)
+		cmd.Env = append(baseEnv(dir), append(env,
+			"BENCH_CLIENT_URL="+up.URL+"/1k",
+			"BENCH_CLIENT_DIAL="+up.Addr.String(),
+			"BENCH_CLIENT_N="+strconv.Itoa(n))...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("%v: %v\n%s", t, err, out)
+		}
+		i := strings.Index(string(out), "ns/op=")
+		if i < 0 {
+			b.Fatalf("no figure in %s", out)
+		}
+		v, _ := strconv.ParseFloat(strings.Fields(string(out)[i+6:])[0], 64)
+		return v
+	}
+	direct := client([]string{"env"}, "SSL_CERT_FILE="+caFile)
+	viaProxy := client([]string{binary, "run", "--mode", "transparent", "--dns-upstream", "127.0.0.9:1",
+		"--upstream-ca", caFile, "--log", filepath.Join(dir, "audit.jsonl"), "--"})
+	b.ReportMetric(direct, "direct-ns/req")
+	b.ReportMetric(viaProxy, "transparent-ns/req")
+	b.ReportMetric(viaProxy/direct, "x-direct-time")
 }
