@@ -31,6 +31,9 @@ type Config struct {
 	// Resolve pins host names to addresses, like curl --resolve:
 	// HOST:ADDR or HOST:PORT:ADDR.
 	Resolve []string `mapstructure:"resolve" yaml:"resolve"`
+	// TLSPassthrough are hosts whose TLS is passed through, not
+	// intercepted (clients that pin certificates): a name, *.domain or IP.
+	TLSPassthrough []string `mapstructure:"tls_passthrough" yaml:"tls_passthrough"`
 	// DNSUpstreams are the resolvers a transparent session's resolver
 	// forwards to (IP or IP:port); empty means the system's, from
 	// /etc/resolv.conf.
@@ -70,6 +73,7 @@ var keys = []key{
 	{name: "deny_hosts", flag: "deny-host", list: true, help: "deny this host: a name, *.domain or IP (repeatable)"},
 	{name: "upstream_ca", flag: "upstream-ca", list: true, help: "also trust this PEM file's certificates for upstream TLS (repeatable)"},
 	{name: "resolve", flag: "resolve", list: true, help: "pin HOST:ADDR or HOST:PORT:ADDR, like curl --resolve (repeatable)"},
+	{name: "tls_passthrough", flag: "tls-passthrough", list: true, help: "do not intercept TLS to this host (certificate pinning): a name, *.domain or IP (repeatable)"},
 	{name: "dns_upstreams", flag: "dns-upstream", list: true, help: "transparent mode: forward the session's DNS to this resolver, IP or IP:port (repeatable; default: the system's)"},
 	{name: "log_level", flag: "log-level", help: "debug, info, warn or error"},
 }
@@ -144,7 +148,7 @@ func (c Config) SlogLevel() slog.Level {
 // `chaperone config show`. The log key shows the audit log's actual path.
 func (c Config) YAML() ([]byte, error) {
 	c.Log = c.AuditLogPath()
-	for _, p := range []*[]string{&c.DenyHosts, &c.UpstreamCA, &c.Resolve, &c.DNSUpstreams} {
+	for _, p := range []*[]string{&c.DenyHosts, &c.UpstreamCA, &c.Resolve, &c.TLSPassthrough, &c.DNSUpstreams} {
 		if *p == nil {
 			*p = []string{}
 		}

@@ -85,6 +85,7 @@ func TestValidate(t *testing.T) {
 		{"bad mode", func(c *Config) { c.Mode = "stealth" }, []string{"mode"}, `"stealth" is not a mode`},
 		{"empty mode", func(c *Config) { c.Mode = "" }, []string{"mode"}, "empty"},
 		{"unknown mode", func(c *Config) { c.Mode = "sideways" }, []string{"mode"}, "is not a mode"},
+		{"tls passthrough", func(c *Config) { c.TLSPassthrough = []string{"ok.example", "a b"} }, []string{"tls_passthrough[1]"}, "not a host name"},
 		{"dns upstream", func(c *Config) { c.DNSUpstreams = []string{"127.0.0.1", "[::1]:5353", "dns.example:53"} }, []string{"dns_upstreams[2]"}, "not an IP address"},
 		{"non-loopback listen", func(c *Config) { c.Listen = "0.0.0.0:8080" }, []string{"listen"}, "not a loopback"},
 		{"public listen", func(c *Config) { c.Listen = "192.0.2.1:80" }, []string{"listen"}, "not a loopback"},

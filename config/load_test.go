@@ -237,6 +237,7 @@ func TestYAMLRoundTrip(t *testing.T) {
 		LogLevel:   "debug",
 	}
 	c.DNSUpstreams = []string{"127.0.0.5:53", "::1"}
+	c.TLSPassthrough = []string{"pinned.example", "*.bank.example"}
 	b, err := c.YAML()
 	if err != nil {
 		t.Fatal(err)

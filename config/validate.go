@@ -87,6 +87,12 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	for i, h := range c.TLSPassthrough {
+		if p := denyHostProblem(h); p != "" {
+			add(fmt.Sprintf("tls_passthrough[%d]", i), h, p)
+		}
+	}
+
 	for i, u := range c.DNSUpstreams {
 		if _, err := ParseDNSUpstream(u); err != nil {
 			add(fmt.Sprintf("dns_upstreams[%d]", i), u, "is not an IP address or IP:port")

@@ -15,22 +15,37 @@ const RuleDenyHosts = "deny_hosts"
 
 // Builtin is the built-in policy: deny the listed hosts, allow the rest.
 type Builtin struct {
+	deny *HostList
+}
+
+// NewBuiltin returns the built-in policy denying denyHosts (see
+// NewHostList for the entries' form).
+func NewBuiltin(denyHosts []string) (*Builtin, error) {
+	l, err := NewHostList(denyHosts)
+	if err != nil {
+		return nil, fmt.Errorf("policy: deny_hosts: %w", err)
+	}
+	return &Builtin{deny: l}, nil
+}
+
+// HostList matches hosts against a list of names, *.domain wildcards and
+// IP addresses.
+type HostList struct {
 	exact    map[string]bool
 	suffixes []string // ".example.com" from "*.example.com"
 	addrs    map[netip.Addr]bool
 }
 
-// NewBuiltin returns the built-in policy denying denyHosts. An entry is a
-// host name ("example.com"), a wildcard for its subdomains
-// ("*.example.com", which does not match example.com itself) or an IP
-// address.
-func NewBuiltin(denyHosts []string) (*Builtin, error) {
-	b := &Builtin{exact: map[string]bool{}, addrs: map[netip.Addr]bool{}}
-	for _, h := range denyHosts {
+// NewHostList returns a list of hosts. An entry is a host name
+// ("example.com"), a wildcard for its subdomains ("*.example.com", which
+// does not match example.com itself) or an IP address.
+func NewHostList(hosts []string) (*HostList, error) {
+	b := &HostList{exact: map[string]bool{}, addrs: map[netip.Addr]bool{}}
+	for _, h := range hosts {
 		h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
 		switch {
 		case h == "":
-			return nil, fmt.Errorf("policy: deny_hosts: empty host")
+			return nil, fmt.Errorf("empty host")
 		case strings.HasPrefix(h, "*."):
 			b.suffixes = append(b.suffixes, h[1:])
 		default:
@@ -39,7 +54,7 @@ func NewBuiltin(denyHosts []string) (*Builtin, error) {
 				continue
 			}
 			if strings.ContainsAny(h, "*/:@ ") {
-				return nil, fmt.Errorf("policy: deny_hosts: %q is not a host name, *.domain or IP address", h)
+				return nil, fmt.Errorf("%q is not a host name, *.domain or IP address", h)
 			}
 			b.exact[h] = true
 		}
@@ -49,7 +64,7 @@ func NewBuiltin(denyHosts []string) (*Builtin, error) {
 
 // Decide implements the built-in policy.
 func (b *Builtin) Decide(_ context.Context, e *event.Event) event.Verdict {
-	if host, addr := target(e); b.denied(host, addr) {
+	if host, addr := target(e); b.deny.Match(host, addr) {
 		name := host
 		if name == "" {
 			name = addr.String()
@@ -64,11 +79,13 @@ func (b *Builtin) Decide(_ context.Context, e *event.Event) event.Verdict {
 	return event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByDefault, Reason: "allowed by default"}
 }
 
-func (b *Builtin) denied(host string, addr netip.Addr) bool {
+// Match reports whether host (a name, IP literal or host:port) or addr is
+// in the list.
+func (b *HostList) Match(host string, addr netip.Addr) bool {
 	if addr.IsValid() && b.addrs[addr.Unmap()] {
 		return true
 	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	host = strings.TrimSuffix(strings.ToLower(hostOnly(host)), ".")
 	if host == "" {
 		return false
 	}

@@ -113,6 +113,7 @@ type envOptions struct {
 	peekTimeout time.Duration
 	roots       *x509.CertPool // upstream roots; the upstream CA when nil
 	processes   ProcessFinder
+	passthrough func(string, netip.Addr) bool
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -151,6 +152,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 			return a, ok
 		},
 		Processes:   o.processes,
+		Passthrough: o.passthrough,
 		PeekTimeout: o.peekTimeout,
 	})
 	if err != nil {

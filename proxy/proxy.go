@@ -70,6 +70,12 @@ type Options struct {
 	// before treating the protocol as server-first and passing it through;
 	// 300ms when zero.
 	PeekTimeout time.Duration
+	// Passthrough says which TLS servers are not intercepted: their
+	// connections are passed through, still decided on their connect and
+	// tls events, for clients that pin certificates. It gets the SNI (or
+	// the tunnel's host when there is none) and the destination address.
+	// Nil intercepts everything.
+	Passthrough func(host string, dst netip.Addr) bool
 }
 
 // Tunnel describes a client connection whose connect event was allowed:
@@ -99,6 +105,7 @@ type Proxy struct {
 	procs       ProcessFinder
 	now         func() time.Time
 	peekTimeout time.Duration
+	noIntercept func(string, netip.Addr) bool
 
 	mitmTLS   *stdtls.Config
 	dialer    net.Dialer
@@ -149,6 +156,7 @@ func New(opts Options) (*Proxy, error) {
 		procs:       opts.Processes,
 		now:         opts.Now,
 		peekTimeout: opts.PeekTimeout,
+		noIntercept: opts.Passthrough,
 		dialer:      net.Dialer{Timeout: dialTimeout},
 		tunnels:     make(map[*tunnel]struct{}),
 		listeners:   make(map[net.Listener]struct{}),

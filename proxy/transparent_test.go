@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	stdtls "crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -168,5 +169,41 @@ func TestTransparentUnspecifiedDestination(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("status %d, want 403", resp.StatusCode)
+	}
+}
+
+// TLS to a passthrough host is not intercepted: the client sees the
+// upstream's own certificate, and the tls event says so.
+func TestPassthroughHost(t *testing.T) {
+	e := newEnv(t, envOptions{passthrough: func(host string, _ netip.Addr) bool { return host == "pinned.example.test" }})
+	pinned := e.upstream(upstream.Options{Name: "pinned.example.test", CA: e.upCA})
+	other := e.upstream(upstream.Options{Name: "api.example.test", CA: e.upCA, Addr: "127.0.0.3:0"})
+	get := func(u string, roots *x509.CertPool) error {
+		c := &http.Client{Transport: &http.Transport{
+			Proxy:           http.ProxyURL(e.proxyURL(proxyUser, testToken)),
+			TLSClientConfig: &stdtls.Config{RootCAs: roots},
+		}}
+		resp, err := c.Get(u)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	// Trusting only the upstream's CA works for the pinned host alone.
+	if err := get(pinned.URL+"/", e.upCA.Pool); err != nil {
+		t.Fatalf("pinned host through passthrough: %v", err)
+	}
+	if err := get(other.URL+"/", e.upCA.Pool); err == nil {
+		t.Fatal("an intercepted host verified against the upstream's CA")
+	}
+	if reqs := pinned.Requests(); len(reqs) != 1 || reqs[0].ServerName != "pinned.example.test" {
+		t.Errorf("pinned upstream received %+v", reqs)
+	}
+	ev := e.rec.wait(t, "tls event", func(ev *event.Event) bool {
+		return ev.Kind == event.KindTLS && ev.TLS.ServerName == "pinned.example.test"
+	})
+	if ev.TLS.Intercepted || !ev.Verdict.Allowed() {
+		t.Errorf("tls event %+v, want allowed and not intercepted", ev.TLS)
 	}
 }

@@ -164,9 +164,15 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) {
 		p.publish(e)
 	} else {
 		e.Verdict = p.decide(ctx, e)
-		e.TLS.Intercepted = e.Verdict.Allowed()
+		pass := e.Verdict.Allowed() && p.noIntercept != nil && p.noIntercept(t.host, t.dst.Addr())
+		e.TLS.Intercepted = e.Verdict.Allowed() && !pass
 		p.publish(e)
 		if !e.Verdict.Allowed() {
+			return
+		}
+		if pass {
+			tc.Conn.SetDeadline(time.Time{})
+			p.passthrough(ctx, tc, false)
 			return
 		}
 	}

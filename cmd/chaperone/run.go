@@ -166,6 +166,14 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	if err != nil {
 		return 0, usageError{err}
 	}
+	var passthrough func(string, netip.Addr) bool
+	if len(cfg.TLSPassthrough) > 0 {
+		pinned, err := policy.NewHostList(cfg.TLSPassthrough)
+		if err != nil {
+			return 0, usageError{fmt.Errorf("run: tls_passthrough: %w", err)}
+		}
+		passthrough = pinned.Match
+	}
 
 	audit, err := telemetry.OpenAuditLog(cfg.AuditLogPath())
 	if err != nil {
@@ -221,7 +229,8 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			}
 			return describeProcess(procs, pid, root)
 		}),
-		Now: time.Now,
+		Passthrough: passthrough,
+		Now:         time.Now,
 	})
 	if err != nil {
 		ln.Close()

@@ -146,6 +146,32 @@ func TestTransparentPythonRawSockets(t *testing.T) {
 	})
 }
 
+// A client that pins the server's certificate (curl trusting only the
+// upstream's CA) works through a tls_passthrough host and fails elsewhere.
+func TestTransparentTLSPassthrough(t *testing.T) {
+	needTransparent(t)
+	need(t, "curl")
+	w := newWorld(t)
+	port := strconv.Itoa(int(w.api.Addr.Port()))
+	script := `curl -sS --noproxy '*' --cacert "$2" --resolve "api.e2e.test:$1:127.0.0.2" "https://api.e2e.test:$1/pinned" && echo " pinned ok"`
+	r := w.transparent([]string{"--tls-passthrough", "api.e2e.test"}, "sh", "-c", script, "sh", port, w.caFile)
+	mustSucceed(t, r)
+	if !strings.Contains(r.stdout, "pinned ok") {
+		t.Errorf("curl through passthrough printed %q", r.stdout)
+	}
+	intercepted := false
+	for _, rec := range w.records() {
+		intercepted = intercepted || (rec.Kind == event.KindTLS && rec.Intercepted)
+	}
+	if intercepted {
+		t.Error("the passthrough host's TLS was intercepted")
+	}
+	w.log = filepath.Join(t.TempDir(), "audit.jsonl")
+	if r := w.transparent(nil, "sh", "-c", script, "sh", port, w.caFile); strings.Contains(r.stdout, "pinned ok") {
+		t.Errorf("a pinning client accepted Chaperone's certificate: %q", r.stdout)
+	}
+}
+
 func TestTransparentCurlPlainHTTPAndNetcat(t *testing.T) {
 	needTransparent(t)
 	need(t, "curl")
