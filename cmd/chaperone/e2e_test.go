@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	os.Chmod(dir, 0o755) // tests run it as other users too
 	binary = filepath.Join(dir, "chaperone")
 	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", binary, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr

@@ -53,6 +53,9 @@ type transparentSession struct {
 // connections and attaches the hooks. Close undoes whatever it did, also
 // after a failure half way.
 func startTransparent(id string, o transparentOptions) (_ *transparentSession, err error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("transparent mode needs root: attaching eBPF programs to a cgroup takes CAP_BPF and CAP_SYS_ADMIN (use sudo, or --mode proxy)")
+	}
 	ts := &transparentSession{id: id, procs: o.procs}
 	defer func() {
 		if err != nil {

@@ -76,6 +76,14 @@ curl -sS --noproxy '*' --resolve "api.e2e.test:$1:127.0.0.2" -w ' [%{remote_ip}]
 	if rec.Process.PPID != w.records()[0].RootPID {
 		t.Errorf("curl's parent %d, want the session's root %d", rec.Process.PPID, w.records()[0].RootPID)
 	}
+	// sh may be a link to another shell: compare with what runs as sh.
+	shell, _ := filepath.EvalSymlinks("/bin/sh")
+	if l := rec.Process.Lineage; len(l) != 2 || l[1] != "curl" || (shell != "" && l[0] != filepath.Base(shell)) {
+		t.Errorf("lineage %q, want [%s curl]", l, filepath.Base(shell))
+	}
+	if !strings.HasPrefix(rec.Process.Digest, "sha256:") {
+		t.Errorf("no executable digest in %+v", rec.Process)
+	}
 	for _, r := range w.records() {
 		if r.Kind == event.KindConnect && r.Via != "transparent" {
 			t.Errorf("connect record via %q, want transparent", r.Via)
@@ -566,4 +574,33 @@ func BenchmarkTransparentHTTPS(b *testing.B) {
 	b.ReportMetric(direct, "direct-ns/req")
 	b.ReportMetric(viaProxy, "transparent-ns/req")
 	b.ReportMetric(viaProxy/direct, "x-direct-time")
+}
+
+// Without privileges, --mode transparent fails and says what is missing;
+// auto falls back to the explicit proxy and says why.
+func TestTransparentNeedsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start chaperone as another user")
+	}
+	dir, err := os.MkdirTemp("", "chaperone-nobody-") // t.TempDir's parent is closed to others
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o777)
+	run := func(mode string) (string, error) {
+		cmd := exec.Command(binary, "run", "--mode", mode, "--", "true")
+		cmd.Env = append(baseEnv(dir), "CHAPERONE_STATE_DIR="+filepath.Join(dir, "state-"+mode), "HOME="+dir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("transparent")
+	if err == nil || !strings.Contains(out, "transparent mode needs root") {
+		t.Errorf("--mode transparent as nobody: %v\n%s", err, out)
+	}
+	out, err = run("auto")
+	if err != nil || !strings.Contains(out, "transparent mode needs root") || !strings.Contains(out, "proxy mode") {
+		t.Errorf("--mode auto as nobody: %v\n%s", err, out)
+	}
 }
