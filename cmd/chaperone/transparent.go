@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"github.com/chaperone-dev/chaperone/attribution"
@@ -43,7 +44,14 @@ type transparentSession struct {
 	ln6   net.Listener // nil when the machine has no IPv6 loopback
 	dns   *dns.Server  // the session's resolver, where the hooks send port 53
 	udp   []net.PacketConn
-	procs *attribution.Table
+	// dnsTCP feeds the resolver the TCP connections to port 53; tcpDNS
+	// holds their records (client address → redirect.Origin) while open.
+	dnsTCP *connQueue
+	tcpDNS sync.Map
+	// accepted holds the records of connections accepted for the proxy
+	// (client address → originLookup) until Origin takes them.
+	accepted sync.Map
+	procs    *attribution.Table
 	// rootPID is the session's first process, once started: lineages are
 	// named from it.
 	rootPID atomic.Int64
@@ -114,6 +122,9 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 // hooks recorded it for this session.
 func (ts *transparentSession) queryProcess(client netip.AddrPort) *event.Process {
 	o, err := ts.red.LookupUDP(client)
+	if v, ok := ts.tcpDNS.Load(client); ok {
+		o, err = v.(redirect.Origin), nil
+	}
 	if err != nil || o.CgroupID != ts.cg.ID {
 		return nil
 	}
@@ -130,9 +141,11 @@ func (ts *transparentSession) serve(p *proxy.Proxy) {
 	for _, pc := range ts.udp {
 		go ts.dns.ServeUDP(pc)
 	}
+	ts.dnsTCP = newConnQueue(ts.ln4.Addr())
+	go ts.dns.ServeTCP(ts.dnsTCP)
 	for _, ln := range []net.Listener{ts.ln4, ts.ln6} {
 		if ln != nil {
-			go p.ServeTransparent(ln, ts)
+			go p.ServeTransparent(splitDNS{Listener: ln, ts: ts}, ts)
 		}
 	}
 }
@@ -140,7 +153,11 @@ func (ts *transparentSession) serve(p *proxy.Proxy) {
 // Origin implements proxy.OriginFinder: the hooks' record of where the
 // client was going, checked to come from this session's cgroup.
 func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error) {
-	o, err := ts.red.Lookup(client)
+	v, ok := ts.accepted.LoadAndDelete(client)
+	if !ok {
+		return proxy.Tunnel{}, fmt.Errorf("no record for %s", client)
+	}
+	o, err := v.(originLookup).origin, v.(originLookup).err
 	if err != nil {
 		return proxy.Tunnel{}, err
 	}
@@ -183,6 +200,9 @@ func (ts *transparentSession) Close() error {
 	}
 	if ts.red != nil {
 		errs = append(errs, ts.red.Close())
+	}
+	if ts.dnsTCP != nil {
+		ts.dnsTCP.Close()
 	}
 	if ts.dns != nil {
 		errs = append(errs, ts.dns.Close())

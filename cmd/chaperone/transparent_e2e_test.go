@@ -604,3 +604,31 @@ func TestTransparentNeedsRoot(t *testing.T) {
 		t.Errorf("--mode auto as nobody: %v\n%s", err, out)
 	}
 }
+
+// DNS over TCP and UDP both reach the session's resolver, whatever server
+// the program names.
+func TestTransparentDig(t *testing.T) {
+	needTransparent(t)
+	need(t, "dig")
+	w := newWorld(t)
+	r := w.transparent([]string{"--resolve", "api.e2e.test:127.0.0.2"}, "sh", "-c",
+		`echo "udp $(dig +short +time=5 +tries=1 @127.0.0.53 api.e2e.test)"; echo "tcp $(dig +tcp +short +time=5 +tries=1 @127.0.0.53 api.e2e.test)"`)
+	mustSucceed(t, r)
+	for _, want := range []string{"udp 127.0.0.2", "tcp 127.0.0.2"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("dig printed %q, want %q", r.stdout, want)
+		}
+	}
+	n := 0
+	for _, rec := range w.records() {
+		if rec.Kind == event.KindDNS && rec.Name == "api.e2e.test" {
+			n++
+			if rec.Process == nil || filepath.Base(rec.Process.Exe) != "dig" {
+				t.Errorf("dns record's process %+v, want dig", rec.Process)
+			}
+		}
+	}
+	if n < 2 {
+		t.Errorf("%d dns records for api.e2e.test, want one per transport", n)
+	}
+}
