@@ -130,16 +130,7 @@ func (s *Server) decide(ctx context.Context, e *event.Event) (v event.Verdict) {
 			v = event.Verdict{Action: event.Deny, Reason: "the policy failed to decide", DecidedBy: event.DecidedByDefault}
 		}
 	}()
-	v = s.decider.Decide(ctx, e)
-	switch v.Action {
-	case event.Allow, event.Rewrite, event.Deny:
-	case event.Ask:
-		v = event.Verdict{Action: event.Deny, Rule: v.Rule, DecidedBy: v.DecidedBy,
-			Reason: strings.TrimSpace("asking is not available for dns, so denied; " + v.Reason)}
-	default:
-		v = event.Verdict{Action: event.Deny, Rule: v.Rule, DecidedBy: v.DecidedBy, Reason: "unknown verdict " + v.Action.String()}
-	}
-	return v
+	return s.decider.Decide(ctx, e).Enforced()
 }
 
 // reply is an empty answer to req with rcode.

@@ -3,6 +3,7 @@ package event
 import (
 	"encoding"
 	"fmt"
+	"strings"
 )
 
 // Action is what happens to the action an event describes. The zero value is
@@ -115,6 +116,22 @@ func (v Verdict) String() string {
 		s += ": " + v.Reason
 	}
 	return s
+}
+
+// Enforced is the verdict a path that cannot hold an action for a person
+// applies: allow, rewrite and deny stand; ask, and any action this version
+// does not know, become a deny that keeps the rule and says why.
+func (v Verdict) Enforced() Verdict {
+	switch v.Action {
+	case Allow, Rewrite, Deny:
+		return v
+	case Ask:
+		v.Reason = strings.TrimSpace("asking is not available here, so denied; " + v.Reason)
+	default:
+		v.Reason = "unknown verdict " + v.Action.String()
+	}
+	v.Action = Deny
+	return v
 }
 
 var (

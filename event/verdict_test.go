@@ -74,3 +74,21 @@ func TestKindValid(t *testing.T) {
 		t.Error(`"net" is valid`)
 	}
 }
+
+func TestEnforced(t *testing.T) {
+	tests := []struct {
+		in, want Verdict
+	}{
+		{Verdict{Action: Allow, Rule: "r"}, Verdict{Action: Allow, Rule: "r"}},
+		{Verdict{Action: Rewrite}, Verdict{Action: Rewrite}},
+		{Verdict{}, Verdict{}},
+		{Verdict{Action: Ask, Rule: "confirm", Reason: "a person decides", DecidedBy: DecidedByRule},
+			Verdict{Action: Deny, Rule: "confirm", Reason: "asking is not available here, so denied; a person decides", DecidedBy: DecidedByRule}},
+		{Verdict{Action: Action(7), Rule: "x"}, Verdict{Action: Deny, Rule: "x", Reason: "unknown verdict action(7)"}},
+	}
+	for _, tt := range tests {
+		if diff := cmp.Diff(tt.want, tt.in.Enforced()); diff != "" {
+			t.Errorf("%v.Enforced() (-want +got):\n%s", tt.in, diff)
+		}
+	}
+}

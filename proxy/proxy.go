@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -376,16 +375,7 @@ func (p *Proxy) decide(ctx context.Context, e *event.Event) (v event.Verdict) {
 			v = event.Verdict{Action: event.Deny, Reason: "the policy failed to decide", DecidedBy: event.DecidedByDefault}
 		}
 	}()
-	v = p.decider.Decide(ctx, e)
-	switch v.Action {
-	case event.Allow, event.Rewrite, event.Deny:
-	case event.Ask:
-		v = event.Verdict{Action: event.Deny, Rule: v.Rule, DecidedBy: v.DecidedBy,
-			Reason: strings.TrimSpace("asking is not available here, so denied; " + v.Reason)}
-	default:
-		v = event.Verdict{Action: event.Deny, Rule: v.Rule, DecidedBy: v.DecidedBy, Reason: "unknown verdict " + v.Action.String()}
-	}
-	return v
+	return p.decider.Decide(ctx, e).Enforced()
 }
 
 // denyMessage is the body of a refusal: it names the rule and the reason,
