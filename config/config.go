@@ -34,6 +34,10 @@ type Config struct {
 	// TLSPassthrough are hosts whose TLS is passed through, not
 	// intercepted (clients that pin certificates): a name, *.domain or IP.
 	TLSPassthrough []string `mapstructure:"tls_passthrough" yaml:"tls_passthrough"`
+	// QUIC says what a transparent session does with UDP to port 443:
+	// "refuse" (the default: clients fall back to TCP, which the proxy
+	// sees) or "allow" (QUIC passes unmediated).
+	QUIC string `mapstructure:"quic" yaml:"quic"`
 	// DNSUpstreams are the resolvers a transparent session's resolver
 	// forwards to (IP or IP:port); empty means the system's, from
 	// /etc/resolv.conf.
@@ -41,6 +45,12 @@ type Config struct {
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `mapstructure:"log_level" yaml:"log_level"`
 }
+
+// What transparent sessions do with QUIC.
+const (
+	QUICRefuse = "refuse"
+	QUICAllow  = "allow"
+)
 
 // Modes accepted by Validate.
 const (
@@ -74,6 +84,7 @@ var keys = []key{
 	{name: "upstream_ca", flag: "upstream-ca", list: true, help: "also trust this PEM file's certificates for upstream TLS (repeatable)"},
 	{name: "resolve", flag: "resolve", list: true, help: "pin HOST:ADDR or HOST:PORT:ADDR, like curl --resolve (repeatable)"},
 	{name: "tls_passthrough", flag: "tls-passthrough", list: true, help: "do not intercept TLS to this host (certificate pinning): a name, *.domain or IP (repeatable)"},
+	{name: "quic", flag: "quic", help: `transparent mode: "refuse" UDP to port 443 so clients fall back to TCP through the proxy, or "allow" it unmediated`},
 	{name: "dns_upstreams", flag: "dns-upstream", list: true, help: "transparent mode: forward the session's DNS to this resolver, IP or IP:port (repeatable; default: the system's)"},
 	{name: "log_level", flag: "log-level", help: "debug, info, warn or error"},
 }
@@ -105,6 +116,7 @@ func Default(env func(string) string, euid int) Config {
 	return Config{
 		StateDir: defaultStateDir(env, euid),
 		Mode:     ModeAuto,
+		QUIC:     QUICRefuse,
 		Listen:   DefaultListen,
 		LogLevel: "info",
 	}

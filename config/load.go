@@ -163,6 +163,8 @@ func defaultValue(c Config, name string) any {
 		return c.UpstreamCA
 	case "resolve":
 		return c.Resolve
+	case "quic":
+		return c.QUIC
 	case "tls_passthrough":
 		return c.TLSPassthrough
 	case "dns_upstreams":

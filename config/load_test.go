@@ -230,6 +230,7 @@ func TestYAMLRoundTrip(t *testing.T) {
 	c := Config{
 		StateDir:   filepath.Join(dir, "state"),
 		Mode:       "proxy",
+		QUIC:       "allow",
 		Listen:     "127.0.0.1:9999",
 		DenyHosts:  []string{"a.com", "*.b.org"},
 		UpstreamCA: []string{ca},

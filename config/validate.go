@@ -87,6 +87,12 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	switch c.QUIC {
+	case QUICRefuse, QUICAllow:
+	default:
+		add("quic", c.QUIC, `is not "refuse" or "allow"`)
+	}
+
 	for i, h := range c.TLSPassthrough {
 		if p := denyHostProblem(h); p != "" {
 			add(fmt.Sprintf("tls_passthrough[%d]", i), h, p)

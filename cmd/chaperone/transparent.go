@@ -29,6 +29,7 @@ type transparentOptions struct {
 	publish   func(*event.Event)
 	static    map[string][]netip.Addr // --resolve names, answered by the session's resolver
 	upstreams []netip.AddrPort        // where its resolver forwards the rest
+	allowQUIC bool                    // let UDP to port 443 through, unmediated
 	log       *slog.Logger
 }
 
@@ -109,6 +110,7 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 			cfg.DNSV6 = udp6.LocalAddr().(*net.UDPAddr).AddrPort()
 		}
 	}
+	cfg.AllowQUIC = o.allowQUIC
 	if ts.red, err = redirect.Load(cfg); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
 	}

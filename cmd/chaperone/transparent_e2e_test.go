@@ -632,3 +632,40 @@ func TestTransparentDig(t *testing.T) {
 		t.Errorf("%d dns records for api.e2e.test, want one per transport", n)
 	}
 }
+
+// QUIC (UDP to port 443) is refused unless the configuration allows it,
+// and the refusals are reported when the session ends.
+func TestTransparentQUIC(t *testing.T) {
+	needTransparent(t)
+	need(t, "python3")
+	pc, err := net.ListenPacket("udp4", "127.0.0.8:443")
+	if err != nil {
+		t.Skipf("cannot listen on UDP 127.0.0.8:443: %v", err)
+	}
+	defer pc.Close()
+	w := newWorld(t)
+	script := `
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.sendto(b"quic initial", ("127.0.0.8", 443))
+    print("sent")
+except PermissionError:
+    print("refused")
+`
+	r := w.transparent(nil, "python3", "-c", script)
+	mustSucceed(t, r)
+	if strings.TrimSpace(r.stdout) != "refused" || !strings.Contains(r.stderr, "refused 1 QUIC datagrams") {
+		t.Errorf("default: stdout %q, stderr:\n%s", r.stdout, r.stderr)
+	}
+	r = w.transparent([]string{"--quic", "allow"}, "python3", "-c", script)
+	mustSucceed(t, r)
+	if strings.TrimSpace(r.stdout) != "sent" {
+		t.Errorf("--quic allow: stdout %q", r.stdout)
+	}
+	pc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 64)
+	if n, _, err := pc.ReadFrom(buf); err != nil || string(buf[:n]) != "quic initial" {
+		t.Errorf("the allowed datagram did not arrive: %q, %v", buf[:n], err)
+	}
+}
