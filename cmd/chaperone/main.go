@@ -91,6 +91,7 @@ func newRootCommand(e env) *cobra.Command {
 		newCACommand(e),
 		newEventsCommand(e),
 		newDemoCommand(e),
+		newPolicyCommand(e),
 	)
 	return root
 }

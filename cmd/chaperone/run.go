@@ -125,9 +125,6 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	default:
 		return 0, usageError{fmt.Errorf("run: mode %q is not available", cfg.Mode)}
 	}
-	if cfg.Policy != "" {
-		return 0, usageError{fmt.Errorf("run: policy %s: policy files are not supported by this version; use deny_hosts", cfg.Policy)}
-	}
 
 	ca, _, err := certs.LoadOrCreate(cfg.StateDir, time.Now, rand.Reader)
 	if err != nil {
@@ -162,9 +159,24 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	if err != nil {
 		return 0, usageError{err}
 	}
-	decider, err := policy.NewBuiltin(cfg.DenyHosts)
+	builtin, err := policy.NewBuiltin(cfg.DenyHosts)
 	if err != nil {
 		return 0, usageError{err}
+	}
+	var decider proxy.Decider = builtin
+	if cfg.Policy != "" {
+		// A policy that does not load stops the session before it starts:
+		// never half a policy.
+		pol, err := policy.Load(cfg.Policy)
+		if err != nil {
+			return 0, usageError{err}
+		}
+		d, closePolicy, err := newPolicyDecider(ctx, pol, builtin, log, o.getenv)
+		if err != nil {
+			return 0, fmt.Errorf("run: %w", err)
+		}
+		defer closePolicy()
+		decider = d
 	}
 	var passthrough func(string, netip.Addr) bool
 	if len(cfg.TLSPassthrough) > 0 {
@@ -308,7 +320,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			ts.rootPID.Store(int64(pid))
 		}
 		info.RootPID = pid
-		publishSession(bus, guarded, event.KindSessionStart, *info, log)
+		publishSession(bus, event.KindSessionStart, *info, log)
 		if o.afterStart != nil {
 			o.afterStart(s)
 		}
@@ -345,7 +357,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	end := *info
 	end.ExitCode = code
 	end.Duration = time.Since(started)
-	publishSession(bus, guarded, event.KindSessionEnd, end, log)
+	publishSession(bus, event.KindSessionEnd, end, log)
 	auditErr := stopSinks()
 	sum.print(o.stderr, s, code)
 	if auditErr != nil {
@@ -448,12 +460,14 @@ func resolver(rs []config.Resolve) func(string, uint16) (netip.Addr, bool) {
 	}
 }
 
-func publishSession(bus *event.Bus, d proxy.Decider, kind event.Kind, info event.Session, log *slog.Logger) {
+// publishSession records a session's start or end. They are facts, not
+// requests: recorded as allowed, never put to the policy (nor its judge).
+func publishSession(bus *event.Bus, kind event.Kind, info event.Session, log *slog.Logger) {
 	e := &event.Event{Time: time.Now(), Kind: kind, Session: info.ID, SessionInfo: &info}
 	if info.RootPID > 0 {
 		e.Process = &event.Process{PID: info.RootPID, PPID: os.Getpid(), Argv: info.Command}
 	}
-	e.Verdict = d.Decide(context.Background(), e)
+	e.Verdict = event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByDefault, Reason: "recorded"}
 	log.Debug("session", "kind", kind, "id", info.ID)
 	bus.Publish(e)
 }

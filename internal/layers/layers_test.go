@@ -19,7 +19,7 @@ const module = "github.com/chaperone-dev/chaperone"
 // test, so a new package has to take its place in the layering.
 var allowed = map[string]struct{ project, external []string }{
 	"event":             {},
-	"policy":            {project: []string{"event"}, external: []string{"github.com/google/cel-go", "cel.dev/"}},
+	"policy":            {project: []string{"event", "plugin"}, external: []string{"github.com/google/cel-go", "cel.dev/", "go.yaml.in/yaml", "github.com/hashicorp/golang-lru"}},
 	"rewrite":           {project: []string{"event"}},
 	"certs":             {external: []string{"github.com/hashicorp/golang-lru", "golang.org/x/sync"}},
 	"attribution":       {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
@@ -34,6 +34,9 @@ var allowed = map[string]struct{ project, external []string }{
 	"internal/layers":   {},
 	"internal/privdrop": {external: []string{"golang.org/x/sys"}},
 	"cmd/chaperone":     {project: []string{"*"}, external: []string{"*"}},
+
+	"plugin":                   {project: []string{"event"}},
+	"examples/denyhost-plugin": {project: []string{"plugin", "event"}},
 }
 
 func TestImportRules(t *testing.T) {

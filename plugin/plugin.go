@@ -1,0 +1,176 @@
+package plugin
+
+import (
+	"time"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// Verdict words of a Response.
+const (
+	Allow   = "allow"
+	Deny    = "deny"
+	Rewrite = "rewrite" // let it through with the policy's rewrites applied
+	Ask     = "ask"     // hold it until a person answers
+	Abstain = "abstain" // no opinion: the next plugin, then the judge or the default, decides
+)
+
+// ValidVerdict reports whether w is one of the verdict words.
+func ValidVerdict(w string) bool {
+	switch w {
+	case Allow, Deny, Rewrite, Ask, Abstain:
+		return true
+	}
+	return false
+}
+
+// Request is one line Chaperone writes to the plugin's stdin.
+type Request struct {
+	ID    uint64 `json:"id"` // never 0
+	Event Event  `json:"event"`
+}
+
+// Response is one line the plugin writes to its stdout, answering the
+// Request with the same ID.
+type Response struct {
+	ID uint64 `json:"id"`
+	Verdict
+}
+
+// Verdict is a plugin's decision about one event.
+type Verdict struct {
+	Verdict string `json:"verdict"`          // Allow, Deny, Rewrite, Ask or Abstain
+	Reason  string `json:"reason,omitempty"` // one line a person can read
+	Rule    string `json:"rule,omitempty"`   // the plugin's own name for what decided; never a secret
+}
+
+// Event is the JSON view of an event that a plugin receives. Its field names
+// are those of the audit log (docs/events.md); only the fields of the
+// event's kind are set.
+type Event struct {
+	Kind    event.Kind `json:"kind"`
+	Time    time.Time  `json:"time,omitzero"`
+	Session string     `json:"session,omitempty"`
+	Process *Process   `json:"process,omitempty"` // absent when the process could not be found
+
+	// connect (dst, host, port, transport, via), http (host)
+	Dst       string `json:"dst,omitempty"` // "ip:port"
+	Host      string `json:"host,omitempty"`
+	Port      uint16 `json:"port,omitempty"`
+	Transport string `json:"transport,omitempty"`
+	Via       string `json:"via,omitempty"`
+
+	// tls
+	SNI         string   `json:"sni,omitempty"`
+	ALPN        []string `json:"alpn,omitempty"`
+	TLSVersion  string   `json:"tls_version,omitempty"`
+	Intercepted bool     `json:"intercepted,omitempty"`
+
+	// http
+	Method  string `json:"method,omitempty"`
+	URL     string `json:"url,omitempty"` // without credentials
+	Status  int    `json:"status,omitempty"`
+	Proto   string `json:"proto,omitempty"`
+	Upgrade string `json:"upgrade,omitempty"`
+	// Header holds the request's headers; values of credential headers are
+	// never included.
+	Header map[string][]string `json:"header,omitempty"`
+
+	// llm (and path for llm, file and exec)
+	Provider string `json:"provider,omitempty"`
+	Model    string `json:"model,omitempty"`
+	Path     string `json:"path,omitempty"`
+
+	// dns
+	Name    string   `json:"name,omitempty"`
+	QType   string   `json:"qtype,omitempty"`
+	Answers []string `json:"answers,omitempty"`
+	Rcode   string   `json:"rcode,omitempty"`
+
+	// file
+	Access string `json:"access,omitempty"` // read, write, exec
+
+	// exec
+	Argv   []string `json:"argv,omitempty"`
+	Cwd    string   `json:"cwd,omitempty"`
+	Digest string   `json:"digest,omitempty"`
+
+	// session_start, session_end
+	Agent      string   `json:"agent,omitempty"`
+	Command    []string `json:"command,omitempty"`
+	RootPID    int      `json:"root_pid,omitempty"`
+	Mode       string   `json:"mode,omitempty"`
+	ExitCode   *int     `json:"exit_code,omitempty"`   // session_end only
+	DurationMS *int64   `json:"duration_ms,omitempty"` // session_end only
+}
+
+// Process is the process that performed an action.
+type Process struct {
+	PID     int      `json:"pid"`
+	PPID    int      `json:"ppid"`
+	UID     int      `json:"uid"`
+	Exe     string   `json:"exe,omitempty"`
+	Argv    []string `json:"argv,omitempty"`
+	Cwd     string   `json:"cwd,omitempty"`
+	Lineage []string `json:"lineage,omitempty"`    // executable names, the session's root first
+	Digest  string   `json:"exe_digest,omitempty"` // "sha256:<hex>"
+}
+
+// EventFrom returns the JSON view of e. Only the payload that matches
+// e.Kind is included; the verdict is not (the plugin is asked for one).
+func EventFrom(e *event.Event) Event {
+	v := Event{Kind: e.Kind, Session: e.Session}
+	if !e.Time.IsZero() {
+		v.Time = e.Time.UTC()
+	}
+	if p := e.Process; p != nil {
+		v.Process = &Process{PID: p.PID, PPID: p.PPID, UID: p.UID, Exe: p.Exe, Argv: p.Argv, Cwd: p.Cwd,
+			Lineage: p.LineageNames, Digest: p.ExeDigest}
+	}
+	switch e.Kind {
+	case event.KindConnect:
+		if c := e.Connect; c != nil {
+			if c.Dst.IsValid() {
+				v.Dst = c.Dst.String()
+			}
+			v.Host, v.Port, v.Transport, v.Via = c.Host, c.Port, string(c.Transport), c.Via
+		}
+	case event.KindTLS:
+		if t := e.TLS; t != nil {
+			v.SNI, v.ALPN, v.TLSVersion, v.Intercepted = t.ServerName, t.ALPN, t.Version, t.Intercepted
+		}
+	case event.KindHTTP:
+		if h := e.HTTP; h != nil {
+			v.Method, v.URL, v.Host, v.Status, v.Proto, v.Upgrade = h.Method, h.URL, h.Host, h.Status, h.Proto, h.Upgrade
+			v.Header = h.Header
+		}
+	case event.KindLLM:
+		if l := e.LLM; l != nil {
+			v.Provider, v.Model, v.Path = l.Provider, l.Model, l.Path
+		}
+	case event.KindDNS:
+		if d := e.DNS; d != nil {
+			v.Name, v.QType, v.Rcode = d.Name, d.Type, d.Rcode
+			for _, a := range d.Answers {
+				v.Answers = append(v.Answers, a.String())
+			}
+		}
+	case event.KindFile:
+		if f := e.File; f != nil {
+			v.Path, v.Access = f.Path, string(f.Access)
+		}
+	case event.KindExec:
+		if x := e.Exec; x != nil {
+			v.Path, v.Argv, v.Cwd, v.Digest = x.Path, x.Argv, x.Cwd, x.Digest
+		}
+	case event.KindSessionStart, event.KindSessionEnd:
+		if s := e.SessionInfo; s != nil {
+			v.Agent, v.Command, v.RootPID, v.Mode = s.Agent, s.Command, s.RootPID, s.Mode
+			if e.Kind == event.KindSessionEnd {
+				code, ms := s.ExitCode, s.Duration.Milliseconds()
+				v.ExitCode, v.DurationMS = &code, &ms
+			}
+		}
+	}
+	return v
+}
