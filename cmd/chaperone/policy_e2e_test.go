@@ -1,16 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
 )
@@ -167,5 +171,81 @@ func TestPolicyCommands(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, "oops") || !strings.Contains(r.stderr, ":3") {
 			t.Errorf("%v: exit %d, stderr:\n%s\nwant exit 2 naming rule oops and line 3", args, r.code, r.stderr)
 		}
+	}
+}
+
+// SIGHUP reloads the policy while the session runs; a file that does not
+// load keeps the old policy.
+func TestPolicyReload(t *testing.T) {
+	need(t, "curl")
+	w := newWorld(t)
+	file := filepath.Join(w.dir, "live.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("rules:\n  - name: no-api\n    on: [http]\n    when: host == \"api.e2e.test\"\n    action: deny\ndefault: allow\n")
+	step := filepath.Join(w.dir, "step")
+	cmd := exec.Command(binary, "run", "--mode", "proxy", "--policy", file, "--upstream-ca", w.caFile,
+		"--resolve", "api.e2e.test:"+w.api.Addr.Addr().String(), "--log", w.log, "--",
+		"sh", "-c", `get() { curl -s -o /dev/null -w '%{http_code}\n' "$1/$2"; }
+get "$1" a; touch "$2.1"; while [ ! -e "$2.go1" ]; do sleep 0.02; done
+get "$1" b; touch "$2.2"; while [ ! -e "$2.go2" ]; do sleep 0.02; done
+get "$1" c`, "sh", w.api.URL, step)
+	cmd.Env = baseEnv(w.dir)
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	waitLine := func(want string) {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("chaperone ended before saying %q", want)
+				}
+				if strings.Contains(l, want) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("chaperone never said %q", want)
+			}
+		}
+	}
+	waitFile(t, step+".1")
+	write("rules:\n  - name: broken\n    when: host ==\n    action: deny\ndefault: allow\n")
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLine("the old policy stays")
+	os.WriteFile(step+".go1", nil, 0o644)
+	waitFile(t, step+".2")
+	write("default: allow\n")
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLine("policy reloaded")
+	os.WriteFile(step+".go2", nil, 0o644)
+	go func() {
+		for range lines {
+		}
+	}()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("chaperone: %v", err)
+	}
+	if got := strings.Fields(stdout.String()); strings.Join(got, " ") != "403 403 200" {
+		t.Errorf("statuses %v, want 403 (denied), 403 (bad file kept the policy), 200 (reloaded)", got)
 	}
 }

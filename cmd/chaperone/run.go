@@ -164,19 +164,27 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		return 0, usageError{err}
 	}
 	var decider proxy.Decider = builtin
+	forward := forwardedSignals
+	if reloadSignal != nil && cfg.Policy == "" {
+		forward = append(forward, reloadSignal)
+	}
 	if cfg.Policy != "" {
 		// A policy that does not load stops the session before it starts:
 		// never half a policy.
-		pol, err := policy.Load(cfg.Policy)
+		live, err := newLivePolicy(ctx, cfg.Policy, builtin, log, o.stderr, o.getenv)
 		if err != nil {
-			return 0, usageError{err}
+			return 0, err
 		}
-		d, closePolicy, err := newPolicyDecider(ctx, pol, builtin, log, o.getenv)
-		if err != nil {
-			return 0, fmt.Errorf("run: %w", err)
+		defer live.Close()
+		hup := make(chan os.Signal, 1)
+		if reloadSignal != nil {
+			signal.Notify(hup, reloadSignal)
+			defer signal.Stop(hup)
 		}
-		defer closePolicy()
-		decider = d
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go live.watch(watchCtx, hup, 2*time.Second)
+		decider = live
 	}
 	var passthrough func(string, netip.Addr) bool
 	if len(cfg.TLSPassthrough) > 0 {
@@ -311,7 +319,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		// would, after the session's start and end are recorded.
 		cmd.Err = err
 	}
-	code, runErr := runChild(ctx, cmd, func(pid int) {
+	code, runErr := runChild(ctx, cmd, forward, func(pid int) {
 		if cgroupFD != nil {
 			cgroupFD.Close()
 		}
@@ -368,9 +376,9 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 
 // runChild starts cmd, calls started with its pid, forwards signals and
 // waits. It returns the exit status (128+n for a signal, as shells do).
-func runChild(ctx context.Context, cmd *exec.Cmd, started func(pid int), log *slog.Logger) (int, error) {
+func runChild(ctx context.Context, cmd *exec.Cmd, forward []os.Signal, started func(pid int), log *slog.Logger) (int, error) {
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwardedSignals...)
+	signal.Notify(sigs, forward...)
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
 		started(0)

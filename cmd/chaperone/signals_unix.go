@@ -10,7 +10,12 @@ import (
 )
 
 // forwardedSignals are caught while the command runs and passed on to it.
-var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+// SIGHUP is forwarded too unless it reloads the policy (a hang-up of the
+// terminal reaches the command from the kernel all the same).
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// reloadSignal reloads the policy when a policy file is in use.
+var reloadSignal os.Signal = syscall.SIGHUP
 
 // shouldForward reports whether sig must be passed to the child. The child
 // shares chaperone's process group so that it can own the terminal; a SIGINT
