@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -216,7 +217,13 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		sum.wait()
 		return err
 	}
-	guarded := auditGuard{decider: decider, audit: audit}
+	// Nothing is decided before the session's start is recorded: the
+	// command's first connection may race the recording of its start.
+	sessionRecorded := make(chan struct{})
+	var recordOnce sync.Once
+	markRecorded := func() { recordOnce.Do(func() { close(sessionRecorded) }) }
+	defer markRecorded()
+	guarded := auditGuard{decider: decider, audit: audit, ready: sessionRecorded}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -329,6 +336,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		}
 		info.RootPID = pid
 		publishSession(bus, event.KindSessionStart, *info, log)
+		markRecorded()
 		if o.afterStart != nil {
 			o.afterStart(s)
 		}
@@ -554,9 +562,17 @@ const ruleAuditLog = "audit_log"
 type auditGuard struct {
 	decider proxy.Decider
 	audit   interface{ Err() error }
+	ready   <-chan struct{} // closed once the session's start is recorded; nil: ready
 }
 
 func (g auditGuard) Decide(ctx context.Context, e *event.Event) event.Verdict {
+	if g.ready != nil {
+		select {
+		case <-g.ready:
+		case <-ctx.Done():
+			return event.Verdict{Action: event.Deny, DecidedBy: event.DecidedByDefault, Reason: "the session ended before its start was recorded"}
+		}
+	}
 	if g.audit.Err() != nil {
 		return event.Verdict{Action: event.Deny, Rule: ruleAuditLog, DecidedBy: event.DecidedByDefault,
 			Reason: "the audit log cannot be written, so nothing is allowed"}
