@@ -73,8 +73,8 @@ curl -sS --noproxy '*' --resolve "api.e2e.test:$1:127.0.0.2" -w ' [%{remote_ip}]
 		t.Fatalf("upstream received %+v", reqs)
 	}
 	rec := w.checkSessionLog(t, "/tp", "curl")
-	if rec.Process.PPID != w.records()[0].RootPID {
-		t.Errorf("curl's parent %d, want the session's root %d", rec.Process.PPID, w.records()[0].RootPID)
+	if rec.Process.PPID != w.sessionStart().RootPID {
+		t.Errorf("curl's parent %d, want the session's root %d", rec.Process.PPID, w.sessionStart().RootPID)
 	}
 	// sh may be a link to another shell: compare with what runs as sh.
 	shell, _ := filepath.EvalSymlinks("/bin/sh")
@@ -187,7 +187,7 @@ func TestTransparentCurlPlainHTTPAndNetcat(t *testing.T) {
 	plain := startUpstream(t, upstream.Options{Name: "plain.e2e.test", Addr: "127.0.0.4:0"})
 	port := strconv.Itoa(int(plain.Addr.Port()))
 	script := `curl -sS --noproxy '*' "http://127.0.0.4:$1/curl-plain"; echo
-if command -v nc >/dev/null; then printf 'GET /nc HTTP/1.1\r\nHost: plain.e2e.test\r\nConnection: close\r\n\r\n' | nc -N 127.0.0.4 "$1"; fi`
+if command -v nc >/dev/null; then printf 'GET /nc HTTP/1.1\r\nHost: plain.e2e.test\r\nConnection: close\r\n\r\n' | nc 127.0.0.4 "$1"; fi`
 	r := w.transparent(nil, "sh", "-c", script, "sh", port)
 	mustSucceed(t, r)
 	if !strings.Contains(r.stdout, "hello from plain.e2e.test") {
@@ -399,7 +399,7 @@ func TestAutoModeChoosesTransparentWhenPrivileged(t *testing.T) {
 	w := newWorld(t)
 	r := w.chaperone(nil, "run", "--dns-upstream", fakeDNSUpstream(t).String(), "--log", w.log, "--", "sh", "-c", `env | grep -ci '_proxy=' || true`)
 	mustSucceed(t, r)
-	if start := w.records()[0]; start.Mode != "transparent" {
+	if start := w.sessionStart(); start.Mode != "transparent" {
 		t.Errorf("auto mode as root chose %q, want transparent\n%s", start.Mode, r.stderr)
 	}
 	if strings.TrimSpace(r.stdout) != "0" {
