@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -288,6 +289,9 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			stopSinks()
 			return 0, err
 		}
+	case mode == config.ModeAuto && runtime.GOOS != "linux":
+		fmt.Fprintf(o.stderr, "chaperone: transparent capture is built for Linux only (this is %s; see docs/platforms.md)\n", runtime.GOOS)
+		mode = config.ModeProxy
 	case mode == config.ModeAuto:
 		fmt.Fprintln(o.stderr, "chaperone: transparent mode needs root")
 		mode = config.ModeProxy
