@@ -203,9 +203,10 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	}
 	bus := event.NewBus()
 	auditDone := make(chan error, 1)
-	go func() {
-		auditDone <- audit.Run(bus.Subscribe("audit", event.SubscribeOptions{Lossless: true, Queue: 4096}))
-	}()
+	// Subscribe before anything can publish: a subscription made inside
+	// the goroutine could miss the session's first events.
+	auditSub := bus.Subscribe("audit", event.SubscribeOptions{Lossless: true, Queue: 4096})
+	go func() { auditDone <- audit.Run(auditSub) }()
 	sum := newSummary(bus.Subscribe("summary", event.SubscribeOptions{Queue: 4096}))
 	// stopSinks closes the bus and waits until every event is written and
 	// counted.
