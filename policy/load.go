@@ -104,6 +104,12 @@ func fillDefaults(p *Policy) {
 			p.Judge.URL = defaultJudgeURL(p.Judge.Provider)
 		}
 	}
+	if p.Ask.Timeout == 0 {
+		p.Ask.Timeout = DefaultAskTimeout
+	}
+	if p.Ask.OnTimeout == "" {
+		p.Ask.OnTimeout = ActionDeny
+	}
 	for i := range p.Plugins {
 		if p.Plugins[i].Timeout == 0 {
 			p.Plugins[i].Timeout = DefaultPluginTimeout
@@ -215,8 +221,10 @@ func (p *parser) parse(data []byte) (*Policy, *filePos) {
 			p.judge(v, &pol.Judge, pos)
 		case "plugins":
 			p.plugins(v, pol)
+		case "ask":
+			p.ask(v, &pol.Ask)
 		default:
-			p.errorf(kn.Line, "", "unknown key %q (want intent, rules, default, judge or plugins)", key)
+			p.errorf(kn.Line, "", "unknown key %q (want intent, rules, default, judge, plugins or ask)", key)
 		}
 	})
 	if !sawDefault {
@@ -397,6 +405,29 @@ func (p *parser) judge(n *yaml.Node, j *JudgeConfig, pos *filePos) {
 			j.OnError = Action(s)
 		default:
 			p.errorf(kn.Line, "judge", "unknown key %q (want provider, url, model, api_key_env, timeout or on_error)", key)
+		}
+	})
+}
+
+func (p *parser) ask(n *yaml.Node, a *AskConfig) {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n.Line, "ask", "ask must be a mapping with timeout and on_timeout")
+		return
+	}
+	p.mapping(n, "ask", func(key string, kn, v *yaml.Node) {
+		switch key {
+		case "timeout":
+			a.Timeout = p.duration(v, "ask", key)
+		case "on_timeout":
+			s, _ := p.scalar(v, "ask", key)
+			switch Action(s) {
+			case ActionAllow, ActionDeny:
+				a.OnTimeout = Action(s)
+			default:
+				p.errorf(kn.Line, "ask", "on_timeout %q is not allow or deny", s)
+			}
+		default:
+			p.errorf(kn.Line, "ask", "unknown key %q (want timeout or on_timeout)", key)
 		}
 	})
 }

@@ -51,6 +51,9 @@ plugins:
     command: [/bin/check, "two words"]
     timeout: 500ms
     on_error: allow
+ask:
+  timeout: 90s
+  on_timeout: allow
 `
 
 func TestParseFull(t *testing.T) {
@@ -78,6 +81,7 @@ func TestParseFull(t *testing.T) {
 			{Name: "listed", Command: []string{"/bin/check", "two words"}, Timeout: 500 * time.Millisecond,
 				OnError: ActionAllow, Line: 34},
 		},
+		Ask:    AskConfig{Timeout: 90 * time.Second, OnTimeout: ActionAllow},
 		Source: "full.yaml",
 	}
 	if d := cmp.Diff(want, p); d != "" {
@@ -151,6 +155,12 @@ func TestParseErrors(t *testing.T) {
 			`policy: p.yaml:2: judge: url must be an http or https URL`,
 			`policy: p.yaml:2: judge: api_key_env must name an environment variable`,
 			`policy: p.yaml:7: judge: on_error "rewrite" is not allow, deny or ask`}},
+		{"bad ask", "default: allow\nask:\n  timeout: never\n  on_timeout: ask\n  who: me\n", []string{
+			`policy: p.yaml:3: ask: timeout "never" is not a positive duration`,
+			`policy: p.yaml:4: ask: on_timeout "ask" is not allow or deny`,
+			`policy: p.yaml:5: ask: unknown key "who"`}},
+		{"ask not a mapping", "default: allow\nask: 10s\n", []string{
+			`policy: p.yaml:2: ask: ask must be a mapping`}},
 		{"plugin without command", "default: allow\nplugins:\n  - name: p\n    on: http\n", []string{
 			`policy: p.yaml:3: plugin "p": command is required`}},
 		{"plugin problems", "default: allow\nplugins:\n  - name: p\n    command: x\n    on_error: maybe\n    on: [nope]\n    colour: red\n  - command: y\n", []string{

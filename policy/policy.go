@@ -39,6 +39,7 @@ func (a Action) EventAction() (act event.Action, ok bool) {
 const (
 	DefaultJudgeTimeout  = 10 * time.Second
 	DefaultPluginTimeout = 2 * time.Second
+	DefaultAskTimeout    = 60 * time.Second
 )
 
 // Policy is a parsed, checked policy file. Parse never returns a Policy
@@ -55,6 +56,7 @@ type Policy struct {
 	Default Action
 	Judge   JudgeConfig
 	Plugins []PluginConfig
+	Ask     AskConfig
 	// Source names the file, for messages.
 	Source string
 }
@@ -96,6 +98,13 @@ type JudgeConfig struct {
 
 // Configured reports whether the policy has a judge section.
 func (j JudgeConfig) Configured() bool { return j.Provider != "" || j.Model != "" || j.URL != "" }
+
+// AskConfig says how long an ask waits for a person, and what happens
+// when nobody answers in time.
+type AskConfig struct {
+	Timeout   time.Duration // DefaultAskTimeout when zero
+	OnTimeout Action        // allow or deny; deny when empty
+}
 
 // PluginConfig configures one plugin process.
 type PluginConfig struct {

@@ -28,9 +28,12 @@ type livePolicy struct {
 	mu      sync.Mutex // serialises reloads and retired
 	modTime time.Time
 	retired []func() error // closers of replaced policies' plugins
+	// onLoad, when set, is told of each policy made current by a reload.
+	onLoad func(*policy.Policy)
 }
 
 type loadedPolicy struct {
+	pol   *policy.Policy
 	d     proxy.Decider
 	close func() error
 }
@@ -48,6 +51,9 @@ func (l *livePolicy) Decide(ctx context.Context, e *event.Event) event.Verdict {
 	return l.cur.Load().d.Decide(ctx, e)
 }
 
+// Policy returns the current policy.
+func (l *livePolicy) Policy() *policy.Policy { return l.cur.Load().pol }
+
 // load reads the file and, if it is a whole policy, makes it current.
 func (l *livePolicy) load(ctx context.Context) error {
 	l.mu.Lock()
@@ -63,7 +69,10 @@ func (l *livePolicy) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	if old := l.cur.Swap(&loadedPolicy{d: d, close: closeFn}); old != nil {
+	if l.onLoad != nil {
+		l.onLoad(p)
+	}
+	if old := l.cur.Swap(&loadedPolicy{pol: p, d: d, close: closeFn}); old != nil {
 		// Decisions in flight may still use the old plugins for a moment.
 		l.retired = append(l.retired, old.close)
 		time.AfterFunc(5*time.Second, func() { old.close() })

@@ -92,6 +92,8 @@ func newRootCommand(e env) *cobra.Command {
 		newEventsCommand(e),
 		newDemoCommand(e),
 		newPolicyCommand(e),
+		newApproveCommand(e, true),
+		newApproveCommand(e, false),
 	)
 	return root
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/chaperone-dev/chaperone/internal/privdrop"
 	"github.com/chaperone-dev/chaperone/policy"
 	"github.com/chaperone-dev/chaperone/proxy"
+	"github.com/chaperone-dev/chaperone/redirect"
 	"github.com/chaperone-dev/chaperone/telemetry"
 	chtls "github.com/chaperone-dev/chaperone/tls"
 )
@@ -166,6 +167,10 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		return 0, usageError{err}
 	}
 	var decider proxy.Decider = builtin
+	sessionID := newID(6)
+	// inSession tells whether a pid belongs to the session, once it runs:
+	// the session's own processes may not answer its questions.
+	var inSession atomic.Pointer[func(pid int) bool]
 	forward := forwardedSignals
 	if reloadSignal != nil && cfg.Policy == "" {
 		forward = append(forward, reloadSignal)
@@ -185,8 +190,22 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		}
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
+		ak, err := startAsker(ctx, cfg.StateDir, sessionID, o.stdin, o.stderr, func(pid int) bool {
+			f := inSession.Load()
+			return f != nil && (*f)(pid)
+		})
+		if err != nil {
+			return 0, fmt.Errorf("run: %w", err)
+		}
+		defer ak.stop()
+		configureAsk := func(p *policy.Policy) {
+			on, _ := p.Ask.OnTimeout.EventAction()
+			ak.broker.Configure(p.Ask.Timeout, on)
+		}
+		configureAsk(live.Policy())
+		live.onLoad = configureAsk
 		go live.watch(watchCtx, hup, 2*time.Second)
-		decider = live
+		decider = asking{decider: live, broker: ak.broker}
 	}
 	var passthrough func(string, netip.Addr) bool
 	if len(cfg.TLSPassthrough) > 0 {
@@ -233,7 +252,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		return 0, fmt.Errorf("run: listen %s: %w", cfg.Listen, err)
 	}
 	s := &session{
-		id:       newID(6),
+		id:       sessionID,
 		token:    newID(24),
 		proxyAdr: ln.Addr().(*net.TCPAddr).AddrPort(),
 		auditLog: audit.Path(),
@@ -297,6 +316,17 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		fmt.Fprintln(o.stderr, "chaperone: transparent mode needs root")
 		mode = config.ModeProxy
 	}
+	member := func(pid int) bool {
+		if root := int(s.rootPID.Load()); root > 0 && (pid == root || procs.IsDescendant(pid, root)) {
+			return true
+		}
+		if ts != nil {
+			in, _ := redirect.Contains(ts.cg.Path, pid)
+			return in
+		}
+		return false
+	}
+	inSession.Store(&member)
 	if mode == config.ModeProxy {
 		fmt.Fprintln(o.stderr, "chaperone: proxy mode: programs that ignore HTTP_PROXY/HTTPS_PROXY are not covered (transparent mode needs root on Linux)")
 	}

@@ -21,6 +21,7 @@ var allowed = map[string]struct{ project, external []string }{
 	"event":             {},
 	"policy":            {project: []string{"event", "plugin"}, external: []string{"github.com/google/cel-go", "cel.dev/", "go.yaml.in/yaml", "github.com/hashicorp/golang-lru"}},
 	"rewrite":           {project: []string{"event"}},
+	"rewrite/inject":    {},
 	"certs":             {external: []string{"github.com/hashicorp/golang-lru", "golang.org/x/sync"}},
 	"attribution":       {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
 	"config":            {project: []string{"event"}, external: []string{"github.com/spf13/", "go.yaml.in/yaml", "gopkg.in/yaml"}},
@@ -33,6 +34,7 @@ var allowed = map[string]struct{ project, external []string }{
 	"internal/upstream": {external: []string{"github.com/gorilla/websocket"}},
 	"internal/layers":   {},
 	"internal/privdrop": {external: []string{"golang.org/x/sys"}},
+	"internal/ask":      {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
 	"cmd/chaperone":     {project: []string{"*"}, external: []string{"*"}},
 
 	"plugin":                   {project: []string{"event"}},
