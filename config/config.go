@@ -44,6 +44,68 @@ type Config struct {
 	DNSUpstreams []string `mapstructure:"dns_upstreams" yaml:"dns_upstreams"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `mapstructure:"log_level" yaml:"log_level"`
+	// LLMHosts are gateways and local LLM servers recognised as LLM APIs by
+	// path alone (the providers' own hosts are known): a name, *.domain or
+	// IP, optionally with :port ("litellm.internal", "127.0.0.1:4000").
+	LLMHosts []string `mapstructure:"llm_hosts" yaml:"llm_hosts"`
+	// IdentityHeaders are the presets of identity headers set on LLM API
+	// calls and on IdentityHosts (see IdentityPresets); ["none"] sets none.
+	IdentityHeaders []string `mapstructure:"identity_headers" yaml:"identity_headers"`
+	// IdentityHosts are gateway hosts that also get identity headers, in
+	// LLMHosts' syntax.
+	IdentityHosts []string `mapstructure:"identity_hosts" yaml:"identity_hosts"`
+	// RestoreSecrets turns placeholders in an LLM's answer back into the
+	// real values on the way to the agent.
+	RestoreSecrets bool `mapstructure:"restore_secrets" yaml:"restore_secrets"`
+	// Credentials are brokered: the agent sees a placeholder, and the real
+	// value is put in only on requests to the credential's hosts. Set in
+	// the file only. The config holds where each value is, never a value.
+	Credentials []Credential `mapstructure:"credentials" yaml:"credentials"`
+}
+
+// Credential is one brokered credential. Its value is read, by the caller,
+// from Chaperone's environment variable Env or from File (a trailing newline
+// trimmed); the config itself holds no secret.
+type Credential struct {
+	// Name is [a-z0-9_-]+, unique; it appears in the placeholder.
+	Name string `mapstructure:"name" yaml:"name"`
+	// Env names the environment variable of Chaperone holding the value.
+	// Exactly one of Env and File is set.
+	Env string `mapstructure:"env" yaml:"env,omitempty"`
+	// File is the absolute path of a file holding the value.
+	File string `mapstructure:"file" yaml:"file,omitempty"`
+	// Hosts may receive the value, in LLMHosts' syntax; at least one.
+	Hosts []string `mapstructure:"hosts" yaml:"hosts"`
+	// Header is the header the value is set in ("Authorization"); empty
+	// means the placeholder is swapped wherever it appears in the headers
+	// or URL.
+	Header string `mapstructure:"header" yaml:"header,omitempty"`
+	// Format builds the header's value from {value} and {user} ("Bearer
+	// {value}"); one starting with "basic " is HTTP Basic. Empty means
+	// "{value}".
+	Format string `mapstructure:"format" yaml:"format,omitempty"`
+	// User fills {user} in Format.
+	User string `mapstructure:"user" yaml:"user,omitempty"`
+	// AgentEnv are the agent's environment variables that get the
+	// placeholder. Load sets it to [Env] when it is empty and Env is set.
+	AgentEnv []string `mapstructure:"agent_env" yaml:"agent_env,omitempty"`
+}
+
+// Identity header presets accepted by Validate. The list must match the
+// presets of rewrite/inject (IdentityHeaders), which this package must not
+// import; agree_test.go checks that they do.
+var identityPresets = []string{"chaperone", "litellm", "portkey", "helicone", "cloudflare", "w3c"}
+
+// IdentityNone, alone in IdentityHeaders, sets no identity headers.
+const IdentityNone = "none"
+
+// IdentityPresets returns the identity header presets to apply: nil when
+// IdentityHeaders is empty or ["none"].
+func (c Config) IdentityPresets() []string {
+	if len(c.IdentityHeaders) == 0 || len(c.IdentityHeaders) == 1 && c.IdentityHeaders[0] == IdentityNone {
+		return nil
+	}
+	return slices.Clone(c.IdentityHeaders)
 }
 
 // What transparent sessions do with QUIC.
@@ -65,11 +127,21 @@ const DefaultListen = "127.0.0.1:0"
 // AuditLogFile is the audit log's file name inside StateDir.
 const AuditLogFile = "audit.jsonl"
 
+// kind is the shape of a key's value.
+type kind int
+
+const (
+	kindString      kind = iota
+	kindList             // a list of strings
+	kindBool             // true or false
+	kindCredentials      // a list of Credential mappings; file only
+)
+
 // key describes one configuration key.
 type key struct {
 	name string // the config key (file and mapstructure)
-	flag string // the flag that sets it
-	list bool   // a list of strings (else a string)
+	flag string // the flag that sets it; "" for keys set in the file only
+	kind kind
 	help string
 }
 
@@ -80,13 +152,30 @@ var keys = []key{
 	{name: "listen", flag: "listen", help: "proxy listen address, a loopback IP:port"},
 	{name: "log", flag: "log", help: "audit log path (default <state_dir>/audit.jsonl)"},
 	{name: "policy", flag: "policy", help: "policy file (default: the built-in policy)"},
-	{name: "deny_hosts", flag: "deny-host", list: true, help: "deny this host: a name, *.domain or IP (repeatable)"},
-	{name: "upstream_ca", flag: "upstream-ca", list: true, help: "also trust this PEM file's certificates for upstream TLS (repeatable)"},
-	{name: "resolve", flag: "resolve", list: true, help: "pin HOST:ADDR or HOST:PORT:ADDR, like curl --resolve (repeatable)"},
-	{name: "tls_passthrough", flag: "tls-passthrough", list: true, help: "do not intercept TLS to this host (certificate pinning): a name, *.domain or IP (repeatable)"},
+	{name: "deny_hosts", flag: "deny-host", kind: kindList, help: "deny this host: a name, *.domain or IP (repeatable)"},
+	{name: "upstream_ca", flag: "upstream-ca", kind: kindList, help: "also trust this PEM file's certificates for upstream TLS (repeatable)"},
+	{name: "resolve", flag: "resolve", kind: kindList, help: "pin HOST:ADDR or HOST:PORT:ADDR, like curl --resolve (repeatable)"},
+	{name: "tls_passthrough", flag: "tls-passthrough", kind: kindList, help: "do not intercept TLS to this host (certificate pinning): a name, *.domain or IP (repeatable)"},
 	{name: "quic", flag: "quic", help: `transparent mode: "refuse" UDP to port 443 so clients fall back to TCP through the proxy, or "allow" it unmediated`},
-	{name: "dns_upstreams", flag: "dns-upstream", list: true, help: "transparent mode: forward the session's DNS to this resolver, IP or IP:port (repeatable; default: the system's)"},
+	{name: "dns_upstreams", flag: "dns-upstream", kind: kindList, help: "transparent mode: forward the session's DNS to this resolver, IP or IP:port (repeatable; default: the system's)"},
 	{name: "log_level", flag: "log-level", help: "debug, info, warn or error"},
+	{name: "llm_hosts", flag: "llm-host", kind: kindList, help: "treat this gateway or local server as an LLM API, recognised by path: a name, *.domain or IP, optionally with :port (repeatable)"},
+	{name: "identity_headers", flag: "identity-header", kind: kindList, help: `identity header preset for LLM calls and identity hosts: chaperone, litellm, portkey, helicone, cloudflare, w3c, or "none" alone (repeatable; default chaperone and w3c)`},
+	{name: "identity_hosts", flag: "identity-host", kind: kindList, help: "also set identity headers on requests to this gateway: a name, *.domain or IP, optionally with :port (repeatable)"},
+	{name: "restore_secrets", flag: "restore-secrets", kind: kindBool, help: "turn placeholders in LLM answers back into the real values (default true; --restore-secrets=false to keep them)"},
+	{name: "credentials", kind: kindCredentials},
+}
+
+// credentialFields are the keys of a credentials entry, for checkFile.
+var credentialFields = []key{
+	{name: "name"},
+	{name: "env"},
+	{name: "file"},
+	{name: "hosts", kind: kindList},
+	{name: "header"},
+	{name: "format"},
+	{name: "user"},
+	{name: "agent_env", kind: kindList},
 }
 
 func lookupKey(name string) (key, bool) {
@@ -114,11 +203,13 @@ func Default(env func(string) string, euid int) Config {
 		env = func(string) string { return "" }
 	}
 	return Config{
-		StateDir: defaultStateDir(env, euid),
-		Mode:     ModeAuto,
-		QUIC:     QUICRefuse,
-		Listen:   DefaultListen,
-		LogLevel: "info",
+		StateDir:        defaultStateDir(env, euid),
+		Mode:            ModeAuto,
+		QUIC:            QUICRefuse,
+		Listen:          DefaultListen,
+		LogLevel:        "info",
+		IdentityHeaders: []string{"chaperone", "w3c"},
+		RestoreSecrets:  true,
 	}
 }
 
@@ -160,9 +251,20 @@ func (c Config) SlogLevel() slog.Level {
 // `chaperone config show`. The log key shows the audit log's actual path.
 func (c Config) YAML() ([]byte, error) {
 	c.Log = c.AuditLogPath()
-	for _, p := range []*[]string{&c.DenyHosts, &c.UpstreamCA, &c.Resolve, &c.TLSPassthrough, &c.DNSUpstreams} {
+	for _, p := range []*[]string{&c.DenyHosts, &c.UpstreamCA, &c.Resolve, &c.TLSPassthrough, &c.DNSUpstreams, &c.LLMHosts, &c.IdentityHeaders, &c.IdentityHosts} {
 		if *p == nil {
 			*p = []string{}
+		}
+	}
+	// Credentials hold variable names and paths, never values, so they are
+	// shown as they are.
+	c.Credentials = slices.Clone(c.Credentials)
+	if c.Credentials == nil {
+		c.Credentials = []Credential{}
+	}
+	for i := range c.Credentials {
+		if c.Credentials[i].Hosts == nil {
+			c.Credentials[i].Hosts = []string{}
 		}
 	}
 	b, err := yaml.Marshal(c)

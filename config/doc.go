@@ -9,12 +9,18 @@
 //     that must exist exist, listen is a loopback address, and so on.
 //     Validate reports every problem at once, each as a *FieldError naming
 //     its key.
-//   - Unknown keys in a file are errors, never silently ignored.
+//   - Unknown keys in a file are errors, never silently ignored, inside
+//     credentials entries too.
+//   - A Config holds no secret: credentials name the environment variable
+//     or file holding each value, which the caller reads. It may be shown
+//     as it is (YAML).
 //   - Load reads the environment only through LoadOptions (viper would read
 //     the process environment itself, so the CHAPERONE_* values are handed
 //     to viper as a configuration layer instead of through AutomaticEnv) and
 //     uses its own viper instance, never viper's global one.
 //
 // This package imports viper, pflag, the YAML library and the standard
-// library; it must not import any package that does I/O on the data path.
+// library; it must not import any package that does I/O on the data path,
+// nor rewrite/inject, whose rules for identity presets, credentials and
+// hosts it repeats (agree_test.go checks that the two agree).
 package config

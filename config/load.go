@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -77,9 +78,21 @@ func Load(opts LoadOptions) (Config, error) {
 		if err := checkFile(file, data); err != nil {
 			return Config{}, err
 		}
-		v.SetConfigType("yaml")
-		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		var layer map[string]any
+		if err := yaml.Unmarshal(data, &layer); err != nil {
 			return Config{}, fmt.Errorf("config: %s: %w", file, err)
+		}
+		// checkFile has vetted the booleans, which may be written as the
+		// environment writes them ("yes", "on").
+		for _, k := range keys {
+			if val, ok := layer[k.name]; ok && val != nil && k.kind == kindBool {
+				layer[k.name], _ = parseBool(fmt.Sprint(val))
+			}
+		}
+		if len(layer) > 0 {
+			if err := v.MergeConfigMap(layer); err != nil {
+				return Config{}, fmt.Errorf("config: %s: %w", file, err)
+			}
 		}
 	}
 
@@ -92,9 +105,19 @@ func Load(opts LoadOptions) (Config, error) {
 		if val == "" {
 			continue
 		}
-		if k.list {
+		switch k.kind {
+		case kindList:
 			envLayer[k.name] = splitList(k.name, val)
-		} else {
+		case kindBool:
+			b, ok := parseBool(val)
+			if !ok {
+				return Config{}, fmt.Errorf("config: %s: %q is not a boolean (want true or false, 1 or 0, yes or no, on or off)", EnvVar(k.name), val)
+			}
+			envLayer[k.name] = b
+		case kindCredentials:
+			// Refused rather than ignored, so that nobody believes it works.
+			return Config{}, fmt.Errorf("config: %s: %s can be set in the config file only", EnvVar(k.name), k.name)
+		default:
 			envLayer[k.name] = val
 		}
 	}
@@ -106,6 +129,9 @@ func Load(opts LoadOptions) (Config, error) {
 
 	if opts.Flags != nil {
 		for _, k := range keys {
+			if k.flag == "" {
+				continue
+			}
 			if f := opts.Flags.Lookup(k.flag); f != nil {
 				if err := v.BindPFlag(k.name, f); err != nil {
 					return Config{}, fmt.Errorf("config: bind flag --%s: %w", k.flag, err)
@@ -118,6 +144,11 @@ func Load(opts LoadOptions) (Config, error) {
 	if err := v.Unmarshal(&c); err != nil {
 		// checkFile has vetted the file's types, so this is unexpected.
 		return Config{}, fmt.Errorf("config: decode: %w", err)
+	}
+	for i := range c.Credentials {
+		if cr := &c.Credentials[i]; len(cr.AgentEnv) == 0 && cr.Env != "" {
+			cr.AgentEnv = []string{cr.Env}
+		}
 	}
 	return c, c.Validate()
 }
@@ -171,6 +202,16 @@ func defaultValue(c Config, name string) any {
 		return c.DNSUpstreams
 	case "log_level":
 		return c.LogLevel
+	case "llm_hosts":
+		return c.LLMHosts
+	case "identity_headers":
+		return c.IdentityHeaders
+	case "identity_hosts":
+		return c.IdentityHosts
+	case "restore_secrets":
+		return c.RestoreSecrets
+	case "credentials":
+		return c.Credentials
 	}
 	panic("config: no default for key " + name) // keys and this switch disagree
 }
@@ -221,7 +262,7 @@ func checkFile(file string, data []byte) error {
 		name := kn.Value
 		k, ok := lookupKey(name)
 		if !ok {
-			errs = append(errs, fmt.Errorf("line %d: unknown key %q%s", kn.Line, name, suggest(name)))
+			errs = append(errs, fmt.Errorf("line %d: unknown key %q%s", kn.Line, name, suggest(name, keys)))
 			continue
 		}
 		if seen[name] {
@@ -229,9 +270,7 @@ func checkFile(file string, data []byte) error {
 			continue
 		}
 		seen[name] = true
-		if err := checkValue(k, vn); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, checkValue(k.name, k, vn)...)
 	}
 	for i, err := range errs {
 		errs[i] = fmt.Errorf("config: %s: %w", file, err)
@@ -239,29 +278,98 @@ func checkFile(file string, data []byte) error {
 	return errors.Join(errs...)
 }
 
-func checkValue(k key, n *yaml.Node) error {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
+// checkValue checks the shape of the value n of key k, named path in errors.
+func checkValue(path string, k key, n *yaml.Node) []error {
+	n = deref(n)
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // unset
+	}
+	switch k.kind {
+	case kindBool:
+		if n.Kind == yaml.ScalarNode {
+			if _, ok := parseBool(n.Value); ok {
+				return nil
+			}
+			return []error{fmt.Errorf("line %d: %s: want true or false, got %q", n.Line, path, n.Value)}
+		}
+		return []error{fmt.Errorf("line %d: %s: want true or false, got %s", n.Line, path, nodeKind(n))}
+	case kindCredentials:
+		if n.Kind != yaml.SequenceNode {
+			return []error{fmt.Errorf("line %d: %s: want a list of mappings, got %s", n.Line, path, nodeKind(n))}
+		}
+		var errs []error
+		for i, e := range n.Content {
+			errs = append(errs, checkMapping(fmt.Sprintf("%s[%d]", path, i), credentialFields, e)...)
+		}
+		return errs
 	}
 	if n.Kind == yaml.ScalarNode {
-		return nil // null, or a string (for a list: one entry, or comma separated)
+		return nil // a string (for a list: one entry, or comma separated)
 	}
-	if k.list && n.Kind == yaml.SequenceNode {
+	if k.kind == kindList && n.Kind == yaml.SequenceNode {
 		for _, e := range n.Content {
-			for e.Kind == yaml.AliasNode && e.Alias != nil {
-				e = e.Alias
-			}
+			e = deref(e)
 			if e.Kind != yaml.ScalarNode || e.Tag == "!!null" {
-				return fmt.Errorf("line %d: %s: want a list of strings, got %s in it", e.Line, k.name, nodeKind(e))
+				return []error{fmt.Errorf("line %d: %s: want a list of strings, got %s in it", e.Line, path, nodeKind(e))}
 			}
 		}
 		return nil
 	}
 	want := "a string"
-	if k.list {
+	if k.kind == kindList {
 		want = "a list of strings"
 	}
-	return fmt.Errorf("line %d: %s: want %s, got %s", n.Line, k.name, want, nodeKind(n))
+	return []error{fmt.Errorf("line %d: %s: want %s, got %s", n.Line, path, want, nodeKind(n))}
+}
+
+// checkMapping checks a nested mapping whose keys are fields, named path in
+// errors ("credentials[1]").
+func checkMapping(path string, fields []key, n *yaml.Node) []error {
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		return []error{fmt.Errorf("line %d: %s: want a mapping, got %s", n.Line, path, nodeKind(n))}
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn, vn := n.Content[i], n.Content[i+1]
+		if kn.Kind != yaml.ScalarNode {
+			errs = append(errs, fmt.Errorf("line %d: %s: a key must be a plain name, got %s", kn.Line, path, nodeKind(kn)))
+			continue
+		}
+		name := path + "." + kn.Value
+		i := slices.IndexFunc(fields, func(f key) bool { return f.name == kn.Value })
+		if i < 0 {
+			errs = append(errs, fmt.Errorf("line %d: %s: unknown key%s", kn.Line, name, suggest(kn.Value, fields)))
+			continue
+		}
+		if seen[kn.Value] {
+			errs = append(errs, fmt.Errorf("line %d: %s: appears twice", kn.Line, name))
+			continue
+		}
+		seen[kn.Value] = true
+		errs = append(errs, checkValue(name, fields[i], vn)...)
+	}
+	return errs
+}
+
+// deref follows aliases to the node they name.
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// parseBool reads the booleans of CHAPERONE_* variables and of the file.
+func parseBool(s string) (bool, bool) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "true", "1", "yes", "on":
+		return true, true
+	case "false", "0", "no", "off":
+		return false, true
+	}
+	return false, false
 }
 
 func nodeKind(n *yaml.Node) string {
@@ -281,26 +389,69 @@ func nodeKind(n *yaml.Node) string {
 	return "a document"
 }
 
-// suggest names the key a typo probably meant.
-func suggest(name string) string {
+// suggest names the key of known a typo probably meant: the same but for
+// case, dashes or a plural s, else one edit away.
+func suggest(name string, known []key) string {
 	n := strings.ReplaceAll(strings.ToLower(name), "-", "_")
-	for _, k := range keys {
+	for _, k := range known {
 		if n == k.name || n+"s" == k.name || n == k.name+"s" || strings.TrimSuffix(n, "s") == strings.TrimSuffix(k.name, "s") {
+			return fmt.Sprintf(" (did you mean %q?)", k.name)
+		}
+	}
+	for _, k := range known {
+		if len(n) > 2 && editDistance(n, k.name) <= 1 {
 			return fmt.Sprintf(" (did you mean %q?)", k.name)
 		}
 	}
 	return ""
 }
 
-// BindFlags registers a flag for every key on fs: --state-dir, --mode,
-// --listen, --log, --policy, --deny-host, --upstream-ca, --resolve,
-// --log-level. The list flags are repeatable. Flags carry no defaults of
-// their own: Load applies defaults only for flags the user did not set.
+// editDistance counts the insertions, deletions, substitutions and swaps of
+// adjacent bytes that turn a into b (optimal string alignment). Key names
+// are short, and so are the unknown keys worth suggesting for.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return max(len(a), len(b))
+	}
+	// d[i][j] is the distance between a[:i] and b[:j].
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// BindFlags registers a flag for every key set by flags on fs: --state-dir,
+// --mode, --listen, --log, --policy, --deny-host, --upstream-ca, --resolve,
+// --tls-passthrough, --quic, --dns-upstream, --log-level, --llm-host,
+// --identity-header, --identity-host, --restore-secrets. The list flags are
+// repeatable. Flags carry no defaults of their own: Load applies defaults
+// only for flags the user did not set.
 func BindFlags(fs *pflag.FlagSet) {
 	for _, k := range keys {
-		if k.list {
+		switch {
+		case k.flag == "":
+		case k.kind == kindList:
 			fs.StringArray(k.flag, nil, k.help)
-		} else {
+		case k.kind == kindBool:
+			fs.Bool(k.flag, false, k.help)
+		default:
 			fs.String(k.flag, "", k.help)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/spf13/pflag"
 )
 
@@ -239,6 +240,14 @@ func TestYAMLRoundTrip(t *testing.T) {
 	}
 	c.DNSUpstreams = []string{"127.0.0.5:53", "::1"}
 	c.TLSPassthrough = []string{"pinned.example", "*.bank.example"}
+	c.LLMHosts = []string{"litellm.internal", "127.0.0.1:4000", "*.gw.example", "[::1]:8080"}
+	c.IdentityHeaders = []string{"litellm", "w3c"}
+	c.IdentityHosts = []string{"gw.example:8443"}
+	c.RestoreSecrets = false
+	c.Credentials = []Credential{
+		{Name: "github", Env: "GITHUB_TOKEN", Hosts: []string{"api.github.com", "*.githubusercontent.com"}, Header: "Authorization", Format: "Bearer {value}", AgentEnv: []string{"GITHUB_TOKEN", "GH_TOKEN"}},
+		{Name: "registry", File: "/run/secrets/registry", Hosts: []string{"registry.example:5000"}, Header: "Authorization", Format: "basic {user}:{value}", User: "ci"},
+	}
 	b, err := c.YAML()
 	if err != nil {
 		t.Fatal(err)
@@ -260,8 +269,10 @@ func TestYAMLRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(empty), "deny_hosts: []") {
-		t.Errorf("empty lists should show as []:\n%s", empty)
+	for _, w := range []string{"deny_hosts: []", "llm_hosts: []", "identity_hosts: []", "credentials: []", "restore_secrets: true", "identity_headers:\n    - chaperone\n    - w3c\n"} {
+		if !strings.Contains(string(empty), w) {
+			t.Errorf("default YAML lacks %q:\n%s", w, empty)
+		}
 	}
 }
 
@@ -269,6 +280,9 @@ func TestBindFlags(t *testing.T) {
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	BindFlags(fs)
 	for _, k := range keys {
+		if k.flag == "" {
+			continue
+		}
 		f := fs.Lookup(k.flag)
 		if f == nil {
 			t.Errorf("flag --%s not registered", k.flag)
@@ -277,7 +291,7 @@ func TestBindFlags(t *testing.T) {
 		if f.Usage == "" {
 			t.Errorf("flag --%s has no help", k.flag)
 		}
-		if wantType := map[bool]string{true: "stringArray", false: "string"}[k.list]; f.Value.Type() != wantType {
+		if wantType := map[kind]string{kindList: "stringArray", kindString: "string", kindBool: "bool"}[k.kind]; f.Value.Type() != wantType {
 			t.Errorf("flag --%s has type %s, want %s", k.flag, f.Value.Type(), wantType)
 		}
 	}
@@ -289,6 +303,15 @@ func FuzzLoadYAML(f *testing.F) {
 		"listen: [\n", "a: &x [*x]\n", "- 1\n", "mode: {a: b}\n", "? [a]\n: b\n",
 		"deny_hosts: !!binary aGVsbG8=\n", "<<: {mode: proxy}\n", "state_dir: ~\nlog_level: 3\n",
 		"upstream_ca: [/dev/zero]\npolicy: /\n",
+		"llm_hosts: [litellm.internal, '127.0.0.1:4000', '*.gw.example', '[::1]:8080']\n",
+		"identity_headers: [chaperone, w3c]\nidentity_hosts: gw.example:8443\n",
+		"identity_headers: [none]\nrestore_secrets: no\n",
+		"restore_secrets: [true]\n",
+		"credentials:\n  - name: github\n    env: GITHUB_TOKEN\n    hosts: [api.github.com]\n    header: Authorization\n    format: Bearer {value}\n",
+		"credentials:\n  - name: reg\n    file: /run/secrets/reg\n    hosts: registry.example:5000\n    header: Authorization\n    format: basic {user}:{value}\n    user: ci\n    agent_env: [REG]\n",
+		"credentials:\n  - &c {name: a, env: A, hosts: [a.example]}\n  - *c\n",
+		"credentials:\n  - name: a\n    hoss: [x]\n",
+		"credentials: [[a]]\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -299,10 +322,27 @@ func FuzzLoadYAML(f *testing.F) {
 			t.Fatal(err)
 		}
 		c, err := Load(LoadOptions{File: file, Env: home, EUID: 1000})
-		if err == nil {
-			if verr := c.Validate(); verr != nil {
-				t.Errorf("Load succeeded but Validate fails: %v", verr)
-			}
+		if err != nil {
+			return
+		}
+		if verr := c.Validate(); verr != nil {
+			t.Errorf("Load succeeded but Validate fails: %v", verr)
+		}
+		// What config show prints loads back to the same configuration.
+		shown, err := c.YAML()
+		if err != nil {
+			t.Fatalf("YAML: %v", err)
+		}
+		if err := os.WriteFile(file, shown, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		again, err := Load(LoadOptions{File: file, Env: home, EUID: 1000})
+		if err != nil {
+			t.Fatalf("loading the shown config: %v\n%s", err, shown)
+		}
+		c.Log = c.AuditLogPath()
+		if diff := cmp.Diff(c, again, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("shown config loads differently (-first +again):\n%s", diff)
 		}
 	})
 }

@@ -112,6 +112,34 @@ func (c *Config) Validate() error {
 		add("log_level", c.LogLevel, "is not a log level (want debug, info, warn or error)")
 	}
 
+	for i, h := range c.LLMHosts {
+		if p := hostPortProblem(h); p != "" {
+			add(fmt.Sprintf("llm_hosts[%d]", i), h, p)
+		}
+	}
+
+	for i, name := range c.IdentityHeaders {
+		switch {
+		case name == IdentityNone && len(c.IdentityHeaders) > 1:
+			add(fmt.Sprintf("identity_headers[%d]", i), name, "must be the only entry (it sets no identity headers)")
+		case name == IdentityNone:
+		case !containsString(identityPresets, name):
+			add(fmt.Sprintf("identity_headers[%d]", i), name, "is not a preset (want "+strings.Join(identityPresets, ", ")+`, or "none" alone)`)
+		}
+	}
+
+	for i, h := range c.IdentityHosts {
+		if p := hostPortProblem(h); p != "" {
+			add(fmt.Sprintf("identity_hosts[%d]", i), h, p)
+		}
+	}
+
+	names := map[string]int{}
+	agentEnv := map[string]int{}
+	for i, cr := range c.Credentials {
+		errs = append(errs, credentialProblems(i, cr, names, agentEnv)...)
+	}
+
 	return errors.Join(errs...)
 }
 
@@ -255,4 +283,256 @@ func ParseDNSUpstream(s string) (netip.AddrPort, error) {
 		return netip.AddrPort{}, fmt.Errorf("config: dns upstream %q is not an IP address or IP:port", s)
 	}
 	return ap, nil
+}
+
+// maxCredentialName bounds a credential's name, as rewrite/inject does.
+const maxCredentialName = 64
+
+// credentialProblems checks credentials[i]. names and agentEnv map the names
+// and agent_env variables of the entries checked so far to their index.
+// The checks are those rewrite/inject applies, bar the value itself, so that
+// a configuration that validates is one the broker accepts.
+func credentialProblems(i int, cr Credential, names, agentEnv map[string]int) []error {
+	var errs []error
+	key := fmt.Sprintf("credentials[%d]", i)
+	add := func(field, value, problem string) {
+		k := key
+		if field != "" {
+			k += "." + field
+		}
+		errs = append(errs, &FieldError{Key: k, Value: value, Problem: problem})
+	}
+
+	switch j, dup := names[cr.Name]; {
+	case cr.Name == "":
+		add("name", "", "is missing")
+	case !isCredentialName(cr.Name):
+		add("name", cr.Name, fmt.Sprintf("is not a credential name (want 1 to %d of a-z, 0-9, _ and -)", maxCredentialName))
+	case dup:
+		add("name", cr.Name, fmt.Sprintf("is also the name of credentials[%d]", j))
+	default:
+		names[cr.Name] = i
+	}
+
+	switch {
+	case cr.Env != "" && cr.File != "":
+		add("", "", "sets both env and file (want exactly one)")
+	case cr.Env == "" && cr.File == "":
+		add("", "", "sets neither env nor file (want exactly one: where the value is)")
+	case cr.Env != "" && !isEnvName(cr.Env):
+		add("env", cr.Env, "is not an environment variable name")
+	case cr.File != "" && !filepath.IsAbs(cr.File):
+		add("file", cr.File, "is not an absolute path")
+	}
+
+	if len(cr.Hosts) == 0 {
+		add("hosts", "", "is empty (want the hosts that may receive the value)")
+	}
+	for j, h := range cr.Hosts {
+		if p := hostPortProblem(h); p != "" {
+			add(fmt.Sprintf("hosts[%d]", j), h, p)
+		}
+	}
+
+	if hasControl(cr.User) {
+		add("user", "", "contains a control character")
+	}
+	switch {
+	case cr.Header == "":
+		if cr.Format != "" {
+			add("format", cr.Format, "needs a header")
+		}
+		if cr.User != "" {
+			add("user", "", "needs a header and a format with {user}")
+		}
+	case !isToken(cr.Header):
+		add("header", cr.Header, "is not a header name")
+	case isTransportHeader(cr.Header):
+		add("header", cr.Header, "is reserved for the transport")
+	default:
+		if p := formatProblem(cr.Format, cr.User); p != "" {
+			add("format", cr.Format, p)
+		}
+	}
+
+	for j, e := range cr.AgentEnv {
+		switch k, dup := agentEnv[e]; {
+		case !isEnvName(e):
+			add(fmt.Sprintf("agent_env[%d]", j), e, "is not an environment variable name")
+		case dup && k != i:
+			add(fmt.Sprintf("agent_env[%d]", j), e, fmt.Sprintf("is also given to credentials[%d]", k))
+		case dup:
+			add(fmt.Sprintf("agent_env[%d]", j), e, "appears twice")
+		default:
+			agentEnv[e] = i
+		}
+	}
+	return errs
+}
+
+// formatProblem checks a header format, as rewrite/inject expands it.
+func formatProblem(format, user string) string {
+	if format == "" {
+		format = "{value}"
+	}
+	if hasControl(format) {
+		return "contains a control character"
+	}
+	if rest := strings.NewReplacer("{value}", "", "{user}", "").Replace(format); strings.ContainsAny(rest, "{}") {
+		return "has a placeholder other than {value} and {user}"
+	}
+	if !strings.Contains(format, "{value}") {
+		return "lacks {value}"
+	}
+	usesUser := strings.Contains(format, "{user}")
+	switch {
+	case usesUser && user == "":
+		return "uses {user} but user is empty"
+	case !usesUser && user != "":
+		return "lacks {user} but user is set"
+	case usesUser && strings.Contains(user, ":") && len(format) > len("basic ") && strings.EqualFold(format[:len("basic ")], "basic "):
+		return "is HTTP Basic but user contains ':'"
+	}
+	return ""
+}
+
+func isCredentialName(s string) bool {
+	if s == "" || len(s) > maxCredentialName {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// isEnvName reports whether s is [A-Za-z_][A-Za-z0-9_]*.
+func isEnvName(s string) bool {
+	if s == "" || '0' <= s[0] && s[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110), as a header name
+// must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func isTransportHeader(h string) bool {
+	switch strings.ToLower(h) {
+	case "host", "content-length", "transfer-encoding", "connection", "te", "trailer",
+		"upgrade", "keep-alive", "proxy-connection":
+		return true
+	}
+	return false
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+const hostPortWant = "(want a host name, *.domain or IP address, optionally with :port)"
+
+// hostPortProblem checks an entry of llm_hosts, identity_hosts or a
+// credential's hosts: a host name, *.domain (two labels or more after the
+// star), an IP address, each optionally followed by :port; an IPv6 address
+// with a port is in brackets. It accepts what rewrite/inject accepts for a
+// credential's hosts, minus ports with leading zeros.
+func hostPortProblem(s string) string {
+	if s == "" {
+		return "is empty " + hostPortWant
+	}
+	host, port := strings.ToLower(s), ""
+	switch {
+	case strings.HasPrefix(host, "["):
+		end := strings.IndexByte(host, ']')
+		if end < 0 {
+			return "has an unclosed bracket " + hostPortWant
+		}
+		host, port = host[1:end], host[end+1:]
+		a, err := netip.ParseAddr(host)
+		if err != nil || !a.Is6() {
+			return "does not have an IPv6 address in its brackets " + hostPortWant
+		}
+		if a.Zone() != "" {
+			return "has a zoned address " + hostPortWant
+		}
+		if port != "" && !strings.HasPrefix(port, ":") {
+			return "has something after its brackets other than :port " + hostPortWant
+		}
+		return portProblem(port)
+	case strings.Count(host, ":") > 1:
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			return "is not a host name, *.domain or IP address " + hostPortWant
+		}
+		if a.Zone() != "" {
+			return "has a zoned address " + hostPortWant
+		}
+		return ""
+	}
+	if i := strings.IndexByte(host, ':'); i >= 0 {
+		host, port = host[:i], host[i:]
+	}
+	if p := portProblem(port); p != "" {
+		return p
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	if rest, ok := strings.CutPrefix(host, "*."); ok {
+		if !isHostName(rest) {
+			return "is not a host name, *.domain or IP address " + hostPortWant
+		}
+		if !strings.Contains(rest, ".") {
+			return "is a wildcard for a whole top-level domain (want *.example.com, not *.com)"
+		}
+		return ""
+	}
+	if !isHostName(host) {
+		return "is not a host name, *.domain or IP address " + hostPortWant
+	}
+	return ""
+}
+
+// portProblem checks "" or ":port".
+func portProblem(p string) string {
+	if p == "" {
+		return ""
+	}
+	digits := p[1:]
+	if !allDigits(digits) {
+		// "https://host/" and the like.
+		return "is not a host name, *.domain or IP address " + hostPortWant
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || digits == "" || n < 1 || n > 65535 || digits[0] == '0' {
+		return "does not end with a port from 1 to 65535 " + hostPortWant
+	}
+	return ""
 }

@@ -1,0 +1,18 @@
+// Package rewrite owns what Chaperone reads and changes in the bodies of LLM
+// API calls: recognising a call by host and path (DetectAPI), reading a
+// request for its model, streaming flag and the agent's current task
+// (Inspect), rewriting the string values of a JSON body in place so that the
+// caller can redact secrets (RewriteStrings), undoing and redoing
+// Content-Encoding (DecodeBody, EncodeBody), and passing a response through as
+// it streams while parsing its usage, finish reasons and tool calls and
+// restoring redacted placeholders (ResponseReader). Secret detection lives in
+// rewrite/secrets, credential injection and identity headers in
+// rewrite/inject.
+//
+// It is pure logic: no network, no files, no clocks, no logging. Errors never
+// carry body content, so they never carry a secret. Everything is safe for
+// concurrent use except a ResponseReader, which belongs to one response.
+//
+// It imports only the standard library, github.com/klauspost/compress/zstd and
+// github.com/andybalholm/brotli; of the project, at most event.
+package rewrite

@@ -1,0 +1,39 @@
+// Package secrets finds secrets (API keys, tokens, private keys, passwords)
+// in text bound for an LLM provider, and replaces them with placeholders that
+// the responses can be restored from.
+//
+// It owns the detectors and their engine. The detectors are gitleaks' default
+// rule set (github.com/zricethezav/gitleaks/v8/config: keywords, regexes,
+// secret groups, entropy thresholds, allowlists) plus our own for what
+// gitleaks misses: an AWS secret access key near its key id or after its name
+// (aws-secret-access-key), the password of a database URL (database-url),
+// NAME=value lines whose name says secret (env-secret), PEM private keys also
+// in their "\n"-escaped JSON form (private-key, replacing gitleaks' rule of
+// that id) and the private key of a GCP service-account JSON
+// (gcp-service-account). Rules scoped to file paths are not used: a prompt
+// has no path.
+//
+// The engine makes one pass of an Aho-Corasick automaton over the text for
+// every rule's keywords (ASCII case-insensitive) and runs a rule's regex only
+// where one of its keywords occurs: anchored at the keyword when every match
+// starts there, otherwise in a window around it sized from the regex. Rules
+// without keywords run on the whole text.
+//
+// Guarantees:
+//   - A Scanner is built once and is safe for concurrent use; Scan returns
+//     findings sorted by Start and non-overlapping (of two overlapping
+//     candidates the longer wins, then the more specific rule).
+//   - Offsets are those of the secret itself (the rule's secret group).
+//   - A Redactor belongs to one session and is safe for concurrent use. Its
+//     placeholders are [REDACTED:<rule-id>:<hex>], the hex from an
+//     HMAC-SHA256 of the secret under the session key (4 digits, more when
+//     two secrets of the session would share one); Lookup restores only the
+//     placeholders that Redactor made. Redact allocates nothing when the text
+//     holds no secret.
+//   - No secret is ever logged or put in an error.
+//
+// This package is pure logic: no I/O. It must not import any package of this
+// module (it needs none; event is the only one it would be allowed), and
+// outside the standard library only gitleaks' config package and viper (to
+// parse gitleaks' embedded configuration).
+package secrets

@@ -1,0 +1,70 @@
+package secrets
+
+import (
+	"strings"
+	"testing"
+)
+
+func fuzzSeeds(f *testing.F) {
+	c := loadCorpus(f, 1)
+	for _, s := range c.pos[:20] {
+		f.Add(s.text)
+	}
+	for _, s := range c.neg[:10] {
+		f.Add(s.text)
+	}
+	f.Add("")
+	f.Add("key=")
+	f.Add("-----BEGIN PRIVATE KEY-----")
+	f.Add("AKIA")
+	f.Add("postgres://:@")
+	f.Add("X_TOKEN=\"")
+	f.Add(`{"type":"service_account","private_key":"-----BEGIN PRIVATE KEY-----\n`)
+}
+
+func FuzzScan(f *testing.F) {
+	fuzzSeeds(f)
+	s := newTestScanner(f)
+	f.Fuzz(func(t *testing.T, text string) {
+		fs := s.ScanString(text)
+		end := 0
+		for i, x := range fs {
+			if x.Start < end || x.Start >= x.End || x.End > len(text) {
+				t.Fatalf("finding %d (%s) [%d,%d) out of bounds, unsorted or overlapping (previous end %d, len %d)",
+					i, x.RuleID, x.Start, x.End, end, len(text))
+			}
+			end = x.End
+		}
+		if got := s.Scan([]byte(text)); len(got) != len(fs) {
+			t.Fatalf("Scan found %d, ScanString %d", len(got), len(fs))
+		}
+	})
+}
+
+func FuzzRedact(f *testing.F) {
+	fuzzSeeds(f)
+	s := newTestScanner(f)
+	f.Fuzz(func(t *testing.T, text string) {
+		r := NewRedactor(s, testKey)
+		out, ids := r.Redact(text)
+		fs := s.ScanString(text)
+		if len(fs) == 0 {
+			if out != text || ids != nil {
+				t.Fatal("text without secrets changed")
+			}
+			return
+		}
+		if len(ids) < len(fs) {
+			t.Fatalf("%d ids for %d findings", len(ids), len(fs))
+		}
+		for i, x := range fs {
+			secret := text[x.Start:x.End]
+			if !strings.Contains(secret, "[") && !strings.Contains(secret, "]") && strings.Contains(out, secret) {
+				t.Fatalf("finding %d (%s) survives redaction", i, x.RuleID)
+			}
+		}
+		if restore(r, out) != text {
+			t.Fatal("restoring the placeholders does not give back the text")
+		}
+	})
+}

@@ -1,0 +1,408 @@
+package secrets
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Finding is one secret found in a scanned text.
+type Finding struct {
+	RuleID     string // e.g. "aws-access-token", "github-pat", "private-key", "database-url", "env-secret"
+	Start, End int    // byte offsets of the secret itself (the capture group, not the surrounding match)
+}
+
+// Options adjusts a Scanner.
+type Options struct {
+	AllowRules    []string // rule ids never reported
+	AllowLiterals []string // exact secret values never reported (e.g. documented example keys)
+}
+
+// Scanner finds secrets in text. It is built once and safe for concurrent use.
+type Scanner struct {
+	rules    []*rule
+	ids      []string // sorted, unique
+	ac       *automaton
+	kwRules  [][]int32 // keyword index -> rules
+	always   []int32   // rules without keywords
+	global   []allowlist
+	literals map[string]struct{}
+	states   sync.Pool // *scanState
+}
+
+// NewScanner loads gitleaks' default rules and ours.
+func NewScanner(o Options) (*Scanner, error) {
+	own, err := ownRules()
+	if err != nil {
+		return nil, fmt.Errorf("secrets: own rules: %w", err)
+	}
+	replaced := map[string]bool{}
+	for _, r := range own {
+		replaced[r.id] = true
+	}
+	cfg, err := loadGitleaks()
+	if err != nil {
+		return nil, err
+	}
+	rules, global, err := fromGitleaks(cfg, replaced)
+	if err != nil {
+		return nil, err
+	}
+	return newScanner(o, append(rules, own...), global)
+}
+
+func newScanner(o Options, rules []*rule, global []allowlist) (*Scanner, error) {
+	known := map[string]bool{}
+	for _, r := range rules {
+		known[r.id] = true
+	}
+	drop := map[string]bool{}
+	for _, id := range o.AllowRules {
+		if !known[id] {
+			return nil, fmt.Errorf("secrets: allow unknown rule %q", id)
+		}
+		drop[id] = true
+	}
+	s := &Scanner{global: global, literals: map[string]struct{}{}}
+	for _, l := range o.AllowLiterals {
+		s.literals[l] = struct{}{}
+	}
+	kwIndex := map[string]int{}
+	var kws []string
+	for _, r := range rules {
+		if drop[r.id] {
+			continue
+		}
+		if err := r.plan(); err != nil {
+			return nil, err
+		}
+		ri := int32(len(s.rules))
+		s.rules = append(s.rules, r)
+		if len(r.keywords) == 0 {
+			s.always = append(s.always, ri)
+			continue
+		}
+		for _, k := range r.keywords {
+			k = strings.ToLower(k)
+			i, ok := kwIndex[k]
+			if !ok {
+				i = len(kws)
+				kwIndex[k] = i
+				kws = append(kws, k)
+				s.kwRules = append(s.kwRules, nil)
+			}
+			if !slices.Contains(s.kwRules[i], ri) {
+				s.kwRules[i] = append(s.kwRules[i], ri)
+			}
+		}
+	}
+	s.ac = newAutomaton(kws)
+	for _, r := range s.rules {
+		s.ids = append(s.ids, r.id)
+	}
+	slices.Sort(s.ids)
+	s.ids = slices.Compact(s.ids)
+	n := len(s.rules)
+	s.states.New = func() any {
+		return &scanState{open: make([]span, n), next: make([]int, n), tried: make([]int, n)}
+	}
+	return s, nil
+}
+
+// Rules returns the id of every rule the scanner reports, sorted.
+func (s *Scanner) Rules() []string { return slices.Clone(s.ids) }
+
+// Scan returns the secrets in b, sorted by Start and non-overlapping: of two
+// overlapping candidates the longer one wins, then the more specific rule.
+func (s *Scanner) Scan(b []byte) []Finding {
+	if len(b) == 0 {
+		return nil
+	}
+	// The scan only reads b and keeps no reference to it.
+	return s.scan(unsafe.String(&b[0], len(b)))
+}
+
+// ScanString is Scan for a string.
+func (s *Scanner) ScanString(v string) []Finding { return s.scan(v) }
+
+type span struct{ start, end int }
+
+type candidate struct {
+	rule       int32
+	start, end int
+	match      int // length of the whole regex match: a tighter one is more specific
+}
+
+// scanState is the per-scan scratch space, pooled so that a scan that finds
+// nothing allocates nothing.
+type scanState struct {
+	open  []span // per rule: the window waiting to be searched; end < 0 = none
+	next  []int  // per rule: where its next match may start (matches do not overlap)
+	tried []int  // per rule: where its anchored regex was last tried
+	cands []candidate
+}
+
+func (s *Scanner) scan(text string) []Finding {
+	if text == "" {
+		return nil
+	}
+	st := s.states.Get().(*scanState)
+	defer s.states.Put(st)
+	for i := range st.open {
+		st.open[i] = span{-1, -1}
+		st.next[i] = 0
+		st.tried[i] = -1
+	}
+	st.cands = st.cands[:0]
+
+	// One pass of the keyword automaton drives every rule that has keywords.
+	pos, q := 0, int32(0)
+	for {
+		var ok bool
+		pos, q, ok = s.ac.find(text, pos, q)
+		if !ok {
+			break
+		}
+		for _, k := range s.ac.outputs(q) {
+			start := pos - s.ac.lens[k]
+			for _, ri := range s.kwRules[k] {
+				s.hit(st, text, ri, start, pos)
+			}
+		}
+	}
+	for ri, w := range st.open {
+		if w.end >= 0 {
+			s.search(st, text, int32(ri), w.start, w.end)
+		}
+	}
+	for _, ri := range s.always {
+		s.search(st, text, ri, 0, len(text))
+	}
+	if len(st.cands) == 0 {
+		return nil
+	}
+	return resolve(s.rules, st.cands)
+}
+
+// hit handles one occurrence [start, end) of one of rule ri's keywords.
+func (s *Scanner) hit(st *scanState, text string, ri int32, start, end int) {
+	r := s.rules[ri]
+	if r.opWithin > 0 && (!hasOperator(text[end:min(len(text), end+r.opWithin)]) || r.secretSet != nil && !r.secretAfter(text, end)) {
+		return
+	}
+	if r.anchor != nil {
+		var ok bool
+		if start, ok = r.anchor(text, start, end); !ok {
+			return
+		}
+	}
+	if r.anchored != nil {
+		for lo := max(0, start-r.backscan); start > lo && isWordByte(text[start-1]); {
+			start--
+		}
+		if start == st.tried[ri] {
+			return
+		}
+		st.tried[ri] = start
+		s.anchoredAt(st, text, ri, start)
+		return
+	}
+	ws, we := start-r.pre, end+r.post
+	if r.window != nil {
+		var ok bool
+		if ws, we, ok = r.window(text, start, end); !ok {
+			return
+		}
+	}
+	ws, we = max(ws, 0), min(we, len(text))
+	o := &st.open[ri]
+	if o.end >= 0 && ws <= o.end {
+		o.start, o.end = min(o.start, ws), max(o.end, we)
+		return
+	}
+	if o.end >= 0 {
+		s.search(st, text, ri, o.start, o.end)
+	}
+	*o = span{ws, we}
+}
+
+func hasOperator(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if isOperator(s[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func isWordByte(c byte) bool { return isAlnum(c) || c == '_' || c == '.' || c == '-' }
+
+func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
+
+// anchoredAt tries rule ri's anchored regex at a keyword starting at start.
+func (s *Scanner) anchoredAt(st *scanState, text string, ri int32, start int) {
+	if start < st.next[ri] {
+		return
+	}
+	r := s.rules[ri]
+	re, base := r.anchored, start-1
+	if start == 0 {
+		re, base = r.anchored0, 0
+	}
+	limit := min(len(text), start+r.maxLen+fwdContext)
+	loc := re.FindStringSubmatchIndex(text[base:limit])
+	if loc != nil && base+loc[1] == limit && limit < len(text) {
+		// The match may go on past the limit: look again without one.
+		loc = re.FindStringSubmatchIndex(text[base:])
+	}
+	if loc == nil {
+		return
+	}
+	for i := range loc {
+		if loc[i] >= 0 {
+			loc[i] += base
+		}
+	}
+	loc[0] = start
+	st.next[ri] = loc[1]
+	s.candidate(st, text, ri, loc)
+}
+
+// search runs rule ri's regex on the window [ws, we), widened to separators
+// so that \b, ^ and $ see what they would in the whole text.
+func (s *Scanner) search(st *scanState, text string, ri int32, ws, we int) {
+	r := s.rules[ri]
+	for i := 0; ws > 0 && ws < len(text) && i < backContext && !isSpace(text[ws]); i++ {
+		ws--
+	}
+	for i := 0; we > 0 && we < len(text) && i < fwdContext && !isSpace(text[we-1]); i++ {
+		we++
+	}
+	ms := r.re.FindAllStringSubmatchIndex(text[ws:we], -1)
+	if n := len(ms); n > 0 && ws+ms[n-1][1] == we && we < len(text) {
+		// The last match touches the window's end: it may go on.
+		nl := strings.IndexByte(text[we:min(len(text), we+65536)], '\n')
+		if nl < 0 {
+			we = min(len(text), we+65536)
+		} else {
+			we += nl + 1
+		}
+		ms = r.re.FindAllStringSubmatchIndex(text[ws:we], -1)
+	}
+	for _, loc := range ms {
+		for i := range loc {
+			if loc[i] >= 0 {
+				loc[i] += ws
+			}
+		}
+		if loc[0] < st.next[ri] {
+			continue
+		}
+		st.next[ri] = loc[1]
+		s.candidate(st, text, ri, loc)
+	}
+}
+
+// candidate applies a rule's checks to one regex match and records it.
+func (s *Scanner) candidate(st *scanState, text string, ri int32, loc []int) {
+	r := s.rules[ri]
+	ss, se := -1, -1
+	switch {
+	case r.group > 0:
+		if 2*r.group+1 < len(loc) {
+			ss, se = loc[2*r.group], loc[2*r.group+1]
+		}
+	default:
+		for g := 1; 2*g+1 < len(loc); g++ {
+			if loc[2*g] >= 0 && loc[2*g+1] > loc[2*g] {
+				ss, se = loc[2*g], loc[2*g+1]
+				break
+			}
+		}
+		if ss < 0 {
+			ss, se = loc[0], loc[1]
+			for ss < se && text[ss] == '\n' {
+				ss++
+			}
+			for se > ss && text[se-1] == '\n' {
+				se--
+			}
+		}
+	}
+	if ss < 0 || ss >= se {
+		return
+	}
+	secret := text[ss:se]
+	if r.entropy > 0 && entropy(secret) <= r.entropy {
+		return
+	}
+	if r.valid != nil && !r.valid(text, loc, ss, se) {
+		return
+	}
+	if _, ok := s.literals[secret]; ok {
+		return
+	}
+	match := strings.Trim(text[loc[0]:loc[1]], "\n")
+	line := func() string { return lineOf(text, loc[0], loc[1]) }
+	for i := range s.global {
+		if s.global[i].allowed(secret, match, line) {
+			return
+		}
+	}
+	for i := range r.allow {
+		if r.allow[i].allowed(secret, match, line) {
+			return
+		}
+	}
+	st.cands = append(st.cands, candidate{ri, ss, se, loc[1] - loc[0]})
+}
+
+// lineOf returns the lines holding [a, b), at most 4 KiB either side.
+func lineOf(text string, a, b int) string {
+	ls := strings.LastIndexByte(text[max(0, a-4096):a], '\n')
+	if ls < 0 {
+		ls = max(0, a-4096)
+	} else {
+		ls += max(0, a-4096) + 1
+	}
+	le := strings.IndexByte(text[b:min(len(text), b+4096)], '\n')
+	if le < 0 {
+		le = min(len(text), b+4096)
+	} else {
+		le += b
+	}
+	return text[ls:le]
+}
+
+// resolve keeps non-overlapping candidates, longest first, then the most
+// specific (by rank, then by the tighter regex match), then the leftmost, and
+// returns them sorted by start.
+func resolve(rules []*rule, cands []candidate) []Finding {
+	slices.SortFunc(cands, func(x, y candidate) int {
+		if d := (y.end - y.start) - (x.end - x.start); d != 0 {
+			return d
+		}
+		if d := rules[y.rule].rank - rules[x.rule].rank; d != 0 {
+			return d
+		}
+		if d := x.match - y.match; d != 0 {
+			return d
+		}
+		if d := x.start - y.start; d != 0 {
+			return d
+		}
+		return int(x.rule - y.rule)
+	})
+	var out []Finding
+	for _, c := range cands {
+		i := sort.Search(len(out), func(i int) bool { return out[i].Start >= c.start })
+		if i > 0 && out[i-1].End > c.start || i < len(out) && out[i].Start < c.end {
+			continue
+		}
+		out = slices.Insert(out, i, Finding{RuleID: rules[c.rule].id, Start: c.start, End: c.end})
+	}
+	return out
+}
