@@ -55,7 +55,7 @@ fuzz:
 	done
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./proxy ./certs
+	$(GO) test -run '^$$' -bench . -benchmem ./proxy ./certs ./policy ./rewrite/...
 
 clean:
 	rm -rf bin

@@ -139,13 +139,58 @@ type HTTP struct {
 	// Header holds request header names and values for the policy. Values
 	// of credential headers are never put here.
 	Header map[string][]string
+	// Secrets lists the rule ids of the secrets found in the request body,
+	// each once, sorted; empty when there were none or the body was not
+	// scanned.
+	Secrets []string
+	// Rewrite says what Chaperone changed in the request; nil when
+	// nothing.
+	Rewrite *Changes
 }
 
-// LLM is an HTTP request recognised as a call to an LLM API.
+// Changes is what Chaperone changed in a request and its response. It
+// names rules, credentials and headers; never a secret.
+type Changes struct {
+	// Redacted counts the secrets replaced by placeholders, by rule id.
+	Redacted map[string]int `json:"redacted,omitempty"`
+	// Credentials names the brokered credentials injected.
+	Credentials []string `json:"credentials,omitempty"`
+	// Headers names the identity and trace headers set.
+	Headers []string `json:"headers,omitempty"`
+}
+
+// Empty reports whether r records no change.
+func (r *Changes) Empty() bool {
+	return r == nil || len(r.Redacted) == 0 && len(r.Credentials) == 0 && len(r.Headers) == 0
+}
+
+// LLM is an HTTP request recognised as a call to an LLM API. The fields
+// after Stream are known once the response has ended.
 type LLM struct {
-	Provider string // "openai", "anthropic", …
-	Model    string
-	Path     string
+	Provider  string // "openai", "anthropic", "azure-openai", "gemini", "bedrock"
+	Model     string // the model asked for
+	Path      string
+	Operation string // "messages", "chat.completions", "responses", "generateContent", "converse", …
+	Stream    bool
+
+	Status        int    // the response's HTTP status; 0 until known
+	ResponseModel string // the model that answered
+	// Token counts as the provider reports them; Anthropic's InputTokens
+	// leave out the cache's.
+	InputTokens         int64
+	OutputTokens        int64
+	CacheReadTokens     int64
+	CacheCreationTokens int64
+	FinishReasons       []string
+	ToolCalls           []ToolCall // tools the model asked to run
+	// Restored counts the placeholders put back in the answer.
+	Restored int
+}
+
+// ToolCall is a tool the model asked the agent to run.
+type ToolCall struct {
+	ID   string `json:"id,omitempty"`
+	Name string `json:"name"`
 }
 
 // FileAccess is how a file is opened.

@@ -127,9 +127,12 @@ func fields() []field {
 			}
 			return strMap(headerMap(e.HTTP.Header))
 		}},
-		// Filled by the rewrite stage once secret detection runs before the
-		// policy; empty until then.
-		{"http.secrets", listOfString, "http", func(*event.Event) ref.Val { return emptyList }},
+		{"http.secrets", listOfString, "http", func(e *event.Event) ref.Val {
+			if e.HTTP == nil || len(e.HTTP.Secrets) == 0 {
+				return emptyList
+			}
+			return strList(e.HTTP.Secrets)
+		}},
 		{"http.status", cel.IntType, "http", func(e *event.Event) ref.Val {
 			if e.HTTP == nil {
 				return zeroInt
@@ -141,6 +144,8 @@ func fields() []field {
 		{"llm.provider", cel.StringType, "llm", llmStr(func(l *event.LLM) string { return l.Provider })},
 		{"llm.model", cel.StringType, "llm", llmStr(func(l *event.LLM) string { return l.Model })},
 		{"llm.path", cel.StringType, "llm", llmStr(func(l *event.LLM) string { return l.Path })},
+		{"llm.operation", cel.StringType, "llm", llmStr(func(l *event.LLM) string { return l.Operation })},
+		{"llm.stream", cel.BoolType, "llm", func(e *event.Event) ref.Val { return types.Bool(e.LLM != nil && e.LLM.Stream) }},
 		{"dns.name", cel.StringType, "dns", func(e *event.Event) ref.Val {
 			if e.DNS == nil {
 				return emptyString

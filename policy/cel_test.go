@@ -37,8 +37,10 @@ func testEvents() map[event.Kind]*event.Event {
 		event.KindHTTP: {Kind: event.KindHTTP, Session: "s1", Process: p, HTTP: &event.HTTP{
 			Method: "POST", URL: "https://api.github.com:443/repos/a%20b/issues?state=open&x=1&x=2#frag", Host: "api.github.com:443",
 			Proto: "HTTP/2.0", Status: 201, Upgrade: "WebSocket",
-			Header: map[string][]string{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}, "x-multi": {"c"}}}},
-		event.KindLLM:  {Kind: event.KindLLM, Session: "s1", Process: p, LLM: &event.LLM{Provider: "anthropic", Model: "claude-x", Path: "/v1/messages"}},
+			Header:  map[string][]string{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}, "x-multi": {"c"}},
+			Secrets: []string{"aws-access-token", "github-pat"}}},
+		event.KindLLM: {Kind: event.KindLLM, Session: "s1", Process: p, LLM: &event.LLM{Provider: "anthropic", Model: "claude-x", Path: "/v1/messages",
+			Operation: "messages", Stream: true}},
 		event.KindFile: {Kind: event.KindFile, Session: "s1", Process: p, File: &event.File{Path: "/home/u/.netrc", Access: event.FileRead}},
 		event.KindExec: {Kind: event.KindExec, Session: "s1", Process: p, Exec: &event.Exec{Path: "/usr/bin/git", Argv: []string{"git", "push"}, Cwd: "/home/u/proj", Digest: "sha256:cd"}},
 	}
@@ -66,6 +68,8 @@ func evalField(t *testing.T, s *schema, name string, e *event.Event) any {
 	case int64:
 		return v
 	case string:
+		return v
+	case bool:
 		return v
 	}
 	switch {
@@ -125,8 +129,10 @@ func TestFieldValues(t *testing.T) {
 			"http.path":    "/repos/a b/issues",
 			"http.query":   map[string]string{"state": "open", "x": "1, 2"},
 			"http.headers": map[string]string{"content-type": "application/json", "x-multi": "a, b, c"},
-			"http.status":  int64(201), "http.upgrade": "websocket", "http.proto": "HTTP/2.0"}),
-		event.KindLLM:  with(event.KindLLM, map[string]any{"llm.provider": "anthropic", "llm.model": "claude-x", "llm.path": "/v1/messages"}),
+			"http.status":  int64(201), "http.upgrade": "websocket", "http.proto": "HTTP/2.0",
+			"http.secrets": []string{"aws-access-token", "github-pat"}}),
+		event.KindLLM: with(event.KindLLM, map[string]any{"llm.provider": "anthropic", "llm.model": "claude-x", "llm.path": "/v1/messages",
+			"llm.operation": "messages", "llm.stream": true}),
 		event.KindFile: with(event.KindFile, map[string]any{"file.path": "/home/u/.netrc", "file.access": "read"}),
 		event.KindExec: with(event.KindExec, map[string]any{"exec.path": "/usr/bin/git", "exec.argv": []string{"git", "push"},
 			"exec.cwd": "/home/u/proj", "exec.digest": "sha256:cd"}),
@@ -145,6 +151,10 @@ func TestFieldValues(t *testing.T) {
 					}
 				case int64:
 					if v == 0 {
+						continue
+					}
+				case bool:
+					if !v {
 						continue
 					}
 				case []string:
@@ -182,7 +192,7 @@ func TestConditions(t *testing.T) {
 		{event.KindTLS, `"h2" in tls.alpn && tls.sni == host`, true},
 		{event.KindHTTP, `http.method == "POST" && http.path.startsWith("/repos/") && http.query["state"] == "open"`, true},
 		{event.KindHTTP, `"authorization" in http.headers`, false},
-		{event.KindHTTP, `http.headers["content-type"].contains("json") && size(http.secrets) == 0`, true},
+		{event.KindHTTP, `http.headers["content-type"].contains("json") && "github-pat" in http.secrets`, true},
 		{event.KindLLM, `llm.provider == "anthropic" && lineage.exists(p, p == "python3")`, true},
 		{event.KindLLM, `host == "" && http.method == ""`, true}, // absent payloads are zero, not errors
 		{event.KindFile, `glob("/home/*/.netrc", file.path) && file.access == "read"`, true},

@@ -34,6 +34,10 @@ type EngineOptions struct {
 	// CacheTTL is how long a judge decision is reused; 10 minutes when zero
 	// or less.
 	CacheTTL time.Duration
+	// Task returns a session's current task (what the agent was last asked
+	// to do, from its most recent LLM request), for the judge; optional.
+	// The task is context, not part of the decision cache's key.
+	Task func(session string) string
 }
 
 // Stats counts what an Engine did.
@@ -56,6 +60,7 @@ type Engine struct {
 	pool    sync.Pool
 
 	judge        Judge
+	task         func(string) string
 	judgeTimeout time.Duration
 	judgeOnError event.Action
 	judgeName    string
@@ -93,7 +98,7 @@ func NewEngine(p *Policy, o EngineOptions) (*Engine, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	e := &Engine{pol: p, schema: s, byKind: map[event.Kind][]int{}, log: o.Logger, judge: o.Judge}
+	e := &Engine{pol: p, schema: s, byKind: map[event.Kind][]int{}, log: o.Logger, judge: o.Judge, task: o.Task}
 	if len(p.Plugins) > 0 {
 		e.plugins = o.Plugins
 	}
@@ -295,7 +300,11 @@ func (e *Engine) callJudge(ctx context.Context, k cacheKey, c *flight, ev *event
 	if ev.Process != nil {
 		lineage = ev.Process.LineageNames
 	}
-	v, err := e.safeJudge(ctx, JudgeRequest{Intent: e.pol.Intent, Event: ev, Lineage: lineage})
+	req := JudgeRequest{Intent: e.pol.Intent, Event: ev, Lineage: lineage}
+	if e.task != nil {
+		req.Task = e.task(ev.Session)
+	}
+	v, err := e.safeJudge(ctx, req)
 	if err != nil {
 		e.judgeErrors.Add(1)
 		e.log.Warn("policy: judge failed; applying on_error", "on_error", e.judgeOnError.String(), "err", err)

@@ -238,14 +238,16 @@ func TestDecideOrderAndDefault(t *testing.T) {
 
 func TestJudgeRequest(t *testing.T) {
 	j := &fakeJudge{v: event.Verdict{Action: event.Allow}}
-	e := mustEngine(t, "intent: keep keys home\ndefault: judge\njudge: {provider: openai, model: m}\n", EngineOptions{Judge: j})
+	tasks := map[string]string{"s1": "fix the failing test in parser.go"}
+	e := mustEngine(t, "intent: keep keys home\ndefault: judge\njudge: {provider: openai, model: m}\n",
+		EngineOptions{Judge: j, Task: func(s string) string { return tasks[s] }})
 	ev := testEvents()[event.KindExec]
 	e.Decide(context.Background(), ev)
 	req := j.last.Load()
 	if req == nil {
 		t.Fatal("the judge was not asked")
 	}
-	if req.Intent != "keep keys home" || req.Event.Exec != ev.Exec {
+	if req.Intent != "keep keys home" || req.Event.Exec != ev.Exec || req.Task != tasks["s1"] {
 		t.Errorf("JudgeRequest = %+v", req)
 	}
 	if d := cmp.Diff([]string{"claude", "bash", "python3"}, req.Lineage); d != "" {
@@ -488,6 +490,10 @@ func TestDefaultPolicy(t *testing.T) {
 		return &event.Event{Kind: event.KindFile, Process: testProcess(), File: &event.File{Path: path, Access: a}}
 	}
 	evs := testEvents()
+	clean := *evs[event.KindHTTP]
+	h := *clean.HTTP
+	h.Secrets = nil
+	clean.HTTP = &h
 	tests := []struct {
 		name string
 		ev   *event.Event
@@ -502,7 +508,8 @@ func TestDefaultPolicy(t *testing.T) {
 		{"docker", file("/home/u/.docker/config.json", event.FileRead), event.Deny, "no-credential-files"},
 		{"project file", file("/home/u/proj/main.go", event.FileRead), event.Allow, ""},
 		{"llm", evs[event.KindLLM], event.Rewrite, "redact-llm-prompts"},
-		{"http without secrets", evs[event.KindHTTP], event.Allow, ""},
+		{"http without secrets", &clean, event.Allow, ""},
+		{"http with secrets", evs[event.KindHTTP], event.Deny, "no-secrets-to-other-hosts"},
 		{"connect", evs[event.KindConnect], event.Allow, ""},
 	}
 	for _, tt := range tests {

@@ -223,8 +223,10 @@ func (p *parser) parse(data []byte) (*Policy, *filePos) {
 			p.plugins(v, pol)
 		case "ask":
 			p.ask(v, &pol.Ask)
+		case "secrets":
+			p.secrets(v, &pol.Secrets)
 		default:
-			p.errorf(kn.Line, "", "unknown key %q (want intent, rules, default, judge, plugins or ask)", key)
+			p.errorf(kn.Line, "", "unknown key %q (want intent, rules, default, judge, plugins, ask or secrets)", key)
 		}
 	})
 	if !sawDefault {
@@ -430,6 +432,51 @@ func (p *parser) ask(n *yaml.Node, a *AskConfig) {
 			p.errorf(kn.Line, "ask", "unknown key %q (want timeout or on_timeout)", key)
 		}
 	})
+}
+
+func (p *parser) secrets(n *yaml.Node, sc *SecretsConfig) {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n.Line, "secrets", "secrets must be a mapping with allow_rules and allow_literals")
+		return
+	}
+	p.mapping(n, "secrets", func(key string, kn, v *yaml.Node) {
+		switch key {
+		case "allow_rules":
+			sc.AllowRules = p.stringList(v, "secrets", key)
+		case "allow_literals":
+			sc.AllowLiterals = p.stringList(v, "secrets", key)
+			for _, l := range sc.AllowLiterals {
+				if l == "" {
+					p.errorf(v.Line, "secrets", "allow_literals holds an empty string, which would allow nothing")
+				}
+			}
+		default:
+			p.errorf(kn.Line, "secrets", "unknown key %q (want allow_rules or allow_literals)", key)
+		}
+	})
+}
+
+// stringList reads a list of strings (or one string).
+func (p *parser) stringList(n *yaml.Node, rule, what string) []string {
+	n = deref(n)
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return nil
+		}
+		s, _ := p.scalar(n, rule, what)
+		return []string{s}
+	case yaml.SequenceNode:
+		out := make([]string, 0, len(n.Content))
+		for _, c := range n.Content {
+			if s, ok := p.scalar(c, rule, "each of "+what); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	p.errorf(n.Line, rule, "%s must be a list of strings", what)
+	return nil
 }
 
 func (p *parser) plugins(n *yaml.Node, pol *Policy) {

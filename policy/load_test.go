@@ -54,6 +54,10 @@ plugins:
 ask:
   timeout: 90s
   on_timeout: allow
+secrets:
+  allow_rules: [generic-api-key]
+  allow_literals:
+    - AKIAIOSFODNN7EXAMPLE
 `
 
 func TestParseFull(t *testing.T) {
@@ -81,8 +85,9 @@ func TestParseFull(t *testing.T) {
 			{Name: "listed", Command: []string{"/bin/check", "two words"}, Timeout: 500 * time.Millisecond,
 				OnError: ActionAllow, Line: 34},
 		},
-		Ask:    AskConfig{Timeout: 90 * time.Second, OnTimeout: ActionAllow},
-		Source: "full.yaml",
+		Ask:     AskConfig{Timeout: 90 * time.Second, OnTimeout: ActionAllow},
+		Secrets: SecretsConfig{AllowRules: []string{"generic-api-key"}, AllowLiterals: []string{"AKIAIOSFODNN7EXAMPLE"}},
+		Source:  "full.yaml",
 	}
 	if d := cmp.Diff(want, p); d != "" {
 		t.Errorf("Parse (-want +got):\n%s", d)
@@ -161,6 +166,10 @@ func TestParseErrors(t *testing.T) {
 			`policy: p.yaml:5: ask: unknown key "who"`}},
 		{"ask not a mapping", "default: allow\nask: 10s\n", []string{
 			`policy: p.yaml:2: ask: ask must be a mapping`}},
+		{"bad secrets", "default: allow\nsecrets:\n  allow_rules: {a: b}\n  allow_literals: [\"\"]\n  deny: x\n", []string{
+			`policy: p.yaml:3: secrets: allow_rules must be a list of strings`,
+			`policy: p.yaml:4: secrets: allow_literals holds an empty string`,
+			`policy: p.yaml:5: secrets: unknown key "deny"`}},
 		{"plugin without command", "default: allow\nplugins:\n  - name: p\n    on: http\n", []string{
 			`policy: p.yaml:3: plugin "p": command is required`}},
 		{"plugin problems", "default: allow\nplugins:\n  - name: p\n    command: x\n    on_error: maybe\n    on: [nope]\n    colour: red\n  - command: y\n", []string{

@@ -57,6 +57,7 @@ type Policy struct {
 	Judge   JudgeConfig
 	Plugins []PluginConfig
 	Ask     AskConfig
+	Secrets SecretsConfig
 	// Source names the file, for messages.
 	Source string
 }
@@ -104,6 +105,13 @@ func (j JudgeConfig) Configured() bool { return j.Provider != "" || j.Model != "
 type AskConfig struct {
 	Timeout   time.Duration // DefaultAskTimeout when zero
 	OnTimeout Action        // allow or deny; deny when empty
+}
+
+// SecretsConfig tunes secret detection: findings of these rules, and
+// these exact values, are never reported or redacted.
+type SecretsConfig struct {
+	AllowRules    []string
+	AllowLiterals []string
 }
 
 // PluginConfig configures one plugin process.

@@ -40,6 +40,14 @@ type exchange struct {
 
 	mu     sync.Mutex // orders 1xx responses before RoundTrip's return
 	rtDone bool
+
+	// The rewrite stage's, for sessions with rewrites.
+	rw      *Rewrites
+	llm     *llmCall       // the request is an LLM API call
+	plain   []byte         // the request body, decoded, when read whole
+	enc     string         // its Content-Encoding
+	sendLen int64          // when the body was read: the length of what is sent (-1: unknown); else 0
+	ch      *event.Changes // what was changed
 }
 
 // forward decides a request and, if allowed, sends it upstream. Its frame,
@@ -48,7 +56,7 @@ type exchange struct {
 // transport's calls below them are deep.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *tunnel) {
 	x := p.newExchange(r, t)
-	if !p.admit(w, r, t, &x.ev) {
+	if !p.admit(w, r, t, x) {
 		return
 	}
 	x.sw = statusWriter{ResponseWriter: w, p: p, ev: &x.ev}
@@ -88,9 +96,11 @@ func (p *Proxy) newExchange(r *http.Request, t *tunnel) *exchange {
 	return x
 }
 
-// admit decides e, the event of r, and answers a refusal; true means the
-// request goes upstream.
-func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, e *event.Event) bool {
+// admit decides the events of r (its llm event first, when it is an LLM
+// API call, then its http event) and answers a refusal; true means the
+// request goes upstream, with the session's rewrites made.
+func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, x *exchange) bool {
+	e := &x.ev
 	switch {
 	case t.denied != nil:
 		p.refuse(w, e, http.StatusForbidden, *t.denied)
@@ -106,10 +116,22 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, e *even
 		p.refuse(w, e, http.StatusForbidden, proxyVerdict(ruleUnknownSession, "the session has ended"))
 		return false
 	}
+	if p.rewrites != nil && r.Header["Upgrade"] == nil {
+		if x.rw = p.rewrites(t.session); x.rw != nil && !p.prepare(w, r, x) {
+			return false
+		}
+	}
 	e.Verdict = p.decide(r.Context(), e)
 	if !e.Verdict.Allowed() {
 		p.refuse(w, e, http.StatusForbidden, e.Verdict)
+		if x.llm != nil {
+			x.llm.ev.Verdict = e.Verdict
+			p.finishLLM(x, http.StatusForbidden)
+		}
 		return false
+	}
+	if x.rw != nil {
+		return p.applyRewrites(w, r, x)
 	}
 	return true
 }

@@ -114,6 +114,7 @@ type envOptions struct {
 	roots       *x509.CertPool // upstream roots; the upstream CA when nil
 	processes   ProcessFinder
 	passthrough func(string, netip.Addr) bool
+	rewrites    *Rewrites // the test session's
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -140,7 +141,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if roots == nil {
 		roots = upCA.Pool
 	}
-	p, err := New(Options{
+	opts := Options{
 		Decider:       dec,
 		Publish:       e.rec.publish,
 		Certs:         certs.NewLeaves(ca, certs.LeafOptions{}),
@@ -154,7 +155,16 @@ func newEnv(t testing.TB, o envOptions) *env {
 		Processes:   o.processes,
 		Passthrough: o.passthrough,
 		PeekTimeout: o.peekTimeout,
-	})
+	}
+	if o.rewrites != nil {
+		opts.Rewrites = func(s string) *Rewrites {
+			if s == testSession {
+				return o.rewrites
+			}
+			return nil
+		}
+	}
+	p, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

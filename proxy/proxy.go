@@ -75,6 +75,10 @@ type Options struct {
 	// the tunnel's host when there is none) and the destination address.
 	// Nil intercepts everything.
 	Passthrough func(host string, dst netip.Addr) bool
+	// Rewrites returns what to change in a session's requests (secrets
+	// redacted, credentials injected, identity headers, LLM calls parsed);
+	// nil, or a nil result, changes nothing.
+	Rewrites func(session string) *Rewrites
 }
 
 // Tunnel describes a client connection whose connect event was allowed:
@@ -105,6 +109,7 @@ type Proxy struct {
 	now         func() time.Time
 	peekTimeout time.Duration
 	noIntercept func(string, netip.Addr) bool
+	rewrites    func(string) *Rewrites
 
 	mitmTLS   *stdtls.Config
 	dialer    net.Dialer
@@ -156,6 +161,7 @@ func New(opts Options) (*Proxy, error) {
 		now:         opts.Now,
 		peekTimeout: opts.PeekTimeout,
 		noIntercept: opts.Passthrough,
+		rewrites:    opts.Rewrites,
 		dialer:      net.Dialer{Timeout: dialTimeout},
 		tunnels:     make(map[*tunnel]struct{}),
 		listeners:   make(map[net.Listener]struct{}),

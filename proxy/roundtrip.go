@@ -51,6 +51,14 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) {
 	x.mu.Lock()
 	x.rtDone = true
 	x.mu.Unlock()
+	if x.llm != nil {
+		status := http.StatusBadGateway
+		if err == nil {
+			status = res.StatusCode
+			x.wrapLLMResponse(res)
+		}
+		defer p.finishLLM(x, status)
+	}
 	if err != nil {
 		p.upstreamError(&x.sw, out, err)
 		return
@@ -92,9 +100,14 @@ func (x *exchange) outgoing(r *http.Request) *http.Request {
 			out.Host = "" // from URL: the host the tunnel was allowed for
 		}
 	}
-	if r.ContentLength == 0 {
+	switch {
+	case x.sendLen != 0:
+		// The rewrite stage read the body (and may have changed it).
+		out.Body = &x.body
+		out.ContentLength = x.sendLen
+	case r.ContentLength == 0:
 		out.Body = nil // lets the transport retry on a pooled connection that died
-	} else if r.Body != nil {
+	case r.Body != nil:
 		x.body.rc = r.Body
 		out.Body = &x.body
 		if r.ProtoMajor == 1 {
@@ -104,6 +117,9 @@ func (x *exchange) outgoing(r *http.Request) *http.Request {
 			// soon as the response header is written.
 			http.NewResponseController(x.sw.ResponseWriter).EnableFullDuplex()
 		}
+	}
+	if out.ContentLength == 0 && out.Body != nil {
+		out.Body = nil
 	}
 	return out
 }

@@ -39,6 +39,17 @@ type AuditLog struct {
 	pending uint64
 
 	lost atomic.Uint64
+
+	redact func(string) string // nil: records are written as they are
+}
+
+// SetRedactor makes every later record pass its free text (command lines,
+// URLs, paths) through redact, which replaces the secrets it finds. Call
+// it before the first Write.
+func (a *AuditLog) SetRedactor(redact func(string) string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.redact = redact
 }
 
 // OpenAuditLog opens path for appending, creating its parent directories
@@ -111,6 +122,9 @@ func (a *AuditLog) Write(e *event.Event) error {
 		return a.err
 	}
 	r := RecordOf(e)
+	if a.redact != nil {
+		r = r.redacted(a.redact)
+	}
 	a.buf.Reset()
 	if err := a.enc.Encode(r); err != nil {
 		// Record holds only strings, numbers and text marshalers that

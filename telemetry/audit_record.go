@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -39,11 +40,25 @@ type Record struct {
 	Status  int    `json:"status,omitempty"`
 	Proto   string `json:"proto,omitempty"`
 	Upgrade string `json:"upgrade,omitempty"`
+	// Secrets are the rule ids of secrets found in the request body.
+	Secrets []string `json:"secrets,omitempty"`
+	// Rewrite is what Chaperone changed in the request (never a secret).
+	Rewrite *event.Changes `json:"rewrite,omitempty"`
 
-	// llm (and path for llm, file and exec)
-	Provider string `json:"provider,omitempty"`
-	Model    string `json:"model,omitempty"`
-	Path     string `json:"path,omitempty"`
+	// llm (and path for llm, file and exec; status for http and llm)
+	Provider            string           `json:"provider,omitempty"`
+	Model               string           `json:"model,omitempty"`
+	Path                string           `json:"path,omitempty"`
+	Operation           string           `json:"operation,omitempty"`
+	Stream              bool             `json:"stream,omitempty"`
+	ResponseModel       string           `json:"response_model,omitempty"`
+	InputTokens         int64            `json:"input_tokens,omitempty"`
+	OutputTokens        int64            `json:"output_tokens,omitempty"`
+	CacheReadTokens     int64            `json:"cache_read_tokens,omitempty"`
+	CacheCreationTokens int64            `json:"cache_creation_tokens,omitempty"`
+	FinishReasons       []string         `json:"finish_reasons,omitempty"`
+	ToolCalls           []event.ToolCall `json:"tool_calls,omitempty"`
+	Restored            int              `json:"restored,omitempty"`
 
 	// dns
 	Name    string   `json:"name,omitempty"`
@@ -112,10 +127,18 @@ func RecordOf(e *event.Event) Record {
 	case event.KindHTTP:
 		if h := e.HTTP; h != nil {
 			r.Method, r.URL, r.Host, r.Status, r.Proto, r.Upgrade = h.Method, h.URL, h.Host, h.Status, h.Proto, h.Upgrade
+			r.Secrets = h.Secrets
+			if !h.Rewrite.Empty() {
+				r.Rewrite = h.Rewrite
+			}
 		}
 	case event.KindLLM:
 		if l := e.LLM; l != nil {
-			r.Provider, r.Model, r.Path = l.Provider, l.Model, l.Path
+			r.Provider, r.Model, r.Path, r.Operation, r.Stream = l.Provider, l.Model, l.Path, l.Operation, l.Stream
+			r.Status, r.ResponseModel, r.FinishReasons, r.ToolCalls = l.Status, l.ResponseModel, l.FinishReasons, l.ToolCalls
+			r.InputTokens, r.OutputTokens = l.InputTokens, l.OutputTokens
+			r.CacheReadTokens, r.CacheCreationTokens = l.CacheReadTokens, l.CacheCreationTokens
+			r.Restored = l.Restored
 		}
 	case event.KindDNS:
 		if d := e.DNS; d != nil {
@@ -167,9 +190,13 @@ func (r Record) Event() *event.Event {
 	case event.KindTLS:
 		e.TLS = &event.TLS{ServerName: r.SNI, ALPN: r.ALPN, Version: r.TLSVersion, Intercepted: r.Intercepted}
 	case event.KindHTTP:
-		e.HTTP = &event.HTTP{Method: r.Method, URL: r.URL, Host: r.Host, Status: r.Status, Proto: r.Proto, Upgrade: r.Upgrade}
+		e.HTTP = &event.HTTP{Method: r.Method, URL: r.URL, Host: r.Host, Status: r.Status, Proto: r.Proto, Upgrade: r.Upgrade,
+			Secrets: r.Secrets, Rewrite: r.Rewrite}
 	case event.KindLLM:
-		e.LLM = &event.LLM{Provider: r.Provider, Model: r.Model, Path: r.Path}
+		e.LLM = &event.LLM{Provider: r.Provider, Model: r.Model, Path: r.Path, Operation: r.Operation, Stream: r.Stream,
+			Status: r.Status, ResponseModel: r.ResponseModel, FinishReasons: r.FinishReasons, ToolCalls: r.ToolCalls,
+			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
+			CacheReadTokens: r.CacheReadTokens, CacheCreationTokens: r.CacheCreationTokens, Restored: r.Restored}
 	case event.KindDNS:
 		d := &event.DNS{Name: r.Name, Type: r.QType, Rcode: r.Rcode}
 		for _, s := range r.Answers {
@@ -243,5 +270,34 @@ func (r Record) truncated() Record {
 		r.Process = &p
 	}
 	r.Truncated = true
+	return r
+}
+
+// redacted returns r with the secrets redact finds replaced in its free
+// text: process and exec argv, the session's command, URL and paths.
+// Lists are copied, never changed in place: they belong to the event.
+func (r Record) redacted(redact func(string) string) Record {
+	list := func(l []string) []string {
+		var out []string
+		for i, s := range l {
+			if t := redact(s); t != s {
+				if out == nil {
+					out = slices.Clone(l)
+				}
+				out[i] = t
+			}
+		}
+		if out == nil {
+			return l
+		}
+		return out
+	}
+	if r.Process != nil {
+		p := *r.Process
+		p.Argv = list(p.Argv)
+		r.Process = &p
+	}
+	r.Argv, r.Command = list(r.Argv), list(r.Command)
+	r.URL, r.Path = redact(r.URL), redact(r.Path)
 	return r
 }

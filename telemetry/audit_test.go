@@ -40,9 +40,13 @@ func sampleEvents() []*event.Event {
 		{Time: t0, Kind: event.KindTLS, Session: "7f3a9c01", Process: proc(), Verdict: allow, TLS: &event.TLS{
 			ServerName: "api.example.com", ALPN: []string{"h2", "http/1.1"}, Version: "1.3", Intercepted: true}},
 		{Time: t0, Kind: event.KindHTTP, Session: "7f3a9c01", Process: proc(), Verdict: allow, HTTP: &event.HTTP{
-			Method: "GET", URL: "https://api.example.com/v1/x?a=1&b=2", Host: "api.example.com", Proto: "HTTP/2.0", Status: 200, Upgrade: "websocket"}},
+			Method: "GET", URL: "https://api.example.com/v1/x?a=1&b=2", Host: "api.example.com", Proto: "HTTP/2.0", Status: 200, Upgrade: "websocket",
+			Secrets: []string{"github-pat"}, Rewrite: &event.Changes{Redacted: map[string]int{"aws-access-token": 2},
+				Credentials: []string{"github"}, Headers: []string{"Traceparent", "X-Chaperone-Session"}}}},
 		{Time: t0, Kind: event.KindLLM, Session: "7f3a9c01", Process: proc(), Verdict: event.Verdict{Action: event.Rewrite, Rule: "redact", DecidedBy: event.DecidedByRule}, LLM: &event.LLM{
-			Provider: "anthropic", Model: "claude-sonnet-4", Path: "/v1/messages"}},
+			Provider: "anthropic", Model: "claude-sonnet-4", Path: "/v1/messages", Operation: "messages", Stream: true,
+			Status: 200, ResponseModel: "claude-sonnet-4-20250514", InputTokens: 12, OutputTokens: 34, CacheReadTokens: 5, CacheCreationTokens: 6,
+			FinishReasons: []string{"tool_use"}, ToolCalls: []event.ToolCall{{ID: "toolu_1", Name: "bash"}}, Restored: 1}},
 		{Time: t0, Kind: event.KindDNS, Session: "7f3a9c01", Process: proc(), Verdict: allow, DNS: &event.DNS{
 			Name: "api.example.com", Type: "A", Answers: []netip.Addr{netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("::1")}, Rcode: "NOERROR"}},
 		{Time: t0, Kind: event.KindFile, Session: "7f3a9c01", Process: proc(), Verdict: event.Verdict{Action: event.Ask, DecidedBy: event.DecidedByHuman}, File: &event.File{
@@ -647,4 +651,44 @@ func BenchmarkAuditWrite(b *testing.B) {
 			b.Fatal(err)
 		}
 	})
+}
+
+func TestAuditLogRedactor(t *testing.T) {
+	const secret = "s3cr3t-value"
+	var buf bytes.Buffer
+	a := newAuditLog(&buf)
+	a.SetRedactor(func(s string) string { return strings.ReplaceAll(s, secret, "[REDACTED:test:0001]") })
+	evs := sampleEvents()
+	for _, e := range evs {
+		if e.Process != nil {
+			e.Process.Argv = []string{"curl", "-H", "Authorization: Bearer " + secret}
+		}
+		if e.Exec != nil {
+			e.Exec.Argv = []string{"git", "push", "https://x:" + secret + "@h/r"}
+		}
+		if e.SessionInfo != nil {
+			e.SessionInfo.Command = []string{"agent", "--key=" + secret}
+		}
+		if e.HTTP != nil {
+			e.HTTP.URL = "https://h/" + secret
+		}
+		if err := a.Write(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), secret) {
+		t.Errorf("the secret is in the log:\n%s", buf.String())
+	}
+	if n := strings.Count(buf.String(), "[REDACTED:test:0001]"); n < len(evs) {
+		t.Errorf("%d placeholders in %d records", n, len(evs))
+	}
+	// The events themselves are left as they were.
+	for _, e := range evs {
+		if e.Process != nil && !strings.Contains(e.Process.Argv[2], secret) {
+			t.Errorf("the event's argv was changed: %q", e.Process.Argv)
+		}
+	}
 }

@@ -22,8 +22,9 @@ import (
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
-// binary is the chaperone executable built once for the end-to-end tests.
-var binary string
+// binary is the chaperone executable built once for the end-to-end tests;
+// sdkAgent is the agent that speaks LLM APIs with the official SDKs.
+var binary, sdkAgent string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "chaperone-e2e-")
@@ -33,11 +34,14 @@ func TestMain(m *testing.M) {
 	}
 	os.Chmod(dir, 0o755) // tests run it as other users too
 	binary = filepath.Join(dir, "chaperone")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", binary, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build chaperone:", err)
-		os.Exit(1)
+	sdkAgent = filepath.Join(dir, "sdkagent")
+	for out, pkg := range map[string]string{binary: ".", sdkAgent: "./testdata/sdkagent"} {
+		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out, pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", pkg+":", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -50,6 +54,7 @@ type world struct {
 	t      *testing.T
 	dir    string
 	caFile string
+	ca     *upstream.CA     // signs the upstreams' certificates
 	api    *upstream.Server // allowed
 	exfil  *upstream.Server // denied by deny_hosts
 	log    string
@@ -62,6 +67,7 @@ func newWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.ca = ca
 	if w.caFile, err = ca.WriteFile(w.dir); err != nil {
 		t.Fatal(err)
 	}

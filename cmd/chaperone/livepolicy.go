@@ -24,6 +24,7 @@ type livePolicy struct {
 	log     *slog.Logger
 	stderr  io.Writer
 	getenv  func(string) string
+	task    func(string) string // a session's current task, for the judge
 	cur     atomic.Pointer[loadedPolicy]
 	mu      sync.Mutex // serialises reloads and retired
 	modTime time.Time
@@ -38,8 +39,8 @@ type loadedPolicy struct {
 	close func() error
 }
 
-func newLivePolicy(ctx context.Context, path string, deny proxy.Decider, log *slog.Logger, stderr io.Writer, getenv func(string) string) (*livePolicy, error) {
-	l := &livePolicy{path: path, deny: deny, log: log, stderr: stderr, getenv: getenv}
+func newLivePolicy(ctx context.Context, path string, deny proxy.Decider, log *slog.Logger, stderr io.Writer, getenv, task func(string) string) (*livePolicy, error) {
+	l := &livePolicy{path: path, deny: deny, log: log, stderr: stderr, getenv: getenv, task: task}
 	if err := l.load(ctx); err != nil {
 		return nil, err
 	}
@@ -65,7 +66,7 @@ func (l *livePolicy) load(ctx context.Context) error {
 	if err != nil {
 		return usageError{err}
 	}
-	d, closeFn, err := newPolicyDecider(ctx, p, l.deny, l.log, l.getenv)
+	d, closeFn, err := newPolicyDecider(ctx, p, l.deny, l.log, l.getenv, l.task)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}

@@ -78,7 +78,7 @@ func newPolicyCommand(e env) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			d, closeFn, err := newPolicyDecider(cmd.Context(), p, nil, slog.New(slog.NewTextHandler(e.stderr, nil)), e.getenv)
+			d, closeFn, err := newPolicyDecider(cmd.Context(), p, nil, slog.New(slog.NewTextHandler(e.stderr, nil)), e.getenv, nil)
 			if err != nil {
 				return err
 			}
@@ -130,12 +130,13 @@ func replay(ctx context.Context, w io.Writer, r io.Reader, d proxy.Decider) erro
 // newPolicyDecider builds the engine for p: its judge (whose requests never
 // go through a session) and its plugins. deny, when set, decides first
 // (the configuration's deny_hosts).
-func newPolicyDecider(ctx context.Context, p *policy.Policy, deny proxy.Decider, log *slog.Logger, getenv func(string) string) (proxy.Decider, func() error, error) {
+func newPolicyDecider(ctx context.Context, p *policy.Policy, deny proxy.Decider, log *slog.Logger, getenv func(string) string, task func(string) string) (proxy.Decider, func() error, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
 	var opts policy.EngineOptions
 	opts.Logger = log
+	opts.Task = task
 	closeFn := func() error { return nil }
 	if p.Judge.Configured() {
 		j, err := policy.NewJudge(p.Judge, nil, getenv)

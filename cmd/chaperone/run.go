@@ -166,7 +166,9 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	if err != nil {
 		return 0, usageError{err}
 	}
-	var decider proxy.Decider = builtin
+	var decider proxy.Decider
+	var currentPolicy func() *policy.Policy
+	tasks := &taskBoard{}
 	sessionID := newID(6)
 	// inSession tells whether a pid belongs to the session, once it runs:
 	// the session's own processes may not answer its questions.
@@ -178,10 +180,11 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	if cfg.Policy != "" {
 		// A policy that does not load stops the session before it starts:
 		// never half a policy.
-		live, err := newLivePolicy(ctx, cfg.Policy, builtin, log, o.stderr, o.getenv)
+		live, err := newLivePolicy(ctx, cfg.Policy, builtin, log, o.stderr, o.getenv, tasks.get)
 		if err != nil {
 			return 0, err
 		}
+		currentPolicy = live.Policy
 		defer live.Close()
 		hup := make(chan os.Signal, 1)
 		if reloadSignal != nil {
@@ -206,6 +209,19 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		live.onLoad = configureAsk
 		go live.watch(watchCtx, hup, 2*time.Second)
 		decider = asking{decider: live, broker: ak.broker}
+	} else {
+		// No policy file: the embedded default policy, after deny_hosts.
+		def, err := policy.Parse("default policy", policy.DefaultPolicyYAML())
+		if err != nil {
+			return 0, fmt.Errorf("run: %w", err)
+		}
+		d, closeFn, err := newPolicyDecider(ctx, def, builtin, log, o.getenv, tasks.get)
+		if err != nil {
+			return 0, fmt.Errorf("run: %w", err)
+		}
+		defer closeFn()
+		decider = d
+		currentPolicy = func() *policy.Policy { return def }
 	}
 	var passthrough func(string, netip.Addr) bool
 	if len(cfg.TLSPassthrough) > 0 {
@@ -260,6 +276,28 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	}
 	s.proxyURL = (&url.URL{Scheme: "http", User: url.UserPassword("chaperone", s.token), Host: s.proxyAdr.String()}).String()
 
+	agent := o.agent
+	if agent == "" {
+		exe, _ := exec.LookPath(o.argv[0])
+		agent = attribution.DetectAgent(o.argv, exe)
+	}
+	getenv := o.getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	rw, agentEnv, hideEnv, err := sessionRewrites(cfg, currentPolicy(), currentPolicy, sessionID, agent, tasks, getenv)
+	if err != nil {
+		ln.Close()
+		stopSinks()
+		return 0, err
+	}
+	// Command lines and URLs often carry tokens: the log gets the same
+	// placeholders as the prompts.
+	audit.SetRedactor(func(s string) string {
+		out, _ := rw.Redactor.Redact(s)
+		return out
+	})
+
 	procs := attribution.NewTable(attribution.OSProc(), attribution.WithSocketLookup(attribution.SockDiag))
 	p, err := proxy.New(proxy.Options{
 		Logger:        log,
@@ -278,7 +316,13 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			return describeProcess(procs, pid, root)
 		}),
 		Passthrough: passthrough,
-		Now:         time.Now,
+		Rewrites: func(id string) *proxy.Rewrites {
+			if id == sessionID {
+				return rw
+			}
+			return nil
+		},
+		Now: time.Now,
 	})
 	if err != nil {
 		ln.Close()
@@ -336,12 +380,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	started := time.Now()
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.stdin, o.stdout, o.stderr
-	cmd.Env = childEnv(o.env, s, mode == config.ModeProxy)
-	agent := o.agent
-	if agent == "" {
-		exe, _ := exec.LookPath(o.argv[0])
-		agent = attribution.DetectAgent(o.argv, exe)
-	}
+	cmd.Env = childEnv(o.env, s, mode == config.ModeProxy, agentEnv, hideEnv)
 	info := &event.Session{ID: s.id, Agent: agent, Command: o.argv, Mode: mode, Started: started}
 	var cgroupFD *os.File
 	if ts != nil {
@@ -465,10 +504,18 @@ func runChild(ctx context.Context, cmd *exec.Cmd, forward []os.Signal, started f
 }
 
 // childEnv is the command's environment: the caller's, without any proxy or
-// trust settings of its own, plus the session's: the trust variables, and
-// the proxy variables when the session uses the explicit proxy.
-func childEnv(base []string, s *session, explicitProxy bool) []string {
+// trust settings of its own nor the variables in hide (real credentials),
+// plus the session's: the trust variables, the proxy variables when the
+// session uses the explicit proxy, and extra (credential placeholders).
+func childEnv(base []string, s *session, explicitProxy bool, extra, hide []string) []string {
 	drop := map[string]bool{"NO_PROXY": true, "no_proxy": true, "CHAPERONE_SESSION": true}
+	for _, k := range hide {
+		drop[k] = true
+	}
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		drop[k] = true
+	}
 	for _, k := range proxyVars {
 		drop[k] = true
 	}
@@ -490,6 +537,7 @@ func childEnv(base []string, s *session, explicitProxy bool) []string {
 		env = append(env, "NO_PROXY=", "no_proxy=")
 	}
 	env = append(env, "CHAPERONE_SESSION="+s.id)
+	env = append(env, extra...)
 	return append(env, certs.TrustEnv(s.bundle)...)
 }
 

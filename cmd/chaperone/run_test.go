@@ -23,8 +23,9 @@ func TestChildEnv(t *testing.T) {
 		"HTTPS_PROXY=http://corp:3128", "no_proxy=*", "NO_PROXY=internal",
 		"SSL_CERT_FILE=/mine.pem", "NODE_EXTRA_CA_CERTS=/x.pem",
 		"CHAPERONE_STATE_DIR=/secret/state", "CHAPERONE_SESSION=spoofed",
+		"GITHUB_TOKEN=real-value", "GH_TOKEN=also-real", "REAL_ONLY=hidden",
 	}
-	env := childEnv(base, s, true)
+	env := childEnv(base, s, true, []string{"GITHUB_TOKEN=chaperone-cred-gh-1", "GH_TOKEN=chaperone-cred-gh-1"}, []string{"GITHUB_TOKEN", "REAL_ONLY"})
 	get := func(k string) []string {
 		var vs []string
 		for _, kv := range env {
@@ -54,6 +55,11 @@ func TestChildEnv(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"abc123"}, get("CHAPERONE_SESSION")); diff != "" {
 		t.Errorf("CHAPERONE_SESSION (-want +got):\n%s", diff)
+	}
+	for k, want := range map[string][]string{"GITHUB_TOKEN": {"chaperone-cred-gh-1"}, "GH_TOKEN": {"chaperone-cred-gh-1"}, "REAL_ONLY": nil} {
+		if diff := cmp.Diff(want, get(k)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", k, diff)
+		}
 	}
 	if !slices.Contains(env, "PATH=/usr/bin") || !slices.Contains(env, "HOME=/root") {
 		t.Errorf("ordinary variables lost: %v", env)
@@ -112,7 +118,7 @@ func TestAuditGuardFailsClosed(t *testing.T) {
 
 func TestChildEnvTransparent(t *testing.T) {
 	s := &session{id: "abc123", proxyURL: "http://chaperone:tok@127.0.0.1:9", bundle: "/b.pem"}
-	env := childEnv([]string{"PATH=/usr/bin", "HTTPS_PROXY=http://corp:3128", "no_proxy=*"}, s, false)
+	env := childEnv([]string{"PATH=/usr/bin", "HTTPS_PROXY=http://corp:3128", "no_proxy=*"}, s, false, nil, nil)
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasSuffix(strings.ToLower(k), "_proxy") || strings.Contains(kv, "tok") {

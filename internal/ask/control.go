@@ -84,6 +84,9 @@ func (b *Broker) serveConn(c net.Conn, check PeerCheck) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	enc := json.NewEncoder(c)
+	// The request is read before anything is answered, so that a refused
+	// client reads its refusal rather than a broken pipe.
+	line, rerr := bufio.NewReader(io.LimitReader(c, maxRequest)).ReadBytes('\n')
 	pid, uid, err := peerCred(c)
 	who := ""
 	if err == nil {
@@ -101,8 +104,7 @@ func (b *Broker) serveConn(c net.Conn, check PeerCheck) {
 			return
 		}
 	}
-	line, err := bufio.NewReader(io.LimitReader(c, maxRequest)).ReadBytes('\n')
-	if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
+	if rerr != nil && !(errors.Is(rerr, io.EOF) && len(line) > 0) {
 		enc.Encode(reply{Error: "no request"})
 		return
 	}

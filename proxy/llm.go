@@ -1,0 +1,346 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/rewrite"
+	"github.com/chaperone-dev/chaperone/rewrite/inject"
+	"github.com/chaperone-dev/chaperone/rewrite/secrets"
+)
+
+// Rewrites is what the proxy changes in one session's requests and
+// responses. Every field is optional.
+type Rewrites struct {
+	// Redactor replaces secrets with placeholders in LLM prompts whose llm
+	// event a rewrite rule with redact_secrets decided, and in other
+	// request bodies whose http event such a rule decided.
+	Redactor *secrets.Redactor
+	// Scanner finds the secrets of request bodies for http.secrets.
+	Scanner *secrets.Scanner
+	// Restore puts the real values back where an LLM's answer quotes a
+	// placeholder the Redactor made.
+	Restore bool
+	// LLMHosts are gateways and local servers recognised as LLM APIs by
+	// path alone (the providers' own hosts are known).
+	LLMHosts []string
+	// Credentials swaps brokered placeholders for real values on the hosts
+	// they are bound to, and refuses them anywhere else.
+	Credentials *inject.Broker
+	// Identity headers (IdentityPresets, from Identity and the acting
+	// process's lineage) are set on LLM API calls and on the hosts for
+	// which IdentityHost is true.
+	Identity        inject.Identity
+	IdentityPresets []string
+	IdentityHost    func(host string) bool
+	// RewriteParams returns the rewrite: parameters of a policy rule.
+	RewriteParams func(rule string) map[string]any
+	// Task is told the agent's current task, as each LLM request shows it.
+	Task func(task string)
+}
+
+// Limits of the request bodies read before they are sent: a body beyond
+// them is passed on unscanned (and an LLM prompt that should be redacted is
+// refused).
+const (
+	maxScanBody = 8 << 20
+	maxLLMBody  = 64 << 20
+)
+
+// Rules the rewrite stage applies by itself.
+const (
+	ruleCredentialLeak = "credential_placeholder"
+	ruleRedactFailed   = "redact_secrets"
+)
+
+// llmCall is the llm event of a request recognised as an LLM API call,
+// published once its response has ended.
+type llmCall struct {
+	api      rewrite.API
+	ev       event.Event
+	llm      event.LLM
+	reader   *rewrite.ResponseReader
+	restored int
+}
+
+// rewriteParam reports whether the rule of v asks for the rewrite param.
+func (rw *Rewrites) wants(v event.Verdict, param string) bool {
+	if v.Action != event.Rewrite || rw.RewriteParams == nil {
+		return false
+	}
+	on, _ := rw.RewriteParams(v.Rule)[param].(bool)
+	return on
+}
+
+// prepare does the work on a session's request that comes before its http
+// event is decided: it recognises LLM API calls and decides their llm
+// event, reads the body, redacts it when the llm verdict says so and finds
+// the secrets left in it. False means the request was refused.
+func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request, x *exchange) bool {
+	rw := x.rw
+	e := &x.ev
+	api, isLLM := rewrite.DetectAPI(r.Host, r.URL.Path, rw.LLMHosts)
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return true
+	}
+	limit := int64(maxScanBody)
+	if isLLM {
+		limit = maxLLMBody
+	}
+	raw, whole, err := readUpTo(r.Body, limit)
+	x.body.rc = io.NopCloser(io.MultiReader(bytes.NewReader(raw), r.Body))
+	x.sendLen = -1
+	if err != nil {
+		p.refuse(w, e, http.StatusBadRequest, proxyVerdict(ruleRedactFailed, "the request body could not be read"))
+		return false
+	}
+	if !whole {
+		if isLLM {
+			p.refuse(w, e, http.StatusRequestEntityTooLarge, proxyVerdict(ruleRedactFailed, "the LLM request is too large to check for secrets"))
+			return false
+		}
+		return true // passed on unscanned
+	}
+	x.sendLen = int64(len(raw))
+	x.body.rc = io.NopCloser(bytes.NewReader(raw))
+	enc := r.Header.Get("Content-Encoding")
+	plain, err := rewrite.DecodeBody(enc, raw)
+	if err != nil {
+		if isLLM {
+			p.refuse(w, e, http.StatusBadRequest, proxyVerdict(ruleRedactFailed, "the LLM request's encoding cannot be read: "+err.Error()))
+			return false
+		}
+		return true
+	}
+	x.plain, x.enc = plain, enc
+	if isLLM {
+		if !p.decideLLM(w, r, x, api) {
+			return false
+		}
+	}
+	if rw.Scanner != nil {
+		x.http.Secrets = secretIDs(rw.Scanner.Scan(x.plain))
+	}
+	return true
+}
+
+// decideLLM publishes nothing yet: it decides the llm event of an LLM API
+// call, tells the session its task, and redacts the prompt when the
+// verdict says so.
+func (p *Proxy) decideLLM(w http.ResponseWriter, r *http.Request, x *exchange, api rewrite.API) bool {
+	req, err := rewrite.Inspect(api, r.URL.Path, x.plain)
+	if err != nil {
+		return true // not an LLM call after all (not JSON): an http request like any other
+	}
+	c := &llmCall{api: api}
+	c.llm = event.LLM{Provider: string(api.Provider), Model: req.Model, Path: r.URL.Path, Operation: api.Op, Stream: req.Stream}
+	c.ev = event.Event{Time: x.ev.Time, Kind: event.KindLLM, Session: x.ev.Session, Process: x.ev.Process, LLM: &c.llm}
+	x.llm = c
+	if req.Task != "" && x.rw.Task != nil {
+		// The task goes to the judge, itself an LLM: never with a secret.
+		task := req.Task
+		if x.rw.Redactor != nil {
+			task, _ = x.rw.Redactor.Redact(task)
+		}
+		x.rw.Task(task)
+	}
+	c.ev.Verdict = p.decide(r.Context(), &c.ev)
+	if !c.ev.Verdict.Allowed() {
+		p.refuse(w, &x.ev, http.StatusForbidden, c.ev.Verdict)
+		p.finishLLM(x, http.StatusForbidden)
+		return false
+	}
+	if x.rw.wants(c.ev.Verdict, "redact_secrets") {
+		return p.redact(w, r, x, api.Provider == rewrite.Bedrock)
+	}
+	return true
+}
+
+// redact replaces the secrets of the body by placeholders. signedOK false
+// refuses a request whose signature covers the body (SigV4) when there
+// is anything to redact.
+func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, checkSigned bool) bool {
+	red := x.rw.Redactor
+	if red == nil || x.plain == nil {
+		return true
+	}
+	counts := map[string]int{}
+	fn := func(s string) (string, bool) {
+		out, ids := red.Redact(s)
+		for _, id := range ids {
+			counts[id]++
+		}
+		return out, len(ids) > 0
+	}
+	out, changed, err := rewrite.RewriteStrings(x.plain, fn)
+	if err != nil { // not JSON: redact it as text
+		var s string
+		s, changed = fn(string(x.plain))
+		out = []byte(s)
+	}
+	if !changed {
+		return true
+	}
+	if checkSigned && strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256") {
+		p.refuse(w, &x.ev, http.StatusForbidden, proxyVerdict(ruleRedactFailed,
+			"the request is signed (SigV4) and carries secrets that cannot be removed without breaking the signature"))
+		if x.llm != nil {
+			x.llm.ev.Verdict = x.ev.Verdict
+			p.finishLLM(x, http.StatusForbidden)
+		}
+		return false
+	}
+	encoded, err := rewrite.EncodeBody(x.enc, out)
+	if err != nil {
+		p.refuse(w, &x.ev, http.StatusBadRequest, proxyVerdict(ruleRedactFailed, "the redacted body cannot be encoded: "+err.Error()))
+		return false
+	}
+	x.plain = out
+	x.body.rc = io.NopCloser(bytes.NewReader(encoded))
+	x.sendLen = int64(len(encoded))
+	x.changes().Redacted = counts
+	return true
+}
+
+// applyRewrites makes the changes that follow an allowed http verdict:
+// redaction a rewrite rule asked for, brokered credentials, identity
+// headers. False means the request was refused.
+func (p *Proxy) applyRewrites(w http.ResponseWriter, r *http.Request, x *exchange) bool {
+	rw := x.rw
+	if x.llm == nil && rw.wants(x.ev.Verdict, "redact_secrets") && !p.redact(w, r, x, false) {
+		return false
+	}
+	host := r.Host
+	if b := rw.Credentials; b != nil {
+		r.Header = r.Header.Clone() // values are changed in place; the event shares them
+		injected, leaked := b.Apply(host, r.Header, &x.url)
+		for _, name := range b.FindPlaceholders(x.plain) {
+			if !b.Matches(name, host) {
+				leaked = append(leaked, name)
+			}
+		}
+		if len(leaked) > 0 {
+			slices.Sort(leaked)
+			p.refuse(w, &x.ev, http.StatusForbidden, proxyVerdict(ruleCredentialLeak,
+				"the request carries the placeholder of credential "+strings.Join(slices.Compact(leaked), ", ")+" to a host it is not bound to"))
+			if x.llm != nil {
+				x.llm.ev.Verdict = x.ev.Verdict
+				p.finishLLM(x, http.StatusForbidden)
+			}
+			return false
+		}
+		if len(injected) > 0 {
+			x.changes().Credentials = injected
+		}
+	}
+	if len(rw.IdentityPresets) > 0 && (x.llm != nil || rw.IdentityHost != nil && rw.IdentityHost(host)) {
+		id := rw.Identity
+		if x.ev.Process != nil {
+			id.Lineage = x.ev.Process.LineageNames
+		}
+		rand.Read(id.SpanID[:])
+		if x.rw.Credentials == nil {
+			r.Header = r.Header.Clone()
+		}
+		if names, err := inject.ApplyIdentity(r.Header, rw.IdentityPresets, id); err == nil && len(names) > 0 {
+			x.changes().Headers = names
+		}
+	}
+	if x.llm != nil {
+		// The answer is parsed (and placeholders restored): it must come
+		// uncompressed.
+		if x.rw.Credentials == nil && x.ch == nil {
+			r.Header = r.Header.Clone()
+		}
+		r.Header.Set("Accept-Encoding", "identity")
+	}
+	if x.ch != nil {
+		x.http.Rewrite = x.ch
+		if x.ev.Verdict.Action == event.Allow {
+			x.ev.Verdict.Action = event.Rewrite
+		}
+	}
+	return true
+}
+
+// changes returns the exchange's record of changes, made on first use.
+func (x *exchange) changes() *event.Changes {
+	if x.ch == nil {
+		x.ch = &event.Changes{}
+	}
+	return x.ch
+}
+
+// wrapLLMResponse passes the response of an LLM call through the parser
+// (and the restorer of placeholders).
+func (x *exchange) wrapLLMResponse(res *http.Response) {
+	c := x.llm
+	var restore func(string) (string, bool)
+	if x.rw.Restore && x.rw.Redactor != nil {
+		red := x.rw.Redactor
+		restore = func(ph string) (string, bool) {
+			v, ok := red.Lookup(ph)
+			if ok {
+				c.restored++
+			}
+			return v, ok
+		}
+		// Restoring changes the length.
+		res.ContentLength = -1
+		res.Header.Del("Content-Length")
+	}
+	c.reader = rewrite.NewResponseReader(c.api, res.Header.Get("Content-Type"), res.Body, restore)
+	res.Body = c.reader
+}
+
+// finishLLM publishes the llm event of x with what its response said.
+func (p *Proxy) finishLLM(x *exchange, status int) {
+	c := x.llm
+	if c == nil {
+		return
+	}
+	c.llm.Status = status
+	if c.reader != nil {
+		info := c.reader.Info()
+		c.llm.ResponseModel = info.Model
+		c.llm.InputTokens, c.llm.OutputTokens = info.InputTokens, info.OutputTokens
+		c.llm.CacheReadTokens, c.llm.CacheCreationTokens = info.CacheReadTokens, info.CacheCreationTokens
+		c.llm.FinishReasons = info.FinishReasons
+		for _, tc := range info.ToolCalls {
+			c.llm.ToolCalls = append(c.llm.ToolCalls, event.ToolCall{ID: tc.ID, Name: tc.Name})
+		}
+		c.llm.Restored = c.restored
+	}
+	x.llm = nil
+	p.publish(&c.ev)
+}
+
+// secretIDs lists the rule ids of fs, each once, sorted.
+func secretIDs(fs []secrets.Finding) []string {
+	if len(fs) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(fs))
+	for _, f := range fs {
+		ids = append(ids, f.RuleID)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// readUpTo reads r to its end if that is at most limit bytes: whole says
+// whether it did. Otherwise it returns the limit+1 bytes read, which come
+// before the rest of r.
+func readUpTo(r io.Reader, limit int64) (b []byte, whole bool, err error) {
+	b, err = io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil && !errors.Is(err, io.EOF) {
+		return b, false, err
+	}
+	return b, int64(len(b)) <= limit, nil
+}
