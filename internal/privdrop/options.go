@@ -25,6 +25,16 @@ type Options struct {
 	// Name and Home, when Name is set, replace USER, LOGNAME and (if Home
 	// is set) HOME in the program's environment.
 	Name, Home string
+	// MountNS starts the program in a mount namespace of its own: a
+	// private copy of chaperone's ("/" made recursively private), so that
+	// marks on its mounts see only its opens. Needs CAP_SYS_ADMIN; only
+	// with WrapGated.
+	MountNS bool
+	// ExecNotify runs the program, and everything it starts, under a
+	// seccomp filter that hands every execve and execveat to a listener,
+	// which Gate.Ready returns. The program's own first exec is the first
+	// notification. Only with WrapGated.
+	ExecNotify bool
 }
 
 // Keep returns the Options that keep chaperone's uid, gid and groups.

@@ -29,6 +29,14 @@ const selfExe = "/proc/self/exe"
 // user. Wrap returns cmd.Err if exec.Command could not find the program.
 // Call Wrap once, before Start; main must call RunShim first.
 func Wrap(cmd *exec.Cmd, o Options) error {
+	if o.MountNS || o.ExecNotify {
+		return errors.New("privdrop: MountNS and ExecNotify need WrapGated")
+	}
+	return wrap(cmd, o, -1)
+}
+
+// wrap is Wrap; gate is the shim's fd of the gate socket, or -1.
+func wrap(cmd *exec.Cmd, o Options, gate int) error {
 	if cmd.Err != nil {
 		return fmt.Errorf("privdrop: %w", cmd.Err)
 	}
@@ -55,7 +63,8 @@ func Wrap(cmd *exec.Cmd, o Options) error {
 	if len(argv) == 0 {
 		argv = []string{cmd.Path}
 	}
-	spec := shimSpec{UID: o.UID, GID: o.GID, Groups: o.Groups, Path: cmd.Path, Argv: argv}
+	spec := shimSpec{UID: o.UID, GID: o.GID, Groups: o.Groups, Path: cmd.Path, Argv: argv,
+		Gate: gate, MountNS: o.MountNS, Notify: o.ExecNotify}
 	if spec.Groups == nil && (o.UID >= 0 || o.GID >= 0) {
 		spec.Groups = []int{} // never leave chaperone's groups to another identity
 	}
@@ -95,8 +104,22 @@ func shim(args []string) (int, error) {
 	if err != nil {
 		return 126, err
 	}
+	if s.Gate >= 0 {
+		unix.CloseOnExec(s.Gate)
+	}
+	if s.MountNS {
+		if err := makeMountsPrivate(); err != nil {
+			return 126, err
+		}
+	}
 	if err := drop(s); err != nil {
 		return 126, fmt.Errorf("drop privileges: %w", err)
+	}
+	listener := -1
+	if s.Notify {
+		if listener, err = installExecFilter(); err != nil {
+			return 126, err
+		}
 	}
 	if s.Pdeathsig != 0 {
 		// Changing the euid cleared the parent-death signal; arm it again and
@@ -106,6 +129,11 @@ func shim(args []string) (int, error) {
 		}
 		if os.Getppid() != ppid {
 			return 126, errors.New("parent exited")
+		}
+	}
+	if s.Gate >= 0 {
+		if err := waitAtGate(s.Gate, listener); err != nil {
+			return 126, err
 		}
 	}
 	err = unix.Exec(s.Path, s.Argv, os.Environ())

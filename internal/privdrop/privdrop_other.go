@@ -3,6 +3,7 @@
 package privdrop
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -26,3 +27,20 @@ func RunShim() bool {
 	os.Exit(126)
 	return true
 }
+
+// Gate is not supported on this system.
+type Gate struct{}
+
+// WrapGated is not supported on this system.
+func WrapGated(cmd *exec.Cmd, o Options) (*Gate, error) {
+	return nil, fmt.Errorf("privdrop: gated start on %s: %w", runtime.GOOS, errors.ErrUnsupported)
+}
+
+// Ready is not supported on this system.
+func (g *Gate) Ready(context.Context) (*os.File, error) { return nil, errors.ErrUnsupported }
+
+// Open is not supported on this system.
+func (g *Gate) Open() error { return errors.ErrUnsupported }
+
+// Close does nothing here.
+func (g *Gate) Close() error { return nil }

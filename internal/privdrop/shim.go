@@ -23,6 +23,9 @@ const maxGroups = 65536
 //	__chaperone-exec [--uid N] [--gid N] [--groups a,b] [--pdeathsig N] -- path argv0 [args...]
 type shimSpec struct {
 	UID, GID  int   // -1 keeps the current id
+	Gate      int   // fd of the gate socket; -1 for none
+	MountNS   bool  // make "/" recursively private (the namespace is new)
+	Notify    bool  // install the exec notification filter
 	Groups    []int // nil keeps the supplementary groups; empty clears them
 	Pdeathsig int   // 0 for none; re-armed after the uid change clears it
 	Path      string
@@ -48,6 +51,15 @@ func (s shimSpec) args() []string {
 	if s.Pdeathsig != 0 {
 		a = append(a, "--pdeathsig", strconv.Itoa(s.Pdeathsig))
 	}
+	if s.Gate >= 0 {
+		a = append(a, "--gate", strconv.Itoa(s.Gate))
+	}
+	if s.MountNS {
+		a = append(a, "--mountns", "1")
+	}
+	if s.Notify {
+		a = append(a, "--exec-notify", "1")
+	}
 	a = append(a, "--", s.Path)
 	return append(a, s.Argv...)
 }
@@ -57,7 +69,7 @@ func (s shimSpec) args() []string {
 // rejects everything else, since a mistake here would run the program with
 // the wrong identity.
 func parseShimArgs(args []string) (shimSpec, error) {
-	s := shimSpec{UID: -1, GID: -1}
+	s := shimSpec{UID: -1, GID: -1, Gate: -1}
 	seen := map[string]bool{}
 	for i := 0; i < len(args); i++ {
 		flag := args[i]
@@ -70,7 +82,7 @@ func parseShimArgs(args []string) (shimSpec, error) {
 				return shimSpec{}, errors.New("privdrop: shim: empty program path")
 			}
 			s.Path, s.Argv = rest[0], rest[1:]
-			return s, nil
+			return s, s.checkGate()
 		}
 		if seen[flag] {
 			return shimSpec{}, fmt.Errorf("privdrop: shim: %q given twice", flag)
@@ -89,6 +101,20 @@ func parseShimArgs(args []string) (shimSpec, error) {
 			s.GID, err = parseNum(val, maxID)
 		case "--groups":
 			s.Groups, err = parseGroups(val)
+		case "--gate":
+			s.Gate, err = parseNum(val, 1<<20)
+			if err == nil && s.Gate < 3 {
+				err = errors.New("not an inherited extra file")
+			}
+		case "--mountns", "--exec-notify":
+			if val != "1" {
+				err = errors.New("want 1")
+			}
+			if flag == "--mountns" {
+				s.MountNS = true
+			} else {
+				s.Notify = true
+			}
 		case "--pdeathsig":
 			s.Pdeathsig, err = parseNum(val, 64)
 			if err == nil && s.Pdeathsig == 0 {
@@ -102,6 +128,14 @@ func parseShimArgs(args []string) (shimSpec, error) {
 		}
 	}
 	return shimSpec{}, errors.New("privdrop: shim: missing --")
+}
+
+// checkGate refuses what only a gated shim can do without a gate.
+func (s shimSpec) checkGate() error {
+	if (s.MountNS || s.Notify) && s.Gate < 0 {
+		return errors.New("privdrop: shim: --mountns and --exec-notify need --gate")
+	}
+	return nil
 }
 
 func parseGroups(v string) ([]int, error) {
