@@ -365,6 +365,7 @@ func (p *parser) rules(n *yaml.Node, pol *Policy, pos *filePos) {
 				if len(m) == 0 {
 					r.Rewrite = nil
 				}
+				p.rewriteParams(v, label, m)
 			default:
 				p.errorf(kn.Line, label, "unknown key %q (want name, on, when, action, reason or rewrite)", key)
 			}
@@ -409,6 +410,27 @@ func (p *parser) judge(n *yaml.Node, j *JudgeConfig, pos *filePos) {
 			p.errorf(kn.Line, "judge", "unknown key %q (want provider, url, model, api_key_env, timeout or on_error)", key)
 		}
 	})
+}
+
+// rewriteParams checks the parameters of action rewrite: each is known
+// and of its type.
+func (p *parser) rewriteParams(n *yaml.Node, label string, m map[string]any) {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i].Value, m[n.Content[i].Value]
+		line := n.Content[i].Line
+		switch k {
+		case "redact_secrets":
+			if _, ok := v.(bool); !ok {
+				p.errorf(line, label, "rewrite: redact_secrets must be true or false")
+			}
+		case "on_signed":
+			if s, _ := v.(string); s != string(ActionAllow) && s != string(ActionDeny) {
+				p.errorf(line, label, "rewrite: on_signed must be allow or deny (what to do with a signed request that holds secrets)")
+			}
+		default:
+			p.errorf(line, label, "rewrite: unknown parameter %q (want redact_secrets or on_signed)", k)
+		}
+	}
 }
 
 func (p *parser) ask(n *yaml.Node, a *AskConfig) {

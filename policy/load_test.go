@@ -32,7 +32,7 @@ rules:
     action: rewrite
     rewrite:
       redact_secrets: true
-      placeholder: "[x]"
+      on_signed: allow
   - name: unsure
     action: judge
 default: deny
@@ -73,7 +73,7 @@ func TestParseFull(t *testing.T) {
 			{Name: "ask-exec", On: []event.Kind{event.KindExec}, When: `exec.argv.exists(a, a == "push")`,
 				Action: ActionAsk, Reason: "pushing needs a person", Line: 8},
 			{Name: "redact", On: []event.Kind{event.KindLLM}, Action: ActionRewrite,
-				Rewrite: map[string]any{"redact_secrets": true, "placeholder": "[x]"}, Line: 14},
+				Rewrite: map[string]any{"redact_secrets": true, "on_signed": "allow"}, Line: 14},
 			{Name: "unsure", Action: ActionJudge, Line: 20},
 		},
 		Default: ActionDeny,
@@ -149,7 +149,11 @@ func TestParseErrors(t *testing.T) {
 			`policy: p.yaml:1: default judge needs a judge: section`}},
 		{"rewrite without params", "default: allow\nrules:\n  - name: a\n    action: rewrite\n", []string{
 			`policy: p.yaml:4: rule "a": action rewrite needs rewrite parameters`}},
-		{"params without rewrite", "default: allow\nrules:\n  - name: a\n    action: deny\n    rewrite: {x: 1}\n", []string{
+		{"bad rewrite params", "default: allow\nrules:\n  - name: a\n    action: rewrite\n    rewrite:\n      redact_secrets: yes please\n      on_signed: maybe\n      colour: red\n", []string{
+			`policy: p.yaml:6: rule "a": rewrite: redact_secrets must be true or false`,
+			`policy: p.yaml:7: rule "a": rewrite: on_signed must be allow or deny`,
+			`policy: p.yaml:8: rule "a": rewrite: unknown parameter "colour"`}},
+		{"params without rewrite", "default: allow\nrules:\n  - name: a\n    action: deny\n    rewrite: {redact_secrets: true}\n", []string{
 			`policy: p.yaml:5: rule "a": rewrite parameters given but action is deny, not rewrite`}},
 		{"empty judge", "default: judge\njudge: {}\n", []string{
 			`policy: p.yaml:2: judge: provider is required`, `policy: p.yaml:2: judge: model is required`}},

@@ -162,9 +162,10 @@ func (p *Proxy) decideLLM(w http.ResponseWriter, r *http.Request, x *exchange, a
 	return true
 }
 
-// redact replaces the secrets of the body by placeholders. signedOK false
-// refuses a request whose signature covers the body (SigV4) when there
-// is anything to redact.
+// redact replaces the secrets of the body by placeholders. With
+// checkSigned, a request whose signature covers the body (SigV4) and that
+// holds anything to redact is refused, unless the deciding rule says
+// on_signed: allow, which sends it unchanged.
 func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, checkSigned bool) bool {
 	red := x.rw.Redactor
 	if red == nil || x.plain == nil {
@@ -188,6 +189,9 @@ func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, chec
 		return true
 	}
 	if checkSigned && strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256") {
+		if x.llm != nil && x.rw.RewriteParams != nil && x.rw.RewriteParams(x.llm.ev.Verdict.Rule)["on_signed"] == "allow" {
+			return true // the rule lets signed requests go unchanged
+		}
 		p.refuse(w, &x.ev, http.StatusForbidden, proxyVerdict(ruleRedactFailed,
 			"the request is signed (SigV4) and carries secrets that cannot be removed without breaking the signature"))
 		if x.llm != nil {

@@ -50,7 +50,13 @@ type rewriteEnv struct {
 
 func newRewriteEnv(t *testing.T, configure func(*Rewrites)) *rewriteEnv {
 	t.Helper()
-	pol, err := policy.Parse("default", policy.DefaultPolicyYAML())
+	return newRewriteEnvPolicy(t, policy.DefaultPolicyYAML(), configure)
+}
+
+// newRewriteEnvPolicy is newRewriteEnv deciding by the policy src.
+func newRewriteEnvPolicy(t *testing.T, src []byte, configure func(*Rewrites)) *rewriteEnv {
+	t.Helper()
+	pol, err := policy.Parse("test", src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +270,50 @@ func TestSignedBedrockWithSecretIsRefused(t *testing.T) {
 	}
 	if n := len(bed.Requests()); n != 0 {
 		t.Errorf("bedrock received %d requests", n)
+	}
+}
+
+// A rule may let signed requests go unchanged; and a rewrite rule on http
+// redacts the bodies it matches, for hosts that are not LLM APIs.
+func TestRewriteRuleParams(t *testing.T) {
+	re := newRewriteEnvPolicy(t, []byte(`
+rules:
+  - name: bedrock-signed-ok
+    on: llm
+    when: llm.provider == "bedrock"
+    action: rewrite
+    rewrite: {redact_secrets: true, on_signed: allow}
+  - name: redact-pastes
+    on: http
+    when: host.startsWith("paste.")
+    action: rewrite
+    rewrite: {redact_secrets: true}
+default: allow
+`), nil)
+	tok := fakeToken(t)
+	bed := re.upstream(upstream.Options{Name: "bedrock-runtime.us-east-1.amazonaws.com", Addr: "127.0.0.5:0", CA: re.upCA})
+	body := []byte(`{"messages":[{"role":"user","content":[{"text":"token ` + tok + `"}]}]}`)
+	hdr := http.Header{"Authorization": {"AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20250101/us-east-1/bedrock/aws4_request, SignedHeaders=host, Signature=abc"}}
+	if status, msg := re.post(t, "https://"+hostPort(bed)+"/model/anthropic.claude-3/converse", hdr, body); status != 200 {
+		t.Errorf("signed request with on_signed allow: %d %s", status, msg)
+	}
+	if got := bed.Requests(); len(got) != 1 || !bytes.Equal(got[0].Body, body) {
+		t.Errorf("the signed request was not sent unchanged")
+	}
+
+	paste := re.upstream(upstream.Options{Name: "paste.test", Addr: "127.0.0.4:0", CA: re.upCA})
+	if status, msg := re.post(t, "https://"+hostPort(paste)+"/new", http.Header{"Content-Type": {"text/plain"}}, []byte("my token is "+tok+"\n")); status != 200 {
+		t.Fatalf("paste: %d %s", status, msg)
+	}
+	got := paste.Requests()[0].Body
+	if bytes.Contains(got, []byte(tok)) || !bytes.HasPrefix(got, []byte("my token is [REDACTED:github-pat:")) {
+		t.Errorf("the paste host got %q", got)
+	}
+	h := re.rec.wait(t, "paste http event", func(e *event.Event) bool {
+		return e.Kind == event.KindHTTP && e.HTTP.Host == hostPort(paste)
+	})
+	if h.Verdict.Action != event.Rewrite || h.Verdict.Rule != "redact-pastes" || h.HTTP.Rewrite == nil || h.HTTP.Rewrite.Redacted["github-pat"] != 1 {
+		t.Errorf("paste event: verdict %v, rewrite %+v", h.Verdict, h.HTTP.Rewrite)
 	}
 }
 
