@@ -57,6 +57,10 @@ type Config struct {
 	// RestoreSecrets turns placeholders in an LLM's answer back into the
 	// real values on the way to the agent.
 	RestoreSecrets bool `mapstructure:"restore_secrets" yaml:"restore_secrets"`
+	// MediateFiles puts the session's file opens and execs to the policy
+	// where the machine allows it (root on Linux: fanotify permission
+	// events and seccomp); false leaves them alone.
+	MediateFiles bool `mapstructure:"mediate_files" yaml:"mediate_files"`
 	// Credentials are brokered: the agent sees a placeholder, and the real
 	// value is put in only on requests to the credential's hosts. Set in
 	// the file only. The config holds where each value is, never a value.
@@ -162,6 +166,7 @@ var keys = []key{
 	{name: "llm_hosts", flag: "llm-host", kind: kindList, help: "treat this gateway or local server as an LLM API, recognised by path: a name, *.domain or IP, optionally with :port (repeatable)"},
 	{name: "identity_headers", flag: "identity-header", kind: kindList, help: `identity header preset for LLM calls and identity hosts: chaperone, litellm, portkey, helicone, cloudflare, w3c, or "none" alone (repeatable; default chaperone and w3c)`},
 	{name: "identity_hosts", flag: "identity-host", kind: kindList, help: "also set identity headers on requests to this gateway: a name, *.domain or IP, optionally with :port (repeatable)"},
+	{name: "mediate_files", flag: "mediate-files", kind: kindBool, help: "decide the session's file opens and execs too, where the machine allows it: root on Linux (default true)"},
 	{name: "restore_secrets", flag: "restore-secrets", kind: kindBool, help: "turn placeholders in LLM answers back into the real values (default true; --restore-secrets=false to keep them)"},
 	{name: "credentials", kind: kindCredentials},
 }
@@ -210,6 +215,7 @@ func Default(env func(string) string, euid int) Config {
 		LogLevel:        "info",
 		IdentityHeaders: []string{"chaperone", "w3c"},
 		RestoreSecrets:  true,
+		MediateFiles:    true,
 	}
 }
 

@@ -210,6 +210,8 @@ func defaultValue(c Config, name string) any {
 		return c.IdentityHosts
 	case "restore_secrets":
 		return c.RestoreSecrets
+	case "mediate_files":
+		return c.MediateFiles
 	case "credentials":
 		return c.Credentials
 	}

@@ -83,6 +83,11 @@ type Session struct {
 	RootPID int       `json:"root_pid,omitempty"`
 	Mode    string    `json:"mode,omitempty"` // "proxy" or "transparent"
 	Started time.Time `json:"started,omitzero"`
+	// Workdir is the directory the session started in: the agent's working
+	// tree. Home is the agent's home directory, StateDir Chaperone's.
+	Workdir  string `json:"workdir,omitempty"`
+	Home     string `json:"home,omitempty"`
+	StateDir string `json:"state_dir,omitempty"`
 	// Set on session_end only.
 	ExitCode int           `json:"exit_code"`
 	Duration time.Duration `json:"duration,omitempty"`

@@ -68,6 +68,9 @@ func fields() []field {
 		{"kind", cel.StringType, "all", func(e *event.Event) ref.Val { return str(string(e.Kind)) }},
 		{"session.id", cel.StringType, "all", func(e *event.Event) ref.Val { return str(sessionID(e)) }},
 		{"agent", cel.StringType, "all", func(e *event.Event) ref.Val { return str(agentOf(e)) }},
+		{"session.workdir", cel.StringType, "all", sessStr(func(s *event.Session) string { return s.Workdir })},
+		{"session.home", cel.StringType, "all", sessStr(func(s *event.Session) string { return s.Home })},
+		{"session.state_dir", cel.StringType, "all", sessStr(func(s *event.Session) string { return s.StateDir })},
 		{"process.pid", cel.IntType, "all", proc(func(p *event.Process) ref.Val { return types.Int(p.PID) }, zeroInt)},
 		{"process.ppid", cel.IntType, "all", proc(func(p *event.Process) ref.Val { return types.Int(p.PPID) }, zeroInt)},
 		{"process.exe", cel.StringType, "all", proc(func(p *event.Process) ref.Val { return str(p.Exe) }, emptyString)},
@@ -179,6 +182,15 @@ func fields() []field {
 		}},
 		{"exec.cwd", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Cwd })},
 		{"exec.digest", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Digest })},
+	}
+}
+
+func sessStr(get func(*event.Session) string) func(*event.Event) ref.Val {
+	return func(e *event.Event) ref.Val {
+		if e.SessionInfo == nil {
+			return emptyString
+		}
+		return str(get(e.SessionInfo))
 	}
 }
 

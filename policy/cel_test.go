@@ -28,8 +28,9 @@ func testProcess() *event.Process {
 func testEvents() map[event.Kind]*event.Event {
 	p := testProcess()
 	return map[event.Kind]*event.Event{
-		event.KindSessionStart: {Kind: event.KindSessionStart, Session: "s1", SessionInfo: &event.Session{ID: "s1", Agent: "claude-code", RootPID: 4100}},
-		event.KindSessionEnd:   {Kind: event.KindSessionEnd, SessionInfo: &event.Session{ID: "s1", Agent: "claude-code"}},
+		event.KindSessionStart: {Kind: event.KindSessionStart, Session: "s1", SessionInfo: &event.Session{ID: "s1", Agent: "claude-code", RootPID: 4100,
+			Workdir: "/home/u/proj", Home: "/home/u", StateDir: "/var/lib/chaperone"}},
+		event.KindSessionEnd: {Kind: event.KindSessionEnd, SessionInfo: &event.Session{ID: "s1", Agent: "claude-code"}},
 		event.KindConnect: {Kind: event.KindConnect, Session: "s1", Process: p, Connect: &event.Connect{
 			Dst: netip.MustParseAddrPort("[::ffff:127.0.0.1]:8443"), Host: "API.Example.COM.", Port: 443, Transport: event.TCP, Via: "transparent"}},
 		event.KindDNS: {Kind: event.KindDNS, Session: "s1", Process: p, DNS: &event.DNS{Name: "pypi.org.", Type: "aaaa"}},
@@ -116,8 +117,9 @@ func TestFieldValues(t *testing.T) {
 	}
 	// Only the non-zero values; every other field must be zero.
 	want := map[event.Kind]map[string]any{
-		event.KindSessionStart: {"kind": "session_start", "session.id": "s1", "agent": "claude-code"},
-		event.KindSessionEnd:   {"kind": "session_end", "session.id": "s1", "agent": "claude-code"},
+		event.KindSessionStart: {"kind": "session_start", "session.id": "s1", "agent": "claude-code",
+			"session.workdir": "/home/u/proj", "session.home": "/home/u", "session.state_dir": "/var/lib/chaperone"},
+		event.KindSessionEnd: {"kind": "session_end", "session.id": "s1", "agent": "claude-code"},
 		event.KindConnect: with(event.KindConnect, map[string]any{
 			"dst.ip": "127.0.0.1", "dst.port": int64(443), "host": "api.example.com", "transport": "tcp"}),
 		event.KindDNS: with(event.KindDNS, map[string]any{"host": "pypi.org", "dns.name": "pypi.org", "dns.qtype": "AAAA"}),

@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -486,8 +488,9 @@ func TestDefaultPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sess := &event.Session{ID: "s1", Workdir: "/home/u/proj", Home: "/home/u", StateDir: "/var/lib/chaperone"}
 	file := func(path string, a event.FileAccess) *event.Event {
-		return &event.Event{Kind: event.KindFile, Process: testProcess(), File: &event.File{Path: path, Access: a}}
+		return &event.Event{Kind: event.KindFile, Process: testProcess(), SessionInfo: sess, File: &event.File{Path: path, Access: a}}
 	}
 	evs := testEvents()
 	clean := *evs[event.KindHTTP]
@@ -507,6 +510,17 @@ func TestDefaultPolicy(t *testing.T) {
 		{"gh", file("/home/u/.config/gh/hosts.yml", event.FileRead), event.Deny, "no-credential-files"},
 		{"docker", file("/home/u/.docker/config.json", event.FileRead), event.Deny, "no-credential-files"},
 		{"project file", file("/home/u/proj/main.go", event.FileRead), event.Allow, ""},
+		{"project .env", file("/home/u/proj/.env", event.FileRead), event.Allow, ""},
+		{"other .env", file("/home/u/other/.env.production", event.FileRead), event.Deny, "no-env-files-elsewhere"},
+		{"not an env file", file("/home/u/other/.envrc", event.FileRead), event.Allow, ""},
+		{"ca key", file("/var/lib/chaperone/ca-key.pem", event.FileRead), event.Deny, "no-chaperone-state"},
+		{"state dir lookalike", file("/var/lib/chaperone-other/x", event.FileRead), event.Allow, ""},
+		{"write in project", file("/home/u/proj/out/a.o", event.FileWrite), event.Allow, ""},
+		{"write in tmp", file("/tmp/build-1/x", event.FileWrite), event.Allow, ""},
+		{"write cache", file("/home/u/.cache/go-build/ab", event.FileWrite), event.Allow, ""},
+		{"write bashrc", file("/home/u/.bashrc", event.FileWrite), event.Ask, "ask-writes-elsewhere"},
+		{"write etc", file("/etc/cron.d/x", event.FileWrite), event.Ask, "ask-writes-elsewhere"},
+		{"write sibling project", file("/home/u/proj2/x", event.FileWrite), event.Ask, "ask-writes-elsewhere"},
 		{"llm", evs[event.KindLLM], event.Rewrite, "redact-llm-prompts"},
 		{"http without secrets", &clean, event.Allow, ""},
 		{"http with secrets", evs[event.KindHTTP], event.Deny, "no-secrets-to-other-hosts"},
@@ -522,6 +536,13 @@ func TestDefaultPolicy(t *testing.T) {
 	}
 	if d := cmp.Diff(map[string]any{"redact_secrets": true}, e.RewriteParams("redact-llm-prompts")); d != "" {
 		t.Errorf("RewriteParams (-want +got):\n%s", d)
+	}
+	docs, err := os.ReadFile("../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(docs, DefaultPolicyYAML()) {
+		t.Error("docs/policy.md does not show the default policy as it is")
 	}
 	// DefaultPolicyYAML returns a copy.
 	DefaultPolicyYAML()[0] = 'X'

@@ -119,7 +119,7 @@ func (re *rewriteEnv) post(t *testing.T, url string, header http.Header, body []
 func anthropicBody(t *testing.T, stream bool, text string) []byte {
 	b, err := json.Marshal(map[string]any{
 		"model": "claude-test", "max_tokens": 100, "stream": stream,
-		"system": "You are a coding agent.",
+		"system":   "You are a coding agent.",
 		"messages": []map[string]any{{"role": "user", "content": []map[string]string{{"type": "text", "text": text}}}},
 		"tools":    []map[string]any{{"name": "bash", "input_schema": map[string]string{"type": "object"}}},
 	})
