@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"time"
@@ -110,7 +111,7 @@ func RecordOf(e *event.Event) Record {
 		Reason:    e.Verdict.Reason,
 	}
 	if p := e.Process; p != nil {
-		r.Process = &Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: p.Argv, Lineage: p.LineageNames, Digest: p.ExeDigest}
+		r.Process = &Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: clipArgv(p.Argv), Lineage: p.LineageNames, Digest: p.ExeDigest}
 	}
 	switch e.Kind {
 	case event.KindConnect:
@@ -300,4 +301,47 @@ func (r Record) redacted(redact func(string) string) Record {
 	r.Argv, r.Command = list(r.Argv), list(r.Command)
 	r.URL, r.Path = redact(r.URL), redact(r.Path)
 	return r
+}
+
+// Bounds of the acting process's argv in a record: it says who acted, and
+// a build tool's argv can hold thousands of file names, repeated in every
+// record of that process. The argv of an exec record, which is what the
+// exec is about, is not clipped.
+const (
+	maxProcessArgs    = 32
+	maxProcessArgLen  = 256
+	maxProcessArgvLen = 4096
+)
+
+// clipArgv returns argv bounded for a record's process: at most
+// maxProcessArgs arguments of at most maxProcessArgLen bytes, and
+// maxProcessArgvLen in all, with a last element saying how many were left
+// out. argv itself is returned when it is within bounds.
+func clipArgv(argv []string) []string {
+	total, fits := 0, len(argv) <= maxProcessArgs
+	for _, a := range argv {
+		total += len(a)
+		fits = fits && len(a) <= maxProcessArgLen
+	}
+	if fits && total <= maxProcessArgvLen {
+		return argv
+	}
+	out := make([]string, 0, maxProcessArgs+1)
+	total = 0
+	for i, a := range argv {
+		if i == maxProcessArgs || total >= maxProcessArgvLen {
+			out = append(out, fmt.Sprintf("…(%d more)", len(argv)-i))
+			break
+		}
+		if len(a) > maxProcessArgLen {
+			cut := maxProcessArgLen
+			for cut > 0 && a[cut]&0xC0 == 0x80 {
+				cut--
+			}
+			a = a[:cut] + "…"
+		}
+		total += len(a)
+		out = append(out, a)
+	}
+	return out
 }

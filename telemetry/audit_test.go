@@ -195,7 +195,7 @@ func TestWriteTruncatesHugeRecords(t *testing.T) {
 	if err := ReadRecords(&buf, Filter{}, func(r Record) error { got = append(got, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || !got[0].Truncated || len(got[0].Argv) != truncList+1 || got[0].Process == nil || len(got[0].Process.Argv) != truncList+1 {
+	if len(got) != 1 || !got[0].Truncated || len(got[0].Argv) != truncList+1 || got[0].Process == nil || len(got[0].Process.Argv) > maxProcessArgs+1 {
 		t.Errorf("got %d records, truncated=%v", len(got), len(got) == 1 && got[0].Truncated)
 	}
 	if len(argv[0]) != 300 || len(e.Exec.Path) != 2<<20 {
@@ -690,5 +690,34 @@ func TestAuditLogRedactor(t *testing.T) {
 		if e.Process != nil && !strings.Contains(e.Process.Argv[2], secret) {
 			t.Errorf("the event's argv was changed: %q", e.Process.Argv)
 		}
+	}
+}
+
+func TestProcessArgvClipped(t *testing.T) {
+	many := make([]string, 5000)
+	for i := range many {
+		many[i] = fmt.Sprintf("tree/d%02d/f%04d.go", i/1000, i%1000)
+	}
+	long := strings.Repeat("x", 1000)
+	for _, tt := range []struct {
+		name string
+		argv []string
+		want []string
+	}{
+		{"short", []string{"cat", "a", "b"}, []string{"cat", "a", "b"}},
+		{"many", append([]string{"cat"}, many...), append(append([]string{"cat"}, many[:31]...), "…(4969 more)")},
+		{"long", []string{"echo", long}, []string{"echo", strings.Repeat("x", 256) + "…"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := &event.Event{Kind: event.KindFile, Process: &event.Process{PID: 1, Argv: tt.argv}, File: &event.File{Path: "/x", Access: event.FileRead}}
+			if d := cmp.Diff(tt.want, RecordOf(e).Process.Argv); d != "" {
+				t.Errorf("argv (-want +got):\n%s", d)
+			}
+		})
+	}
+	// The argv of an exec record is the exec's: kept whole.
+	e := &event.Event{Kind: event.KindExec, Exec: &event.Exec{Path: "/bin/cat", Argv: many}}
+	if got := RecordOf(e).Argv; len(got) != len(many) {
+		t.Errorf("exec argv has %d elements, want %d", len(got), len(many))
 	}
 }

@@ -101,7 +101,9 @@ func TestPolicyRuleAndJudge(t *testing.T) {
 	w := newWorld(t)
 	judge := newFakeJudge(t, "allow")
 	file := writePolicy(t, w.dir, judge.URL)
-	r := w.chaperone(nil, "run", "--mode", "proxy", "--policy", file,
+	// Network only: with default judge, every file open would be the
+	// judge's too.
+	r := w.chaperone(nil, "run", "--mode", "proxy", "--mediate-files=false", "--policy", file,
 		"--upstream-ca", w.caFile,
 		"--resolve", "api.e2e.test:"+w.api.Addr.Addr().String(),
 		"--resolve", "exfil.e2e.test:"+w.exfil.Addr.Addr().String(),

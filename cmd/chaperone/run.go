@@ -177,38 +177,16 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	if reloadSignal != nil && cfg.Policy == "" {
 		forward = append(forward, reloadSignal)
 	}
+	var live *livePolicy
 	if cfg.Policy != "" {
 		// A policy that does not load stops the session before it starts:
 		// never half a policy.
-		live, err := newLivePolicy(ctx, cfg.Policy, builtin, log, o.stderr, o.getenv, tasks.get)
+		live, err = newLivePolicy(ctx, cfg.Policy, builtin, log, o.stderr, o.getenv, tasks.get)
 		if err != nil {
 			return 0, err
 		}
-		currentPolicy = live.Policy
 		defer live.Close()
-		hup := make(chan os.Signal, 1)
-		if reloadSignal != nil {
-			signal.Notify(hup, reloadSignal)
-			defer signal.Stop(hup)
-		}
-		watchCtx, stopWatch := context.WithCancel(ctx)
-		defer stopWatch()
-		ak, err := startAsker(ctx, cfg.StateDir, sessionID, o.stdin, o.stderr, func(pid int) bool {
-			f := inSession.Load()
-			return f != nil && (*f)(pid)
-		})
-		if err != nil {
-			return 0, fmt.Errorf("run: %w", err)
-		}
-		defer ak.stop()
-		configureAsk := func(p *policy.Policy) {
-			on, _ := p.Ask.OnTimeout.EventAction()
-			ak.broker.Configure(p.Ask.Timeout, on)
-		}
-		configureAsk(live.Policy())
-		live.onLoad = configureAsk
-		go live.watch(watchCtx, hup, 2*time.Second)
-		decider = asking{decider: live, broker: ak.broker}
+		currentPolicy, decider = live.Policy, live
 	} else {
 		// No policy file: the embedded default policy, after deny_hosts.
 		def, err := policy.Parse("default policy", policy.DefaultPolicyYAML())
@@ -220,8 +198,34 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			return 0, fmt.Errorf("run: %w", err)
 		}
 		defer closeFn()
-		decider = d
-		currentPolicy = func() *policy.Policy { return def }
+		currentPolicy, decider = func() *policy.Policy { return def }, d
+	}
+	// An ask holds the action for a person: on the terminal, or through
+	// the session's control socket.
+	ak, err := startAsker(ctx, cfg.StateDir, sessionID, o.stdin, o.stderr, func(pid int) bool {
+		f := inSession.Load()
+		return f != nil && (*f)(pid)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("run: %w", err)
+	}
+	defer ak.stop()
+	configureAsk := func(p *policy.Policy) {
+		on, _ := p.Ask.OnTimeout.EventAction()
+		ak.broker.Configure(p.Ask.Timeout, on)
+	}
+	configureAsk(currentPolicy())
+	decider = asking{decider: decider, broker: ak.broker}
+	if live != nil {
+		live.onLoad = configureAsk
+		hup := make(chan os.Signal, 1)
+		if reloadSignal != nil {
+			signal.Notify(hup, reloadSignal)
+			defer signal.Stop(hup)
+		}
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go live.watch(watchCtx, hup, 2*time.Second)
 	}
 	var passthrough func(string, netip.Addr) bool
 	if len(cfg.TLSPassthrough) > 0 {
@@ -381,7 +385,10 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.stdin, o.stdout, o.stderr
 	cmd.Env = childEnv(o.env, s, mode == config.ModeProxy, agentEnv, hideEnv)
-	info := &event.Session{ID: s.id, Agent: agent, Command: o.argv, Mode: mode, Started: started}
+	info := &event.Session{ID: s.id, Agent: agent, Command: o.argv, Mode: mode, Started: started, StateDir: cfg.StateDir}
+	if wd, err := os.Getwd(); err == nil {
+		info.Workdir = wd
+	}
 	var cgroupFD *os.File
 	if ts != nil {
 		if cgroupFD, err = ts.cg.Open(); err == nil {
@@ -395,11 +402,28 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		}
 	}
 
-	if err := privdrop.Wrap(cmd, who); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+	var gate *privdrop.Gate
+	mediate := cfg.MediateFiles
+	if ok, why := canMediateFiles(); mediate && !ok {
+		fmt.Fprintf(o.stderr, "chaperone: %s; only the network is mediated\n", why)
+		mediate = false
+	}
+	if mediate {
+		who.MountNS, who.ExecNotify = true, true
+		if gate, err = privdrop.WrapGated(cmd, who); err != nil {
+			cmd.Err = err
+		}
+	} else if err := privdrop.Wrap(cmd, who); err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		// Most often: the command is not on PATH. Report it as a shell
 		// would, after the session's start and end are recorded.
 		cmd.Err = err
 	}
+	if cmd.Err != nil && gate != nil {
+		gate.Close()
+		gate = nil
+	}
+	info.Home = envValue(cmd.Env, "HOME") // as the agent's user has it
+	stopMediation := func() {}
 	code, runErr := runChild(ctx, cmd, forward, func(pid int) {
 		if cgroupFD != nil {
 			cgroupFD.Close()
@@ -411,6 +435,19 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		info.RootPID = pid
 		publishSession(bus, event.KindSessionStart, *info, log)
 		markRecorded()
+		if gate != nil && pid > 0 {
+			stop, err := openGate(ctx, gate, pid, mediationOptions{
+				session: s.id, info: info, inSession: member,
+				process: func(p int) (*event.Process, error) { return describeProcess(procs, p, pid) },
+				decider: guarded, publish: bus.Publish, log: log, stderr: o.stderr,
+			})
+			stopMediation = stop
+			if err != nil {
+				fmt.Fprintf(o.stderr, "chaperone: %v\n", err)
+			}
+		} else if gate != nil {
+			gate.Close()
+		}
 		if o.afterStart != nil {
 			o.afterStart(s)
 		}
@@ -431,6 +468,11 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		if err := ts.end(ctx, o.killOnExit); err != nil {
 			log.Warn("end session", "err", err)
 		}
+	}
+	// What the command left behind is gone (transparent mode) or on its
+	// own (proxy mode): its opens and execs are no longer decided.
+	stopMediation()
+	if ts != nil {
 		if n := ts.quicRefused(); n > 0 {
 			fmt.Fprintf(o.stderr, "chaperone: refused %d QUIC datagrams; clients fall back to TCP through the proxy\n", n)
 		}
@@ -618,6 +660,18 @@ func describeProcess(procs *attribution.Table, pid, root int) (*event.Process, e
 		p.ExeDigest = d
 	}
 	return p, nil
+}
+
+// envValue returns the value of key in env (KEY=VALUE entries), the last
+// one winning as in exec.
+func envValue(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
 }
 
 // agentUser says who the agent runs as: --user, else the user who ran

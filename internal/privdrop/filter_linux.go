@@ -13,67 +13,132 @@ func unsafePointer(p *unix.SockFprog) unsafe.Pointer { return unsafe.Pointer(p) 
 
 // Offsets in struct seccomp_data.
 const (
-	offNR   = 0
-	offArch = 4
-)
-
-// Return values of a seccomp filter.
-const (
-	retAllow      = 0x7fff0000 // SECCOMP_RET_ALLOW
-	retUserNotif  = 0x7fc00000 // SECCOMP_RET_USER_NOTIF
+	offNR    = 0
+	offArch  = 4
+	offArg0  = 16         // low half on little-endian machines, which amd64 and arm64 are
+	retAllow = 0x7fff0000 // SECCOMP_RET_ALLOW
+	// SECCOMP_RET_USER_NOTIF
+	retUserNotif  = 0x7fc00000
 	retErrnoEPERM = 0x00050000 | uint32(unix.EPERM)
+	retErrnoNOSYS = 0x00050000 | uint32(unix.ENOSYS)
+	// nsFlags are the namespaces a program may not enter or make: a new
+	// mount namespace (alone, or inside a new user namespace) would give
+	// it mounts that no mark watches.
+	nsFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS
 )
 
-// execSyscalls lists, per audit architecture, the execve and execveat
-// numbers the filter notifies. Another ABI the kernel runs on the same
-// machine (i386 on x86-64, arm on arm64) is notified too: a 32-bit binary
-// must not exec unseen.
-var execSyscalls = map[string][]struct {
-	arch uint32
-	nrs  []uint32
-}{
-	"amd64": {{unix.AUDIT_ARCH_X86_64, []uint32{59, 322}}, {unix.AUDIT_ARCH_I386, []uint32{11, 358}}},
-	"arm64": {{unix.AUDIT_ARCH_AARCH64, []uint32{221, 281}}, {unix.AUDIT_ARCH_ARM, []uint32{11, 387}}},
+// abi lists the system calls the filter looks at for one audit
+// architecture.
+type abi struct {
+	arch                  uint32
+	execve, execveat      uint32
+	unshare, clone, setns uint32
+	clone3                uint32
+	x32                   bool // refuse the x32 ABI's calls (x86-64 only)
 }
 
-// x32SyscallBit marks x32 system calls on x86-64; the filter refuses them
-// (nothing uses that ABI, and its exec numbers differ).
+// abis lists the ABIs the kernel runs on each machine: a 32-bit binary
+// must not exec unseen either.
+var abis = map[string][]abi{
+	"amd64": {
+		{arch: unix.AUDIT_ARCH_X86_64, execve: 59, execveat: 322, unshare: 272, clone: 56, setns: 308, clone3: 435, x32: true},
+		{arch: unix.AUDIT_ARCH_I386, execve: 11, execveat: 358, unshare: 310, clone: 120, setns: 346, clone3: 435},
+	},
+	"arm64": {
+		{arch: unix.AUDIT_ARCH_AARCH64, execve: 221, execveat: 281, unshare: 97, clone: 220, setns: 268, clone3: 435},
+		{arch: unix.AUDIT_ARCH_ARM, execve: 11, execveat: 387, unshare: 337, clone: 120, setns: 375, clone3: 435},
+	},
+}
+
+// x32SyscallBit marks x32 system calls on x86-64.
 const x32SyscallBit = 0x40000000
 
-// execFilter is the classic BPF program of the exec notification filter
-// for goarch: execve and execveat of every known ABI go to the listener,
-// unknown ABIs get EPERM, the rest is allowed.
+// program assembles a classic BPF program with forward jumps to labels.
+type program struct {
+	ins    []unix.SockFilter
+	labels map[string]int
+	fixups []fixup
+}
+
+type fixup struct {
+	at     int
+	jt, jf string // label names; "" = next instruction
+}
+
+func (p *program) stmt(code uint16, k uint32) {
+	p.ins = append(p.ins, unix.SockFilter{Code: code, K: k})
+}
+
+func (p *program) jump(op uint16, k uint32, jt, jf string) {
+	p.fixups = append(p.fixups, fixup{at: len(p.ins), jt: jt, jf: jf})
+	p.ins = append(p.ins, unix.SockFilter{Code: unix.BPF_JMP | op | unix.BPF_K, K: k})
+}
+
+func (p *program) label(name string) { p.labels[name] = len(p.ins) }
+
+func (p *program) resolve() ([]unix.SockFilter, error) {
+	off := func(from int, name string) (uint8, error) {
+		if name == "" {
+			return 0, nil
+		}
+		to, ok := p.labels[name]
+		if !ok || to <= from || to-from-1 > 255 {
+			return 0, fmt.Errorf("seccomp filter: bad jump to %s", name)
+		}
+		return uint8(to - from - 1), nil
+	}
+	for _, f := range p.fixups {
+		var err error
+		if p.ins[f.at].Jt, err = off(f.at, f.jt); err != nil {
+			return nil, err
+		}
+		if p.ins[f.at].Jf, err = off(f.at, f.jf); err != nil {
+			return nil, err
+		}
+	}
+	return p.ins, nil
+}
+
+// execFilter is the classic BPF program of the session's filter for
+// goarch: execve and execveat of every known ABI go to the listener;
+// setns, and unshare or clone asking for a new user or mount namespace,
+// get EPERM; clone3 (whose flags a filter cannot read) gets ENOSYS, so
+// that the C library falls back to clone; unknown ABIs get EPERM; the
+// rest is allowed.
 func execFilter(goarch string) ([]unix.SockFilter, error) {
-	abis, ok := execSyscalls[goarch]
+	list, ok := abis[goarch]
 	if !ok {
 		return nil, fmt.Errorf("exec notification is not built for %s", goarch)
 	}
-	stmt := func(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
-	jeq := func(k uint32, jt, jf uint8) unix.SockFilter {
-		return unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: k, Jt: jt, Jf: jf}
+	p := &program{labels: map[string]int{}}
+	for i, a := range list {
+		next := fmt.Sprintf("abi%d", i+1)
+		p.label(fmt.Sprintf("abi%d", i))
+		p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArch)
+		p.jump(unix.BPF_JEQ, a.arch, "", next)
+		p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offNR)
+		if a.x32 {
+			p.jump(unix.BPF_JGE, x32SyscallBit, "eperm", "")
+		}
+		p.jump(unix.BPF_JEQ, a.execve, "notify", "")
+		p.jump(unix.BPF_JEQ, a.execveat, "notify", "")
+		p.jump(unix.BPF_JEQ, a.setns, "eperm", "")
+		p.jump(unix.BPF_JEQ, a.clone3, "enosys", "")
+		p.jump(unix.BPF_JEQ, a.unshare, "nsflags", "")
+		p.jump(unix.BPF_JEQ, a.clone, "nsflags", "allow")
 	}
-	var p []unix.SockFilter
-	p = append(p, stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArch))
-	for _, abi := range abis {
-		// if arch != abi.arch: skip this block
-		block := 1 + 2*len(abi.nrs) + 1 // load nr, (jeq, ret)… , allow
-		if goarch == "amd64" && abi.arch == unix.AUDIT_ARCH_X86_64 {
-			block += 2 // the x32 check
-		}
-		p = append(p, jeq(abi.arch, 0, uint8(block)))
-		p = append(p, stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offNR))
-		if goarch == "amd64" && abi.arch == unix.AUDIT_ARCH_X86_64 {
-			p = append(p, unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K, K: x32SyscallBit, Jt: 0, Jf: 1})
-			p = append(p, stmt(unix.BPF_RET|unix.BPF_K, retErrnoEPERM))
-		}
-		for _, nr := range abi.nrs {
-			p = append(p, jeq(nr, 0, 1))
-			p = append(p, stmt(unix.BPF_RET|unix.BPF_K, retUserNotif))
-		}
-		p = append(p, stmt(unix.BPF_RET|unix.BPF_K, retAllow))
-		// The next block starts by reloading the arch.
-		p = append(p, stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArch))
-	}
-	p[len(p)-1] = stmt(unix.BPF_RET|unix.BPF_K, retErrnoEPERM) // no known ABI
-	return p, nil
+	p.label(fmt.Sprintf("abi%d", len(list)))
+	p.stmt(unix.BPF_RET|unix.BPF_K, retErrnoEPERM) // no known ABI
+	p.label("nsflags")
+	p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArg0)
+	p.jump(unix.BPF_JSET, nsFlags, "eperm", "allow")
+	p.label("allow")
+	p.stmt(unix.BPF_RET|unix.BPF_K, retAllow)
+	p.label("notify")
+	p.stmt(unix.BPF_RET|unix.BPF_K, retUserNotif)
+	p.label("enosys")
+	p.stmt(unix.BPF_RET|unix.BPF_K, retErrnoNOSYS)
+	p.label("eperm")
+	p.stmt(unix.BPF_RET|unix.BPF_K, retErrnoEPERM)
+	return p.resolve()
 }

@@ -175,3 +175,44 @@ func TestExecFilterShape(t *testing.T) {
 		t.Error("a filter for an unknown architecture")
 	}
 }
+
+// Under the filter the program cannot make a mount namespace of its own,
+// alone or inside a user namespace, nor enter another: its opens would go
+// through mounts no mark watches.
+func TestFilterRefusesNamespaces(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare is not installed")
+	}
+	o := Keep()
+	o.ExecNotify = true
+	cmd, g, out, l := startGated(t, o, `unshare -Urm true; echo "userns=$?"; unshare -m true; echo "mountns=$?"; unshare -n true; echo "netns=$?"`)
+	defer l.Close()
+	fd := l.Fd()
+	g.Open()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			var n seccompNotif
+			if _, _, e := unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&n))); e != 0 {
+				return // no process is left under the filter
+			}
+			resp := seccompResp{ID: n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
+			unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp)))
+		}
+	}()
+	cmd.Wait()
+	<-done
+	got := out.String()
+	for _, want := range []string{"userns=1", "mountns=1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("program printed %q; want %s", got, want)
+		}
+	}
+	// Other namespaces are not the filter's business (root without
+	// capabilities is refused them by the kernel anyway).
+	if !strings.Contains(got, "netns=") {
+		t.Errorf("program printed %q", got)
+	}
+}

@@ -158,7 +158,7 @@ func openAIAnswer(w http.ResponseWriter, model, answer string, stream bool, chun
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(obj{"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
 			"choices": []obj{{"index": 0, "message": obj{"role": "assistant", "content": answer}, "finish_reason": "stop"}},
-			"usage": usage})
+			"usage":   usage})
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")

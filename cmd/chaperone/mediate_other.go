@@ -1,0 +1,13 @@
+//go:build !linux
+
+package main
+
+import (
+	"errors"
+	"os"
+)
+
+// startMediation is built for Linux only.
+func startMediation(int, *os.File, mediationOptions) ([]func(), error) {
+	return nil, errors.New("run: file and exec mediation is built for Linux only")
+}

@@ -1,0 +1,66 @@
+//go:build linux
+
+package fileexec
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// BenchmarkOpen has a helper in a private mount namespace open and close one
+// file b.N times and reports its own time per open (child-ns/open), so the
+// pipe to the helper is not counted:
+//
+//   - unwatched-namespace: no marks anywhere
+//   - other-namespace-watched: the helper's namespace is not watched but
+//     another helper's is (what every process outside the session pays)
+//   - outside: the namespace is watched but the helper is not in the
+//     session (each open is a permission event, allowed at once)
+//   - in-session-cached: the helper is in the session and the verdict is
+//     cached (each open is a permission event answered from the cache)
+func BenchmarkOpen(b *testing.B) {
+	requireRoot(b)
+	path := writeFile(b, "bench")
+	cases := []struct {
+		name    string
+		watch   bool
+		session bool
+		other   bool // watch another helper's namespace instead
+	}{
+		{"unwatched-namespace", false, false, false},
+		{"other-namespace-watched", false, false, true},
+		{"outside", true, false, false},
+		{"in-session-cached", true, true, false},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			c := startChild(b)
+			if tc.other {
+				watch(b, startChild(b), allowAll)
+			}
+			if tc.watch {
+				watch(b, c, allowAll, func(o *FileOptions) {
+					if !tc.session {
+						o.InSession = func(int) bool { return false }
+					}
+				})
+				if got := c.do(b, "open "+path+" r"); got != "ok" { // fill the cache
+					b.Fatalf("child got %q", got)
+				}
+			}
+			b.ResetTimer()
+			got := c.do(b, "bench "+path+" "+strconv.Itoa(b.N))
+			b.StopTimer()
+			ns, ok := strings.CutPrefix(got, "ok ")
+			if !ok {
+				b.Fatalf("child got %q", got)
+			}
+			total, err := strconv.ParseFloat(ns, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(total/float64(b.N), "child-ns/open")
+		})
+	}
+}

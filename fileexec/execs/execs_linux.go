@@ -1,0 +1,382 @@
+//go:build linux
+
+package execs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+const (
+	// maxInFlight bounds the notifications decided at once; more wait in
+	// the kernel's queue.
+	maxInFlight = 64
+	// maxPending bounds the allowed execs remembered for a kill report.
+	maxPending = 4096
+	// digestCache is the number of executables whose digest is kept.
+	digestCache = 4096
+)
+
+// Execs answers the exec notifications of one seccomp listener.
+type Execs struct {
+	o        ExecOptions
+	file     *os.File
+	l        *listener
+	wake     int // eventfd: Close wakes the loop
+	ctx      context.Context
+	cancel   context.CancelFunc
+	sem      chan struct{}
+	handlers sync.WaitGroup
+	loopDone chan struct{}
+	ver      *verifier // nil when off
+	verErr   error
+	killDone chan struct{}
+	digests  *digests
+
+	mu      sync.Mutex
+	pending map[int]*event.Event // allowed execs by tid, for kill reports
+
+	events, denied, killed, outside atomic.Uint64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Serve answers the seccomp notifications of listener until Close, and
+// takes ownership of it. It loads the verifier; when that fails (no root,
+// no BTF, an old kernel) Serve still decides every exec, logs a warning,
+// marks allowed events as unverified, and Verifier says why.
+func Serve(listener *os.File, o ExecOptions) (*Execs, error) {
+	if listener == nil {
+		return nil, errors.New("execs: serve: no listener")
+	}
+	if o.InSession == nil || o.Decide == nil {
+		return nil, errors.New("execs: serve: InSession and Decide are required")
+	}
+	if o.Publish == nil {
+		o.Publish = func(*event.Event) {}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	l, err := newListener(int(listener.Fd()))
+	if err != nil {
+		return nil, err
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("execs: serve: eventfd: %w", err)
+	}
+	x := &Execs{
+		o: o, file: listener, l: l, wake: wake,
+		sem:      make(chan struct{}, maxInFlight),
+		loopDone: make(chan struct{}),
+		killDone: make(chan struct{}),
+		digests:  newDigests(digestCache),
+		pending:  make(map[int]*event.Event),
+	}
+	x.ctx, x.cancel = context.WithCancel(context.Background())
+	x.ver, x.verErr = loadVerifier()
+	if x.verErr != nil {
+		o.Logger.Warn("execs: argv verification is off: an allowed exec's arguments could be changed after the check", "session", o.Session, "err", x.verErr)
+		close(x.killDone)
+	} else {
+		go x.readKilled()
+	}
+	go x.loop()
+	return x, nil
+}
+
+// Verifier returns nil when every allowed exec is verified in the kernel
+// as it happens, else why the verifier is off.
+func (x *Execs) Verifier() error { return x.verErr }
+
+// Stats returns the counts so far.
+func (x *Execs) Stats() Stats {
+	return Stats{Events: x.events.Load(), Denied: x.denied.Load(), Killed: x.killed.Load(), Outside: x.outside.Load()}
+}
+
+// Close stops serving. Execs waiting for a decision are denied with EPERM
+// (Close does not wait for Decide to return); the listener is closed, so
+// every later exec of the session's processes fails with ENOSYS. Safe to
+// call twice.
+func (x *Execs) Close() error {
+	x.closeOnce.Do(func() {
+		x.cancel()
+		var one [8]byte
+		one[0] = 1 // little-endian 1 is enough: any nonzero count wakes poll
+		_, _ = unix.Write(x.wake, one[:])
+		<-x.loopDone
+		x.handlers.Wait()
+		var errs []error
+		errs = append(errs, x.file.Close())
+		if x.ver != nil {
+			errs = append(errs, x.ver.close())
+		}
+		<-x.killDone
+		errs = append(errs, unix.Close(x.wake))
+		if err := errors.Join(errs...); err != nil {
+			x.closeErr = fmt.Errorf("execs: close: %w", err)
+		}
+	})
+	return x.closeErr
+}
+
+// loop receives notifications until Close, or until no process is left
+// under the filter (the listener hangs up).
+func (x *Execs) loop() {
+	defer close(x.loopDone)
+	fds := []unix.PollFd{{Fd: int32(x.l.fd), Events: unix.POLLIN}, {Fd: int32(x.wake), Events: unix.POLLIN}}
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			x.o.Logger.Error("execs: poll the listener", "session", x.o.Session, "err", err)
+			return
+		}
+		if fds[1].Revents != 0 {
+			return
+		}
+		if fds[0].Revents&unix.POLLIN == 0 {
+			if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+				x.o.Logger.Debug("execs: no process left under the filter", "session", x.o.Session)
+				return
+			}
+			continue
+		}
+		n, err := x.l.recv()
+		switch {
+		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EINTR):
+			continue // the process went away meanwhile
+		case err != nil:
+			x.o.Logger.Error("execs: receive a notification", "session", x.o.Session, "err", err)
+			return
+		}
+		select {
+		case x.sem <- struct{}{}:
+		case <-x.ctx.Done():
+			x.sem <- struct{}{} // handlers finish quickly once canceled
+		}
+		x.handlers.Add(1)
+		go func() {
+			defer func() { <-x.sem; x.handlers.Done() }()
+			x.handle(n)
+		}()
+	}
+}
+
+// handle answers one notification. Every path answers it, unless the
+// process is gone.
+func (x *Execs) handle(n seccompNotif) {
+	log := x.o.Logger.With("session", x.o.Session, "tid", n.Pid)
+	call, ok := classify(n.Data)
+	if !ok {
+		// The filter notifies only execs; anything else runs as without it.
+		x.respond(log, n.ID, x.l.continueCall(n.ID))
+		return
+	}
+	now := x.o.Now()
+	tid := int(n.Pid)
+	tgid, err := tgidOf(tid)
+	if !x.l.valid(n.ID) {
+		return // gone
+	}
+	if err != nil {
+		log.Warn("execs: find the process of a thread", "err", err)
+		x.respond(log, n.ID, x.l.fail(n.ID, unix.EPERM))
+		return
+	}
+	if !x.o.InSession(tgid) {
+		x.outside.Add(1)
+		x.respond(log, n.ID, x.l.continueCall(n.ID))
+		return
+	}
+	r, err := readRequest(tid, call, call.args(n.Data))
+	if !x.l.valid(n.ID) {
+		return // the pid may name another process now: what was read is void
+	}
+	switch {
+	case errors.Is(err, errFault):
+		x.respond(log, n.ID, x.l.fail(n.ID, unix.EFAULT))
+		return
+	case errors.Is(err, errNoEntry):
+		x.respond(log, n.ID, x.l.fail(n.ID, unix.ENOENT))
+		return
+	}
+	ev := &event.Event{Time: now, Kind: event.KindExec, Session: x.o.Session, Exec: &event.Exec{}}
+	if x.o.Process != nil {
+		if p, perr := x.o.Process(tgid); perr == nil {
+			ev.Process = p
+		}
+	}
+	if err != nil {
+		// Too large to check, or unreadable: denied without asking.
+		log.Debug("execs: cannot read the exec", "err", err)
+		if r != nil {
+			ev.Exec = &event.Exec{Path: r.resolved, Cwd: r.cwd}
+		}
+		reason := "cannot read the exec: " + err.Error()
+		if errors.Is(err, errArgvTooLarge) || errors.Is(err, errPathTooLong) {
+			reason = err.Error()
+		}
+		x.deny(log, n.ID, ev, event.Verdict{Action: event.Deny, Reason: reason})
+		return
+	}
+	ev.Exec = &event.Exec{Path: r.resolved, Argv: r.argv, Cwd: r.cwd}
+	if f, oerr := openTarget(r); oerr == nil {
+		ev.Exec.Digest, err = x.digests.of(f)
+		f.Close()
+		if err != nil {
+			log.Debug("execs: digest", "path", r.resolved, "err", err)
+		}
+	} else {
+		log.Debug("execs: open for digest", "path", r.resolved, "err", oerr)
+	}
+
+	v := x.decide(ev)
+	if !v.Allowed() {
+		x.deny(log, n.ID, ev, v.Enforced())
+		return
+	}
+	if x.ver == nil {
+		v.Reason = withSuffix(v.Reason, reasonUnverified)
+	} else if err := x.ver.arm(tid, expect(r.argv, r.kernel)); err != nil {
+		log.Warn("execs: arm the verifier", "err", err)
+		x.deny(log, n.ID, ev, event.Verdict{Action: event.Deny, Reason: reasonArmFailed})
+		return
+	}
+	ev.Verdict = v
+	x.remember(tid, ev) // before the exec can be killed and reported
+	if err := x.l.continueCall(n.ID); err != nil {
+		if x.ver != nil {
+			x.ver.disarm(tid)
+		}
+		x.forget(tid, ev)
+		x.respond(log, n.ID, err)
+		return
+	}
+	x.events.Add(1)
+	x.o.Publish(ev)
+}
+
+// decide asks o.Decide, giving up when Close cancels it. Decide gets a
+// copy: it may still hold it when ev is published.
+func (x *Execs) decide(ev *event.Event) event.Verdict {
+	ch := make(chan event.Verdict, 1)
+	c := *ev
+	go func() { ch <- x.o.Decide(x.ctx, &c) }()
+	select {
+	case v := <-ch:
+		return v
+	case <-x.ctx.Done():
+		return event.Verdict{Action: event.Deny, Reason: reasonClosed}
+	}
+}
+
+// deny fails the exec with EPERM and publishes it.
+func (x *Execs) deny(log *slog.Logger, id uint64, ev *event.Event, v event.Verdict) {
+	v.Action = event.Deny
+	v.Reason = withSuffix(v.Reason, reasonDeniedSuffix)
+	if err := x.l.fail(id, unix.EPERM); err != nil {
+		x.respond(log, id, err)
+		return
+	}
+	ev.Verdict = v
+	x.events.Add(1)
+	x.denied.Add(1)
+	x.o.Publish(ev)
+}
+
+// respond logs a failed answer: ENOENT means the process went away (a
+// signal interrupted its exec, which is then notified again).
+func (x *Execs) respond(log *slog.Logger, id uint64, err error) {
+	if err == nil {
+		return
+	}
+	if errors.Is(err, unix.ENOENT) {
+		log.Debug("execs: the process went away before the answer")
+		return
+	}
+	log.Warn("execs: answer a notification", "err", err)
+}
+
+// remember keeps an allowed exec's event until its thread's next exec, so
+// that a kill report can say what was allowed.
+func (x *Execs) remember(tid int, ev *event.Event) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if _, ok := x.pending[tid]; !ok && len(x.pending) >= maxPending {
+		for k := range x.pending {
+			delete(x.pending, k)
+			break
+		}
+	}
+	x.pending[tid] = ev
+}
+
+func (x *Execs) forget(tid int, ev *event.Event) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.pending[tid] == ev {
+		delete(x.pending, tid)
+	}
+}
+
+// readKilled publishes the execs the verifier killed.
+func (x *Execs) readKilled() {
+	defer close(x.killDone)
+	for {
+		r, err := x.ver.next()
+		if errors.Is(err, ringbuf.ErrClosed) {
+			return
+		}
+		if err != nil {
+			x.o.Logger.Warn("execs: read the verifier", "session", x.o.Session, "err", err)
+			continue
+		}
+		x.mu.Lock()
+		allowed := x.pending[int(r.Pid)]
+		delete(x.pending, int(r.Pid))
+		x.mu.Unlock()
+		var ev event.Event
+		if allowed != nil {
+			ev = *allowed
+		} else {
+			// Forgotten: more execs were allowed meanwhile than remembered.
+			ev = event.Event{Kind: event.KindExec, Session: x.o.Session, Exec: &event.Exec{}}
+			if x.o.Process != nil {
+				ev.Process, _ = x.o.Process(int(r.Tgid))
+			}
+		}
+		ev.Time = x.o.Now()
+		ev.Verdict = event.Verdict{Action: event.Deny, Reason: killedReason(r.Reason)}
+		x.killed.Add(1)
+		x.o.Publish(&ev)
+	}
+}
+
+func killedReason(r uint32) string {
+	switch r {
+	case killedArgv:
+		return reasonKilledArgv
+	case killedFilename:
+		return reasonKilledPath
+	}
+	return reasonKilledRead
+}

@@ -1,0 +1,27 @@
+//go:build !linux
+
+package execs
+
+import (
+	"fmt"
+	"os"
+)
+
+// Execs answers the exec notifications of one seccomp listener (Linux
+// only).
+type Execs struct{}
+
+// Serve returns an error wrapping ErrNotSupported: seccomp user
+// notification is Linux's.
+func Serve(listener *os.File, o ExecOptions) (*Execs, error) {
+	return nil, fmt.Errorf("execs: serve: %w", ErrNotSupported)
+}
+
+// Verifier reports that nothing is verified.
+func (x *Execs) Verifier() error { return fmt.Errorf("execs: verifier: %w", ErrNotSupported) }
+
+// Stats returns zero counts.
+func (x *Execs) Stats() Stats { return Stats{} }
+
+// Close does nothing.
+func (x *Execs) Close() error { return nil }

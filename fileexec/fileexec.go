@@ -1,0 +1,79 @@
+package fileexec
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// ErrUnavailable is wrapped by WatchMounts's error when fanotify permission
+// events cannot be used here: not Linux, not root (CAP_SYS_ADMIN), or a
+// kernel without them.
+var ErrUnavailable = errors.New("fanotify permission events unavailable (needs linux and root)")
+
+// FileOptions configures WatchMounts. InSession, Process and Decide are
+// required.
+type FileOptions struct {
+	// Session is the session id put on every event.
+	Session string
+	// InSession says whether a process (by tgid) belongs to the session.
+	// Opens by other processes are allowed at once, never decided nor
+	// published. It must return promptly and must not open files.
+	InSession func(pid int) bool
+	// Process describes a session process. It is called for every open by
+	// a session process that is not ignored (its Exe is part of the cache
+	// key), so it should be cheap; it must return promptly.
+	Process func(pid int) (*event.Process, error)
+	// Decide decides a file event. It may take long (a person may be
+	// asked); its context is cancelled by Close. Only an allow or rewrite
+	// verdict lets the open through.
+	Decide func(ctx context.Context, e *event.Event) event.Verdict
+	// Publish receives every decided event, with its verdict, after the
+	// decision; not the opens answered from the cache. Nil publishes
+	// nothing.
+	Publish func(*event.Event)
+	// Logger gets debug lines (mounts skipped) and warnings (events that
+	// could not be read); nil discards them.
+	Logger *slog.Logger
+	// Now stamps events; time.Now when nil.
+	Now func() time.Time
+	// CacheSize bounds the verdicts cached per (path, access, exe); 65536
+	// when 0.
+	CacheSize int
+	// Ignore, when set, names paths that are allowed at once and never
+	// decided nor published (for example under /dev/shm).
+	Ignore func(path string) bool
+}
+
+// FileStats counts what a Files has answered since WatchMounts.
+type FileStats struct {
+	Mounts    int    // mounts marked
+	Events    uint64 // permission events answered, from any process
+	Outside   uint64 // allowed at once: the process is not in the session (or is Chaperone itself)
+	Ignored   uint64 // allowed at once: Ignore matched the path
+	CacheHits uint64 // answered from a cached verdict (or a decision another open was waiting for), not published
+	Denied    uint64 // answered with deny, for any reason
+}
+
+const defaultCacheSize = 65536
+
+// maxDeciding bounds the Decide calls running at once; further opens wait
+// (their process stays blocked) until one returns.
+const maxDeciding = 64
+
+// cacheKey identifies a decision that can be reused: the same program
+// opening the same path the same way.
+type cacheKey struct {
+	path   string
+	access event.FileAccess
+	exe    string
+}
+
+// stoppedVerdict is the verdict of an open still waiting when Close is
+// called.
+func stoppedVerdict() event.Verdict {
+	return event.Verdict{Action: event.Deny, Reason: "file mediation stopped before a decision was reached"}
+}

@@ -1,0 +1,602 @@
+//go:build linux
+
+package fileexec
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+const (
+	// FAN_REPORT_TID: the event names the thread that opens, whose
+	// /proc/<tid>/syscall holds the open flags. FAN_UNLIMITED_QUEUE: a
+	// permission event that does not fit a bounded queue is dropped, and a
+	// dropped permission event is allowed.
+	initFlags = unix.FAN_CLASS_CONTENT | unix.FAN_CLOEXEC | unix.FAN_NONBLOCK |
+		unix.FAN_REPORT_TID | unix.FAN_UNLIMITED_QUEUE | unix.FAN_UNLIMITED_MARKS
+	// The kernel opens each event's file for the reader with these flags.
+	// O_NONBLOCK keeps that open of a FIFO from waiting for a writer.
+	eventFlags = unix.O_RDONLY | unix.O_LARGEFILE | unix.O_CLOEXEC | unix.O_NONBLOCK
+	// No FAN_ONDIR: opening a directory (to list it) is not decided.
+	markMask = unix.FAN_OPEN_PERM | unix.FAN_OPEN_EXEC_PERM
+
+	metadataLen = 24 // sizeof(struct fanotify_event_metadata)
+
+	maxThreadsRemembered = 4096
+)
+
+// Files answers the fanotify permission events of the mounts of one mount
+// namespace. Its methods are safe for concurrent use.
+type Files struct {
+	o        FileOptions
+	log      *slog.Logger
+	group    *os.File // the fanotify group, read through the poller
+	fd       int      // its number, for marks and answers
+	stopping atomic.Bool
+	self     int
+	nrs      syscallNrs
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	sem    chan struct{} // running Decide calls
+
+	cache    *lru.Cache[cacheKey, event.Verdict]
+	flightMu sync.Mutex
+	flights  map[cacheKey]*flight
+
+	tgidMu sync.Mutex
+	tgids  map[int]int // thread → its group, for threads that are not leaders
+
+	respMu     sync.Mutex
+	handlers   sync.WaitGroup
+	readerDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+
+	mounts                                 int
+	events, outside, ignored, hits, denied atomic.Uint64
+}
+
+// flight is a decision in progress that other opens with the same key wait
+// for, so that a burst of identical opens asks once.
+type flight struct {
+	done chan struct{}
+	v    event.Verdict
+}
+
+// rawEvent is one permission event as read from the group.
+type rawEvent struct {
+	mask uint64
+	fd   int
+	tid  int
+	at   time.Time
+}
+
+// WatchMounts marks, with FAN_OPEN_PERM and FAN_OPEN_EXEC_PERM, every mount
+// of the mount namespace process pid is in, as listed in
+// /proc/<pid>/mountinfo and reached through /proc/<pid>/root, except those
+// of pseudo filesystems (proc, sysfs, devtmpfs, devpts, cgroup, …) and
+// mounts hidden under another mount; then it starts the reader. Mounts
+// that cannot be marked are skipped with a debug line; it fails when the
+// root mount cannot be. Its error wraps ErrUnavailable when the fanotify
+// group cannot be made.
+func WatchMounts(pid int, o FileOptions) (*Files, error) {
+	if o.InSession == nil || o.Process == nil || o.Decide == nil {
+		return nil, errors.New("fileexec: watch mounts: InSession, Process and Decide are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.CacheSize <= 0 {
+		o.CacheSize = defaultCacheSize
+	}
+	cache, err := lru.New[cacheKey, event.Verdict](o.CacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("fileexec: cache: %w", err)
+	}
+	nrs, ok := syscallsFor(runtime.GOARCH)
+	if !ok {
+		o.Logger.Warn("fileexec: no system call table for this architecture: every open is treated as a write", "goarch", runtime.GOARCH)
+	}
+	fd, err := unix.FanotifyInit(initFlags, eventFlags)
+	if err != nil {
+		return nil, fmt.Errorf("fileexec: fanotify_init: %w: %w", err, ErrUnavailable)
+	}
+	f := &Files{
+		o: o, log: o.Logger, fd: fd, self: os.Getpid(), nrs: nrs,
+		sem: make(chan struct{}, maxDeciding), cache: cache, flights: map[cacheKey]*flight{},
+		tgids:      map[int]int{},
+		readerDone: make(chan struct{}),
+	}
+	if f.mounts, err = f.markMounts(pid); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	// The fd is non-blocking, so the File is read through the poller;
+	// Close relies on that to wake the reader with a deadline.
+	f.group = os.NewFile(uintptr(fd), "fanotify")
+	if err := f.group.SetReadDeadline(time.Time{}); err != nil {
+		f.group.Close()
+		return nil, fmt.Errorf("fileexec: fanotify fd not pollable: %w", err)
+	}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	go f.read()
+	return f, nil
+}
+
+// markMounts marks the mounts of pid's namespace and returns how many.
+// Each mount point is opened (O_PATH) under pid's root with
+// RESOLVE_IN_ROOT, so absolute symlinks and ".." stay inside that
+// namespace's tree; the mount reached is checked by its id against
+// mountinfo before it is marked through that same fd, so what is marked is
+// the namespace's mount and not the caller's mount at the same path.
+func (f *Files) markMounts(pid int) (int, error) {
+	proc := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(proc + "/mountinfo")
+	if err != nil {
+		return 0, fmt.Errorf("fileexec: read mounts of pid %d: %w", pid, err)
+	}
+	mounts, err := parseMountinfo(b)
+	if err != nil {
+		return 0, err
+	}
+	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("fileexec: open root of pid %d: %w", pid, err)
+	}
+	defer unix.Close(root)
+	marked, rootMarked := 0, false
+	var rootErr error
+	for _, m := range mounts {
+		if pseudoFS(m.FSType) {
+			f.log.Debug("fileexec: mount of a pseudo filesystem left unmarked", "mount", m.Point, "fstype", m.FSType)
+			continue
+		}
+		if err := f.markMount(root, m); err != nil {
+			if m.Point == "/" {
+				rootErr = err
+			}
+			f.log.Debug("fileexec: mount left unmarked", "mount", m.Point, "fstype", m.FSType, "err", err)
+			continue
+		}
+		if m.Point == "/" {
+			rootMarked = true
+		}
+		marked++
+	}
+	// Without the root mount almost nothing would be seen.
+	if !rootMarked {
+		if rootErr == nil {
+			rootErr = errors.New("no usable mount at /")
+		}
+		return 0, fmt.Errorf("fileexec: mark the root mount of pid %d: %w", pid, rootErr)
+	}
+	return marked, nil
+}
+
+func (f *Files) markMount(root int, m mount) error {
+	mfd, err := unix.Openat2(root, m.Point, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer unix.Close(mfd)
+	var st unix.Statx_t
+	if err := unix.Statx(mfd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &st); err != nil {
+		return fmt.Errorf("statx: %w", err)
+	}
+	if st.Mask&unix.STATX_MNT_ID == 0 {
+		return errors.New("statx: no mount id")
+	}
+	if int(st.Mnt_id) != m.ID {
+		return fmt.Errorf("path reaches mount %d, not %d (hidden under another mount)", st.Mnt_id, m.ID)
+	}
+	// fanotify_mark takes no O_PATH fd as its object; the fd's magic link
+	// names exactly the path it holds, mount included.
+	if err := unix.FanotifyMark(f.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_MOUNT, markMask, unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(mfd)); err != nil {
+		return fmt.Errorf("fanotify_mark: %w", err)
+	}
+	return nil
+}
+
+// read is the one reader. It only reads events and starts their handlers;
+// it calls none of the options' functions, so it never waits on a
+// decision, and an open by Chaperone itself while a decision is made is
+// always answered. The group is read through the runtime's poller, so the
+// reader parks instead of holding a thread in a system call, and the
+// handler it starts runs at once on the same thread.
+func (f *Files) read() {
+	defer close(f.readerDone)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.group.Read(buf)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && f.stopping.Load() {
+				f.drain(buf)
+				return
+			}
+			f.readFailed(err)
+			continue
+		}
+		f.dispatch(buf[:n])
+	}
+}
+
+// drain answers what is still queued once the marks are gone, until the
+// group stays quiet for a moment: closing the group would allow it.
+func (f *Files) drain(buf []byte) {
+	for {
+		f.group.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		n, err := f.group.Read(buf)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, os.ErrClosed) {
+				return
+			}
+			f.readFailed(err)
+			continue
+		}
+		f.dispatch(buf[:n])
+	}
+}
+
+func (f *Files) readFailed(err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return
+	}
+	// The kernel could not give an event its fd (too many open files, a
+	// file root cannot open) and has denied that open.
+	f.log.Warn("fileexec: read fanotify event; the kernel denied it", "err", err)
+	time.Sleep(time.Millisecond)
+}
+
+// dispatch hands each event of one read to its own goroutine.
+func (f *Files) dispatch(b []byte) {
+	at := f.o.Now()
+	evs, err := parseEvents(b)
+	if err != nil {
+		f.log.Error("fileexec: fanotify events", "err", err)
+	}
+	for _, ev := range evs {
+		if ev.fd < 0 {
+			if ev.mask&unix.FAN_Q_OVERFLOW != 0 {
+				f.log.Error("fileexec: fanotify queue overflowed")
+			}
+			continue
+		}
+		if ev.mask&markMask == 0 {
+			unix.Close(ev.fd)
+			continue
+		}
+		ev.at = at
+		f.handlers.Add(1)
+		go f.handle(ev)
+	}
+}
+
+// parseEvents splits a read of the group into its events.
+func parseEvents(b []byte) ([]rawEvent, error) {
+	var out []rawEvent
+	for len(b) > 0 {
+		if len(b) < metadataLen {
+			return out, fmt.Errorf("fileexec: short event metadata (%d bytes)", len(b))
+		}
+		evLen := binary.NativeEndian.Uint32(b[0:4])
+		if v := b[4]; v != unix.FANOTIFY_METADATA_VERSION {
+			return out, fmt.Errorf("fileexec: event metadata version %d, want %d", v, unix.FANOTIFY_METADATA_VERSION)
+		}
+		if evLen < metadataLen || uint64(evLen) > uint64(len(b)) {
+			return out, fmt.Errorf("fileexec: event length %d out of range", evLen)
+		}
+		out = append(out, rawEvent{
+			mask: binary.NativeEndian.Uint64(b[8:16]),
+			fd:   int(int32(binary.NativeEndian.Uint32(b[16:20]))),
+			tid:  int(int32(binary.NativeEndian.Uint32(b[20:24]))),
+		})
+		b = b[evLen:]
+	}
+	return out, nil
+}
+
+// handle answers one event, always, and closes its fd.
+func (f *Files) handle(ev rawEvent) {
+	defer f.handlers.Done()
+	allow := f.answer(ev)
+	f.events.Add(1)
+	if !allow {
+		f.denied.Add(1)
+	}
+	resp := uint32(unix.FAN_DENY)
+	if allow {
+		resp = unix.FAN_ALLOW
+	}
+	var b [8]byte // struct fanotify_response
+	binary.NativeEndian.PutUint32(b[0:4], uint32(int32(ev.fd)))
+	binary.NativeEndian.PutUint32(b[4:8], resp)
+	f.respMu.Lock()
+	_, err := unix.Write(f.fd, b[:])
+	f.respMu.Unlock()
+	if err != nil {
+		// ENOENT: the opener was killed while it waited.
+		f.log.Debug("fileexec: answer event", "tid", ev.tid, "err", err)
+	}
+	unix.Close(ev.fd) // only after answering: the kernel matches answers by fd number
+}
+
+// answer decides whether the open of ev may go ahead. Any failure to learn
+// what a session process opens, or how, denies.
+func (f *Files) answer(ev rawEvent) bool {
+	tgid, err := f.tgidOf(ev.tid)
+	if err != nil {
+		// A thread blocked in open exists; not finding it means it was
+		// killed and the answer no longer matters.
+		f.log.Debug("fileexec: thread of event", "tid", ev.tid, "err", err)
+		return false
+	}
+	if tgid == f.self || !f.o.InSession(tgid) {
+		f.outside.Add(1)
+		return true
+	}
+	e := &event.Event{Time: ev.at, Kind: event.KindFile, Session: f.o.Session, File: &event.File{}}
+	path, err := readlink("/proc/self/fd/" + strconv.Itoa(ev.fd))
+	if err != nil {
+		return f.fail(e, "the opened file's path could not be read", err)
+	}
+	if f.o.Ignore != nil && f.o.Ignore(path) {
+		f.ignored.Add(1)
+		return true
+	}
+	e.File.Path = path
+	e.File.Access = f.access(ev)
+	if e.Process, err = f.o.Process(tgid); err != nil || e.Process == nil {
+		e.Process = nil
+		return f.fail(e, "the opening process could not be identified", err)
+	}
+	v, shared := f.verdict(cacheKey{path: path, access: e.File.Access, exe: e.Process.Exe}, e)
+	if shared {
+		f.hits.Add(1)
+	}
+	return v.Allowed()
+}
+
+// tgidOf returns the thread group (the process) of thread tid, which is
+// alive: it waits for its open to be answered. Reading /proc/<tid>/status
+// costs more than the rest of an answer, so it is the last resort: a
+// leader is recognised by pidfd_open, which takes only leaders, and the
+// groups of other threads are remembered and checked with one stat of
+// /proc/<tgid>/task/<tid>, which exists exactly while tid is a thread of
+// tgid.
+func (f *Files) tgidOf(tid int) (int, error) {
+	f.tgidMu.Lock()
+	g, ok := f.tgids[tid]
+	f.tgidMu.Unlock()
+	if ok {
+		var st unix.Stat_t
+		if unix.Stat("/proc/"+strconv.Itoa(g)+"/task/"+strconv.Itoa(tid), &st) == nil {
+			return g, nil
+		}
+	}
+	if pfd, err := unix.PidfdOpen(tid, 0); err == nil {
+		unix.Close(pfd)
+		return tid, nil
+	}
+	var buf [1024]byte // Tgid is on the fourth line
+	status, err := readProc("/proc/"+strconv.Itoa(tid)+"/status", buf[:])
+	if err != nil {
+		return 0, err
+	}
+	if g, err = parseTgid(status); err != nil {
+		return 0, err
+	}
+	if g != tid {
+		f.tgidMu.Lock()
+		if len(f.tgids) >= maxThreadsRemembered {
+			clear(f.tgids)
+		}
+		f.tgids[tid] = g
+		f.tgidMu.Unlock()
+	}
+	return g, nil
+}
+
+// access tells how ev's thread opens its file.
+func (f *Files) access(ev rawEvent) event.FileAccess {
+	if ev.mask&unix.FAN_OPEN_EXEC_PERM != 0 {
+		return event.FileExec
+	}
+	var buf [512]byte
+	path := "/proc/" + strconv.Itoa(ev.tid) + "/syscall"
+	// The thread queues its event before it goes to sleep waiting for the
+	// answer: until it sleeps, the kernel reports it as "running", without
+	// its registers. Wait for it a little (it is about to).
+	for try := 0; ; try++ {
+		b, err := readProc(path, buf[:])
+		if err != nil {
+			return event.FileWrite
+		}
+		if !bytes.HasPrefix(b, []byte("running")) || try == 200 {
+			return accessFromSyscall(f.nrs, b)
+		}
+		if try < 10 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// readProc reads the start of a /proc file with one read, without the
+// runtime poller's bookkeeping that os.ReadFile pays for on every open.
+func readProc(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	n, err := unix.Read(fd, buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+// readlink reads a symbolic link; a target that fills the buffer may be
+// cut short and is an error.
+func readlink(path string) (string, error) {
+	var buf [unix.PathMax]byte
+	n, err := unix.Readlink(path, buf[:])
+	if err != nil {
+		return "", err
+	}
+	if n >= len(buf) {
+		return "", fmt.Errorf("readlink %s: target too long", path)
+	}
+	return string(buf[:n]), nil
+}
+
+// fail publishes e denied for reason and returns false.
+func (f *Files) fail(e *event.Event, reason string, err error) bool {
+	if err != nil {
+		reason += ": " + err.Error()
+	}
+	e.Verdict = event.Verdict{Action: event.Deny, Reason: reason}
+	f.publish(e)
+	return false
+}
+
+func (f *Files) publish(e *event.Event) {
+	if f.o.Publish != nil {
+		f.o.Publish(e)
+	}
+}
+
+// verdict returns the verdict for key: from the cache, from a decision in
+// progress for the same key (shared is true for both, and e is not
+// published), or from Decide, after which e is published with it.
+func (f *Files) verdict(key cacheKey, e *event.Event) (v event.Verdict, shared bool) {
+	if v, ok := f.cache.Get(key); ok {
+		return v, true
+	}
+	f.flightMu.Lock()
+	if v, ok := f.cache.Get(key); ok {
+		f.flightMu.Unlock()
+		return v, true
+	}
+	if fl, ok := f.flights[key]; ok {
+		f.flightMu.Unlock()
+		select {
+		case <-fl.done:
+			return fl.v, true
+		case <-f.ctx.Done():
+			e.Verdict = stoppedVerdict()
+			f.publish(e)
+			return e.Verdict, false
+		}
+	}
+	fl := &flight{done: make(chan struct{})}
+	f.flights[key] = fl
+	f.flightMu.Unlock()
+
+	v, decided := f.decide(e)
+	if decided {
+		f.cache.Add(key, v)
+	}
+	fl.v = v
+	f.flightMu.Lock()
+	delete(f.flights, key)
+	f.flightMu.Unlock()
+	close(fl.done)
+	return v, false
+}
+
+// decide calls Decide without waiting past Close, and publishes e with the
+// verdict. decided is false when Close came first.
+func (f *Files) decide(e *event.Event) (v event.Verdict, decided bool) {
+	select {
+	case f.sem <- struct{}{}:
+	case <-f.ctx.Done():
+		e.Verdict = stoppedVerdict()
+		f.publish(e)
+		return e.Verdict, false
+	}
+	ch := make(chan event.Verdict, 1)
+	go func() {
+		defer func() { <-f.sem }()
+		defer func() {
+			if r := recover(); r != nil {
+				ch <- event.Verdict{Action: event.Deny, Reason: fmt.Sprintf("deciding failed: %v", r)}
+			}
+		}()
+		ch <- f.o.Decide(f.ctx, e)
+	}()
+	select {
+	case v = <-ch:
+		e.Verdict = v.Enforced()
+		f.publish(e)
+		return e.Verdict, true
+	case <-f.ctx.Done():
+		// Decide may still be reading e: publish a copy.
+		c := *e
+		c.Verdict = stoppedVerdict()
+		f.publish(&c)
+		return c.Verdict, false
+	}
+}
+
+// Stats returns the counts so far.
+func (f *Files) Stats() FileStats {
+	return FileStats{
+		Mounts:    f.mounts,
+		Events:    f.events.Load(),
+		Outside:   f.outside.Load(),
+		Ignored:   f.ignored.Load(),
+		CacheHits: f.hits.Load(),
+		Denied:    f.denied.Load(),
+	}
+}
+
+// Close removes the marks, denies every open of a session process still
+// waiting for a decision (their Decide contexts are cancelled), answers
+// what is left in the queue, and closes the group. Opens made after Close
+// are no longer seen. It is safe to call more than once.
+func (f *Files) Close() error {
+	f.closeOnce.Do(func() {
+		f.cancel()
+		var errs []error
+		if err := unix.FanotifyMark(f.fd, unix.FAN_MARK_FLUSH|unix.FAN_MARK_MOUNT, 0, unix.AT_FDCWD, ""); err != nil {
+			errs = append(errs, fmt.Errorf("fileexec: remove marks: %w", err))
+		}
+		f.stopping.Store(true)
+		if err := f.group.SetReadDeadline(time.Now()); err != nil {
+			errs = append(errs, fmt.Errorf("fileexec: stop reader: %w", err))
+		} else {
+			<-f.readerDone
+		}
+		f.handlers.Wait()
+		if err := f.group.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("fileexec: close fanotify: %w", err))
+		}
+		f.closeErr = errors.Join(errs...)
+	})
+	return f.closeErr
+}

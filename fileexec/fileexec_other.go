@@ -1,0 +1,19 @@
+//go:build !linux
+
+package fileexec
+
+import "fmt"
+
+// Files is a stand-in: file mediation needs Linux.
+type Files struct{}
+
+// WatchMounts fails with an error wrapping ErrUnavailable.
+func WatchMounts(pid int, o FileOptions) (*Files, error) {
+	return nil, fmt.Errorf("fileexec: watch mounts: fanotify needs linux: %w", ErrUnavailable)
+}
+
+// Stats returns zero counts.
+func (*Files) Stats() FileStats { return FileStats{} }
+
+// Close does nothing.
+func (*Files) Close() error { return nil }

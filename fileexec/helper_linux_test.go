@@ -1,0 +1,305 @@
+//go:build linux
+
+package fileexec
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// helperEnv selects the helper mode of the test binary: a process in a
+// private mount namespace that opens and executes files when told to.
+const helperEnv = "FILEEXEC_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(runHelper(os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}
+
+// runHelper makes "/" rprivate in its namespace (made by CLONE_NEWNS), says
+// "ready", then answers one line per command:
+//
+//	open PATH r|w|rw|a|t|c    → ok | err ERRNO
+//	openn PATH N              → ok | err ERRNO (N opens of PATH for reading, one after another)
+//	popen PATH N              → ok | err ERRNO (N opens at once, each on its own thread)
+//	exec PATH                 → ok | err ERRNO
+//	bench PATH N              → ok NANOSECONDS (N open+close of PATH)
+func runHelper(in io.Reader, out io.Writer) int {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		fmt.Fprintln(out, "err", err)
+		return 1
+	}
+	fmt.Fprintln(out, "ready")
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			fmt.Fprintln(out, "err EINVAL")
+			continue
+		}
+		n := 1
+		if len(f) > 2 {
+			n, _ = strconv.Atoi(f[2])
+		}
+		switch f[0] {
+		case "open":
+			flags := map[string]int{
+				"r": unix.O_RDONLY, "w": unix.O_WRONLY, "rw": unix.O_RDWR, "a": unix.O_WRONLY | unix.O_APPEND,
+				"t": unix.O_RDONLY | unix.O_TRUNC, "c": unix.O_WRONLY | unix.O_CREAT,
+			}[f[2]]
+			fmt.Fprintln(out, reply(openClose(f[1], flags)))
+		case "openn":
+			var err error
+			for i := 0; i < n && err == nil; i++ {
+				err = openClose(f[1], unix.O_RDONLY)
+			}
+			fmt.Fprintln(out, reply(err))
+		case "popen":
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() { errs[i] = openClose(f[1], unix.O_RDONLY) })
+			}
+			wg.Wait()
+			fmt.Fprintln(out, reply(errors.Join(errs...)))
+		case "exec":
+			err := exec.Command(f[1]).Run()
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				err = nil // it ran
+			}
+			fmt.Fprintln(out, reply(err))
+		case "bench":
+			start := time.Now()
+			for range n {
+				fd, err := unix.Open(f[1], unix.O_RDONLY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					fmt.Fprintln(out, reply(err))
+					continue
+				}
+				unix.Close(fd)
+			}
+			fmt.Fprintln(out, "ok", time.Since(start).Nanoseconds())
+		default:
+			fmt.Fprintln(out, "err EINVAL")
+		}
+	}
+	return 0
+}
+
+func openClose(path string, flags int) error {
+	fd, err := unix.Open(path, flags|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
+}
+
+func reply(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return "err " + unix.ErrnoName(errno)
+	}
+	return "err " + strings.ReplaceAll(err.Error(), " ", "_")
+}
+
+// child is a helper process in its own private mount namespace.
+type child struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Reader
+	mnt  string // its mount namespace, as /proc/<pid>/ns/mnt reads
+	pid  int
+	done chan struct{}
+}
+
+func startChild(tb testing.TB) *child {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	c := &child{cmd: cmd, in: in, out: bufio.NewReader(outPipe), pid: cmd.Process.Pid, done: make(chan struct{})}
+	tb.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	if line := c.line(tb); line != "ready" {
+		tb.Fatalf("helper did not start: %q", line)
+	}
+	if c.mnt, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", c.pid)); err != nil {
+		tb.Fatal(err)
+	}
+	if self, _ := os.Readlink("/proc/self/ns/mnt"); self == c.mnt {
+		tb.Fatal("helper shares the test's mount namespace")
+	}
+	return c
+}
+
+// line reads the child's next line; a child that stays silent for a minute
+// is stuck (an open that was never answered), which fails the test.
+func (c *child) line(tb testing.TB) string {
+	tb.Helper()
+	ch := make(chan string, 1)
+	go func() {
+		s, _ := c.out.ReadString('\n')
+		ch <- strings.TrimSpace(s)
+	}()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(time.Minute):
+		tb.Fatal("helper did not answer within a minute: an open was never answered")
+		return ""
+	}
+}
+
+// send writes a command without waiting for its answer.
+func (c *child) send(tb testing.TB, cmd string) {
+	tb.Helper()
+	if _, err := fmt.Fprintln(c.in, cmd); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func (c *child) do(tb testing.TB, cmd string) string {
+	tb.Helper()
+	c.send(tb, cmd)
+	return c.line(tb)
+}
+
+// inNamespace says whether pid is in the mount namespace mnt: the tests'
+// session is everything in the helper's namespace.
+func inNamespace(mnt string) func(int) bool {
+	return func(pid int) bool {
+		s, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		return err == nil && s == mnt
+	}
+}
+
+func processOf(pid int) (*event.Process, error) {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return nil, err
+	}
+	return &event.Process{PID: pid, Exe: exe}, nil
+}
+
+// recorder keeps what Decide was asked and what was published.
+type recorder struct {
+	mu        sync.Mutex
+	decided   []event.File
+	published []*event.Event
+}
+
+func (r *recorder) decideCalls() []event.File {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]event.File(nil), r.decided...)
+}
+
+func (r *recorder) events() []*event.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*event.Event(nil), r.published...)
+}
+
+// watch starts WatchMounts on c's namespace with decide, skipping the test
+// where fanotify permission events are not available.
+func watch(tb testing.TB, c *child, decide func(context.Context, *event.Event) event.Verdict, edit ...func(*FileOptions)) (*Files, *recorder) {
+	tb.Helper()
+	r := &recorder{}
+	o := FileOptions{
+		Session:   "s1",
+		InSession: inNamespace(c.mnt),
+		Process:   processOf,
+		Decide: func(ctx context.Context, e *event.Event) event.Verdict {
+			r.mu.Lock()
+			r.decided = append(r.decided, *e.File)
+			r.mu.Unlock()
+			return decide(ctx, e)
+		},
+		Publish: func(e *event.Event) {
+			r.mu.Lock()
+			r.published = append(r.published, e)
+			r.mu.Unlock()
+		},
+	}
+	for _, fn := range edit {
+		fn(&o)
+	}
+	f, err := WatchMounts(c.pid, o)
+	if errors.Is(err, ErrUnavailable) {
+		tb.Skipf("fanotify permission events unavailable: %v", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { f.Close() })
+	return f, r
+}
+
+func requireRoot(tb testing.TB) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: fanotify permission events and mount namespaces")
+	}
+}
+
+func allowAll(context.Context, *event.Event) event.Verdict {
+	return event.Verdict{Action: event.Allow}
+}
+
+// denyPaths denies the opens of the given paths and allows the rest.
+func denyPaths(paths ...string) func(context.Context, *event.Event) event.Verdict {
+	return func(_ context.Context, e *event.Event) event.Verdict {
+		for _, p := range paths {
+			if e.File.Path == p {
+				return event.Verdict{Action: event.Deny, Rule: "test-deny"}
+			}
+		}
+		return event.Verdict{Action: event.Allow}
+	}
+}
+
+// writeFile makes a file in a fresh directory and returns its path.
+func writeFile(tb testing.TB, name string) string {
+	tb.Helper()
+	p := tb.TempDir() + "/" + name
+	if err := os.WriteFile(p, []byte("data\n"), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
