@@ -13,9 +13,9 @@ import (
 // Limits of what is read out of a blocked process. An exec beyond them is
 // denied: what cannot be read whole cannot be checked.
 const (
-	maxArgs      = 1 << 20   // argv pointers
-	maxArgvBytes = 6 << 20   // argv strings with their NULs; bpf/verify.c's MAX_ARGV
-	maxPath      = 4096      // PATH_MAX with the NUL; bpf/verify.c's MAX_FILENAME
+	maxArgs      = 1 << 20 // argv pointers
+	maxArgvBytes = 6 << 20 // argv strings with their NULs; bpf/verify.c's MAX_ARGV
+	maxPath      = 4096    // PATH_MAX with the NUL; bpf/verify.c's MAX_FILENAME
 )
 
 var (
