@@ -89,9 +89,9 @@ const execPolicy = `rules:
     when: exec.argv.exists(a, a == "push") && exec.argv.exists(a, a == "--force" || a == "-f")
     action: deny
     reason: force-pushing rewrites others' history
-  - name: no-netcat
+  - name: no-date
     on: exec
-    when: exec.path.matches("/nc(\\.[a-z]+)?$")
+    when: exec.path.endsWith("/date")
     action: deny
 default: allow
 `
@@ -120,9 +120,10 @@ func TestExecDenied(t *testing.T) {
 		"sh", "-c", `cd "$1"
 git push -q --force origin main; echo "force=$?"
 git push -q origin main; echo "plain=$?"
-/bin/true; echo "true=$?"`, "sh", repo)
+/bin/true; echo "true=$?"
+date >/dev/null; echo "date=$?"`, "sh", repo)
 	mustSucceed(t, r)
-	for _, want := range []string{"force=126", "plain=0", "true=0"} {
+	for _, want := range []string{"force=126", "plain=0", "true=0", "date=126"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("agent output lacks %q:\n%s\nstderr:\n%s", want, r.stdout, r.stderr)
 		}
@@ -141,6 +142,42 @@ git push -q origin main; echo "plain=$?"
 	}
 	if !found {
 		t.Error("no exec record of the denied force push")
+	}
+}
+
+// A process that changes its argv between the check and the kernel's own
+// read of it is killed before the new program runs: the denied argument
+// never runs, whichever way the race goes.
+func TestExecArgvFlipKilled(t *testing.T) {
+	need(t, "python3")
+	needMediation(t)
+	w := newWorld(t)
+	pol := filepath.Join(w.dir, "evil.yaml")
+	os.WriteFile(pol, []byte("rules:\n  - name: no-evil\n    on: exec\n    when: exec.argv.exists(a, a == \"evil\")\n    action: deny\ndefault: allow\n"), 0o644)
+	script, err := filepath.Abs("testdata/flipargv.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := w.chaperone(nil, "run", "--mode", "proxy", "--policy", pol, "--log", w.log, "--", "python3", script, "40")
+	mustSucceed(t, r)
+	if strings.Contains(r.stdout, "EVIL RAN") {
+		t.Fatalf("the denied argv ran:\n%s", r.stdout)
+	}
+	var killed, denied int
+	if _, err := fmt.Sscanf(strings.TrimSpace(r.stdout), "killed=%d denied=%d", &killed, &denied); err != nil {
+		t.Fatalf("flipargv printed %q: %v", r.stdout, err)
+	}
+	if killed == 0 {
+		t.Errorf("no exec was killed in 40 races (%s)", strings.TrimSpace(r.stdout))
+	}
+	kills := 0
+	for _, rec := range w.kindRecords(event.KindExec) {
+		if strings.Contains(rec.Reason, "killed before it ran") && rec.Verdict == event.Deny {
+			kills++
+		}
+	}
+	if kills != killed {
+		t.Errorf("%d kills in the audit log, %d seen by the program", kills, killed)
 	}
 }
 

@@ -239,7 +239,15 @@ func (x *Execs) handle(n seccompNotif) {
 		return
 	}
 	ev.Exec = &event.Exec{Path: r.resolved, Argv: r.argv, Cwd: r.cwd}
-	if f, oerr := openTarget(r); oerr == nil {
+	f, oerr := openTarget(r)
+	if errno, ok := errors.AsType[unix.Errno](oerr); ok && (errno == unix.ENOENT || errno == unix.ENOTDIR) {
+		// Nothing to run there: fail it as the kernel would, without a
+		// decision (a shell searching PATH tries a dozen such paths). A
+		// file that appears later is another exec, decided then.
+		x.respond(log, n.ID, x.l.fail(n.ID, errno))
+		return
+	}
+	if oerr == nil {
 		ev.Exec.Digest, err = x.digests.of(f)
 		f.Close()
 		if err != nil {

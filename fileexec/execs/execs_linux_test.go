@@ -62,6 +62,13 @@ func (p *published) add(e *event.Event) {
 	p.ev = append(p.ev, e)
 }
 
+// all returns the events published so far.
+func (p *published) all() []*event.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.ev)
+}
+
 // waitFor returns the first event matching ok, waiting up to 5s.
 func (p *published) waitFor(t *testing.T, what string, ok func(*event.Event) bool) *event.Event {
 	t.Helper()
@@ -307,9 +314,26 @@ func TestExec(t *testing.T) {
 			verdict:  event.Verdict{Action: event.Allow, Rule: "ok", DecidedBy: event.DecidedByRule},
 			killed:   reasonKilledArgv,
 		},
+		{
+			// A shell searching PATH: nothing there, nothing decided.
+			name: "no such file",
+			cmd:  helperCmd{Op: "exec", Path: "/nonexistent/dir/prog", Argv: []string{"prog"}},
+			want: helperResult{Errno: "ENOENT"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.wantExec.Path == "" {
+				if got := h.do(t, tt.cmd); got != tt.want {
+					t.Errorf("helper result %+v, want %+v", got, tt.want)
+				}
+				for _, e := range pub.all() {
+					if e.Exec.Path == tt.cmd.Path {
+						t.Errorf("published %s %v", e.Exec.Path, e.Verdict)
+					}
+				}
+				return
+			}
 			if tt.killed != "" && !verified {
 				t.Skipf("the verifier is off: %v", x.Verifier())
 			}
