@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -20,11 +22,13 @@ type mediationOptions struct {
 	session   string
 	info      *event.Session
 	inSession func(pid int) bool
-	process   func(pid int) (*event.Process, error)
-	decider   proxy.Decider
-	publish   func(*event.Event)
-	log       *slog.Logger
-	stderr    io.Writer
+	// fileInSession, when set, is inSession for file opens.
+	fileInSession func(pid int) bool
+	process       func(pid int) (*event.Process, error)
+	decider       proxy.Decider
+	publish       func(*event.Event)
+	log           *slog.Logger
+	stderr        io.Writer
 }
 
 // decide is the decider as file and exec events see it: every event
@@ -74,6 +78,19 @@ func openGate(ctx context.Context, gate *privdrop.Gate, pid int, o mediationOpti
 		gate.Close()
 		return func() {}, fmt.Errorf("run: start the agent: %w", err)
 	}
+	// Only the session's processes live in its mount namespace (entering
+	// it takes root): a file open through its mounts is the session's
+	// when the opener is in it, which one readlink tells.
+	if ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/mnt"); err == nil {
+		member := o.inSession
+		o.fileInSession = func(tid int) bool {
+			got, err := os.Readlink("/proc/" + strconv.Itoa(tid) + "/ns/mnt")
+			if err != nil {
+				return member(tid)
+			}
+			return got == ns
+		}
+	}
 	stops, err := startMediation(pid, listener, o)
 	if err != nil {
 		gate.Close()
@@ -93,4 +110,55 @@ func openGate(ctx context.Context, gate *privdrop.Gate, pid int, o mediationOpti
 			s()
 		}
 	}, nil
+}
+
+// processCache remembers what attribution said of a pid for a moment: a
+// build opens thousands of files from one process, and reading its /proc
+// entries and its ancestors' for each open would cost more than the
+// decision. An entry holds while the pid runs the same executable (one
+// readlink) and for at most ttl.
+type processCache struct {
+	mu       sync.Mutex
+	ttl      time.Duration
+	now      func() time.Time
+	exeOf    func(pid int) (string, error)
+	describe func(pid int) (*event.Process, error)
+	m        map[int]cachedProcess
+}
+
+type cachedProcess struct {
+	p   *event.Process
+	exe string
+	at  time.Time
+}
+
+func newProcessCache(describe func(int) (*event.Process, error), ttl time.Duration) *processCache {
+	return &processCache{ttl: ttl, now: time.Now, describe: describe, m: map[int]cachedProcess{},
+		exeOf: func(pid int) (string, error) { return os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe") }}
+}
+
+// process returns the description of pid, from the cache when it holds.
+func (c *processCache) process(pid int) (*event.Process, error) {
+	exe, err := c.exeOf(pid)
+	if err != nil {
+		return c.describe(pid)
+	}
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.m[pid]
+	c.mu.Unlock()
+	if ok && e.exe == exe && now.Sub(e.at) < c.ttl {
+		return e.p, nil
+	}
+	p, err := c.describe(pid)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if len(c.m) >= 4096 {
+		clear(c.m)
+	}
+	c.m[pid] = cachedProcess{p: p, exe: exe, at: now}
+	c.mu.Unlock()
+	return p, nil
 }

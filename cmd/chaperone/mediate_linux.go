@@ -12,9 +12,13 @@ import (
 // startMediation watches the mounts of pid's mount namespace for file
 // opens and serves the exec notifications of listener.
 func startMediation(pid int, listener *os.File, o mediationOptions) (stops []func(), err error) {
+	inSession := o.inSession
+	if o.fileInSession != nil {
+		inSession = o.fileInSession
+	}
 	files, err := fileexec.WatchMounts(pid, fileexec.FileOptions{
 		Session:   o.session,
-		InSession: o.inSession,
+		InSession: inSession,
 		Process:   o.process,
 		Decide:    o.decide,
 		Publish:   o.publish,

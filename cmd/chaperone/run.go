@@ -297,10 +297,10 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	}
 	// Command lines and URLs often carry tokens: the log gets the same
 	// placeholders as the prompts.
-	audit.SetRedactor(func(s string) string {
+	audit.SetRedactor(memoize(func(s string) string {
 		out, _ := rw.Redactor.Redact(s)
 		return out
-	})
+	}, 8192))
 
 	procs := attribution.NewTable(attribution.OSProc(), attribution.WithSocketLookup(attribution.SockDiag))
 	p, err := proxy.New(proxy.Options{
@@ -438,7 +438,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		if gate != nil && pid > 0 {
 			stop, err := openGate(ctx, gate, pid, mediationOptions{
 				session: s.id, info: info, inSession: member,
-				process: func(p int) (*event.Process, error) { return describeProcess(procs, p, pid) },
+				process: newProcessCache(func(p int) (*event.Process, error) { return describeProcess(procs, p, pid) }, time.Second).process,
 				decider: guarded, publish: bus.Publish, log: log, stderr: o.stderr,
 			})
 			stopMediation = stop
@@ -660,6 +660,24 @@ func describeProcess(procs *attribution.Table, pid, root int) (*event.Process, e
 		p.ExeDigest = d
 	}
 	return p, nil
+}
+
+// memoize remembers up to n results of f, which must be pure: the audit
+// log redacts the same command lines and paths over and over (every
+// record of a process repeats its argv). It is called from one goroutine.
+func memoize(f func(string) string, n int) func(string) string {
+	m := make(map[string]string, n)
+	return func(s string) string {
+		if r, ok := m[s]; ok {
+			return r
+		}
+		r := f(s)
+		if len(m) >= n {
+			clear(m)
+		}
+		m[s] = r
+		return r
+	}
 }
 
 // envValue returns the value of key in env (KEY=VALUE entries), the last
