@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"io"
-	"math/big"
 	"net/http"
 	"strings"
 	"sync"
@@ -21,20 +20,8 @@ import (
 	"github.com/chaperone-dev/chaperone/rewrite/secrets"
 )
 
-// fakeToken returns a GitHub-token-shaped secret, made anew for each test
-// so that no real-looking key lives in the source.
-func fakeToken(t testing.TB) string {
-	const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 36)
-	for i := range b {
-		n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alnum))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b[i] = alnum[n.Int64()]
-	}
-	return "ghp_" + string(b)
-}
+// fakeToken returns a GitHub-token-shaped secret made for this test.
+func fakeToken(testing.TB) string { return upstream.FakeGitHubToken() }
 
 // rewriteEnv is a proxy deciding by the default policy, with rewrites for
 // the test session, and a fake LLM API at api.anthropic.com and

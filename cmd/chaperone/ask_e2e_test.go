@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/internal/testpty"
 )
 
 // writeAskPolicy writes a policy that asks before any request to the api
@@ -176,33 +175,11 @@ cat "$2/curl.out"`
 	}
 }
 
-// openPTY returns the two ends of a new pseudo-terminal.
-func openPTY(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(); s.Close() })
-	return m, s
-}
-
 // On a terminal, the session asks there and takes the typed answer.
 func TestAskOnTerminal(t *testing.T) {
 	need(t, "curl")
 	w := newWorld(t)
-	master, slave := openPTY(t)
+	master, slave := testpty.Open(t)
 	policy := writeAskPolicy(t, w.dir, "60s", "deny")
 	cmd, out, errb := w.startAskSession(t, policy, slave, "curl", "-sS", w.api.URL+"/asked")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

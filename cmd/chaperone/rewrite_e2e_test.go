@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"net/http"
 	"net/http/cgi"
 	"os"
@@ -19,20 +17,8 @@ import (
 	"github.com/chaperone-dev/chaperone/internal/upstream"
 )
 
-// fakeGitHubToken returns a GitHub-token-shaped secret made for this test,
-// so that no real-looking key lives in the source.
-func fakeGitHubToken(t *testing.T) string {
-	const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 36)
-	for i := range b {
-		n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alnum))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b[i] = alnum[n.Int64()]
-	}
-	return "ghp_" + string(b)
-}
+// fakeGitHubToken returns a GitHub-token-shaped secret made for this test.
+func fakeGitHubToken(*testing.T) string { return upstream.FakeGitHubToken() }
 
 // The official Anthropic and OpenAI Go SDKs, as the agent, send a prompt
 // holding a secret through a session on the built-in policy: the fake APIs

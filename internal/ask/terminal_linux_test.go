@@ -3,39 +3,15 @@ package ask
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/internal/testpty"
 )
-
-// openPTY returns the two ends of a new pseudo-terminal.
-func openPTY(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(); s.Close() })
-	return m, s
-}
 
 // lockedBuffer is an output shared by the terminal and the test.
 type lockedBuffer struct {
@@ -56,7 +32,7 @@ func (l *lockedBuffer) String() string {
 }
 
 func TestTerminal(t *testing.T) {
-	master, slave := openPTY(t)
+	master, slave := testpty.Open(t)
 	if IsTerminal(os.Stdin) && os.Stdin.Name() == slave.Name() {
 		t.Skip("stdin is the test's terminal")
 	}

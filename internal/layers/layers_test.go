@@ -36,6 +36,7 @@ var allowed = map[string]struct{ project, external []string }{
 	"internal/upstream": {external: []string{"github.com/gorilla/websocket"}},
 	"internal/layers":   {},
 	"internal/privdrop": {external: []string{"golang.org/x/sys"}},
+	"internal/testpty":  {external: []string{"golang.org/x/sys"}},
 	"internal/ask":      {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
 	"cmd/chaperone":     {project: []string{"*"}, external: []string{"*"}},
 
