@@ -234,13 +234,19 @@ func (b *Broker) Close() {
 }
 
 // keyOf identifies a question: the rule, the kind, what is acted on and by
-// which program. Two events with the same key are the same question.
+// which program. Two events with the same key are the same question. For
+// a file it is the directory: an install writes hundreds of files into a
+// few directories, and a person answers for those, not file by file.
 func keyOf(rule string, e *event.Event) string {
 	exe := ""
 	if e.Process != nil {
 		exe = e.Process.Exe
 	}
-	return strings.Join([]string{rule, string(e.Kind), target(e), exe}, "\x00")
+	what := target(e)
+	if e.File != nil {
+		what = string(e.File.Access) + " " + filepath.Dir(e.File.Path) + "/"
+	}
+	return strings.Join([]string{rule, string(e.Kind), what, exe}, "\x00")
 }
 
 // target is what e acts on, in a form a person reads.

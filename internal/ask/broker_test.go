@@ -202,3 +202,30 @@ func TestSummaryIsPrintable(t *testing.T) {
 		t.Errorf("summary of a long URL is %d runes", n)
 	}
 }
+
+// Writes into one directory by one program are one question.
+func TestFileQuestionsByDirectory(t *testing.T) {
+	b, qs := newTestBroker(time.Minute, event.Deny)
+	file := func(path string) *event.Event {
+		return &event.Event{Kind: event.KindFile, Session: "s1", Process: &event.Process{PID: 3, Exe: "/usr/bin/pip"},
+			File: &event.File{Path: path, Access: event.FileWrite}}
+	}
+	first := decideAsync(context.Background(), b, file("/home/u/.local/lib/a.py"))
+	q := <-qs
+	if !strings.Contains(q.Summary, "/home/u/.local/lib/a.py") {
+		t.Errorf("summary %q does not name the file", q.Summary)
+	}
+	b.Answer(q.ID, Answer{Allow: true, Always: true})
+	if v := <-first; v.Action != event.Allow {
+		t.Fatalf("first: %v", v)
+	}
+	if v := b.Decide(context.Background(), file("/home/u/.local/lib/b.py"), askVerdict); v.Action != event.Allow || v.DecidedBy != event.DecidedByHuman {
+		t.Errorf("same directory: %v", v)
+	}
+	other := decideAsync(context.Background(), b, file("/home/u/.bashrc"))
+	q2 := <-qs
+	b.Answer(q2.ID, Answer{})
+	if v := <-other; v.Action != event.Deny {
+		t.Errorf("another directory was not asked: %v", v)
+	}
+}
