@@ -19,6 +19,8 @@ import (
 //     session (each open is a permission event, allowed at once)
 //   - in-session-cached: the helper is in the session and the verdict is
 //     cached (each open is a permission event answered from the cache)
+//   - in-session-static: as in-session-cached, with Static true for the
+//     file: its inode carries an ignore mark, so its opens raise no event
 func BenchmarkOpen(b *testing.B) {
 	requireRoot(b)
 	path := writeFile(b, "bench")
@@ -27,11 +29,13 @@ func BenchmarkOpen(b *testing.B) {
 		watch   bool
 		session bool
 		other   bool // watch another helper's namespace instead
+		static  bool
 	}{
-		{"unwatched-namespace", false, false, false},
-		{"other-namespace-watched", false, false, true},
-		{"outside", true, false, false},
-		{"in-session-cached", true, true, false},
+		{"unwatched-namespace", false, false, false, false},
+		{"other-namespace-watched", false, false, true, false},
+		{"outside", true, false, false, false},
+		{"in-session-cached", true, true, false, false},
+		{"in-session-static", true, true, false, true},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
@@ -44,8 +48,11 @@ func BenchmarkOpen(b *testing.B) {
 					if !tc.session {
 						o.InSession = func(int) bool { return false }
 					}
+					if tc.static {
+						o.Static = func(string) bool { return true }
+					}
 				})
-				if got := c.do(b, "open "+path+" r"); got != "ok" { // fill the cache
+				if got := c.do(b, "open "+path+" r"); got != "ok" { // fill the cache, mark the file
 					b.Fatalf("child got %q", got)
 				}
 			}

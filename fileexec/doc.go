@@ -40,6 +40,25 @@
 //     it. Only decisions are published, not the opens answered from the
 //     cache or a shared decision (FileStats.CacheHits counts those), so a
 //     loop opening one file does not flood the audit log.
+//   - Static: an open allowed (decided, from the cache, or matched by
+//     Ignore) of a path for which FileOptions.Static holds, of a regular
+//     file with one link, puts an ignore mark for FAN_OPEN_PERM on the
+//     file's inode before the open is answered: later opens of that inode,
+//     for reading or writing, by any process, raise no event (nothing is
+//     decided, cached, counted or published) and cost what an unwatched
+//     open costs. Execs still raise FAN_OPEN_EXEC_PERM and are decided. A
+//     denied open, a file with several links (another path to the inode
+//     may have another verdict) and anything but a regular file are never
+//     marked. The kernel clears the mark when the file is modified (no
+//     FAN_MARK_IGNORED_SURV_MODIFY), and drops it with the inode when
+//     memory is short (FAN_MARK_EVICTABLE, so marks do not pin inodes); the
+//     next open is then an event again and marks the file again. A file
+//     renamed over the path is a new inode, unmarked, and is decided. At
+//     most CacheSize inodes are marked; one more removes every mark first.
+//   - Forget removes every ignore mark (FAN_MARK_FLUSH of inode marks: the
+//     mounts' marks stay) and every cached verdict, so the next open of
+//     each file is decided again under the new policy; a verdict looked up
+//     before Forget answers its own open but is neither cached nor marked.
 //   - Close cancels Decide's context, denies every open still waiting
 //     (each published with a "stopped" reason), removes the marks, answers
 //     what is left in the queue and closes the group; it returns even if
@@ -49,11 +68,14 @@
 //   - Errors wrap ErrUnavailable when fanotify permission events cannot be
 //     had (not Linux, not root).
 //
-// Limits: marks are per mount, so a mount made in the namespace after
-// WatchMounts, and the mounts of a namespace a session process makes for
-// itself (unshare -m, which needs a user namespace when unprivileged), are
-// not seen: the session must be kept from making mount or user
-// namespaces. Files opened before WatchMounts (inherited fds) are not
+// Limits: an ignore mark follows its inode, not its path: a file marked
+// and then renamed, or hard-linked, elsewhere is opened at its new path
+// unasked until it is modified or Forget is called — only content Static
+// already allowed to be read and written, but the open is not seen.
+// Marks are per mount, so a mount made in the namespace after WatchMounts,
+// and the mounts of a namespace a session process makes for itself
+// (unshare -m, which needs a user namespace when unprivileged), are not
+// seen: the session must be kept from making mount or user namespaces. Files opened before WatchMounts (inherited fds) are not
 // decided. Reads and writes through an fd are not events; only opens are.
 // An open that races Close may be allowed by the kernel when the group
 // closes.

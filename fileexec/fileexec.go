@@ -40,12 +40,19 @@ type FileOptions struct {
 	Logger *slog.Logger
 	// Now stamps events; time.Now when nil.
 	Now func() time.Time
-	// CacheSize bounds the verdicts cached per (path, access, exe); 65536
-	// when 0.
+	// CacheSize bounds the verdicts cached per (path, access, exe), and the
+	// files ignore-marked for Static at once; 65536 when 0.
 	CacheSize int
 	// Ignore, when set, names paths that are allowed at once and never
 	// decided nor published (for example under /dev/shm).
 	Ignore func(path string) bool
+	// Static, when set, says whether every open of path by any session
+	// process, for reading or writing, is allowed whatever the process:
+	// then Chaperone stops being asked about that file (an ignore mark on
+	// its inode) until the file is modified or Forget is called. It is
+	// called on handler goroutines after an open of path was allowed, and
+	// must return promptly.
+	Static func(path string) bool
 }
 
 // FileStats counts what a Files has answered since WatchMounts.
@@ -56,6 +63,7 @@ type FileStats struct {
 	Ignored   uint64 // allowed at once: Ignore matched the path
 	CacheHits uint64 // answered from a cached verdict (or a decision another open was waiting for), not published
 	Denied    uint64 // answered with deny, for any reason
+	Static    uint64 // ignore marks added for Static (a file modified and opened again counts again)
 }
 
 const defaultCacheSize = 65536

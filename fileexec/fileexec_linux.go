@@ -38,6 +38,14 @@ const (
 
 	metadataLen = 24 // sizeof(struct fanotify_event_metadata)
 
+	// An ignore mark for Static: FAN_OPEN_PERM only, so execs
+	// (FAN_OPEN_EXEC_PERM) are still decided. Without
+	// FAN_MARK_IGNORED_SURV_MODIFY the kernel clears it when the file is
+	// modified. FAN_MARK_EVICTABLE (5.19) keeps the mark from pinning the
+	// inode in memory: an evicted inode loses its mark and is decided
+	// again.
+	staticMarkFlags = unix.FAN_MARK_ADD | unix.FAN_MARK_IGNORED_MASK | unix.FAN_MARK_EVICTABLE
+
 	maxThreadsRemembered = 4096
 )
 
@@ -69,15 +77,29 @@ type Files struct {
 	closeOnce  sync.Once
 	closeErr   error
 
+	// markMu orders ignore marks and cached verdicts against Forget: gen
+	// counts Forget calls, and a verdict or mark made under an older gen
+	// is dropped.
+	markMu      sync.Mutex
+	gen         atomic.Uint64
+	marked      map[inodeKey]struct{} // inodes ignore-marked, to bound them
+	noEvictable bool                  // the kernel refused FAN_MARK_EVICTABLE
+	groupClosed bool
+	staticMarks atomic.Uint64
+
 	mounts                                 int
 	events, outside, ignored, hits, denied atomic.Uint64
 }
+
+// inodeKey names an inode ignore-marked for Static.
+type inodeKey struct{ dev, ino uint64 }
 
 // flight is a decision in progress that other opens with the same key wait
 // for, so that a burst of identical opens asks once.
 type flight struct {
 	done chan struct{}
 	v    event.Verdict
+	gen  uint64 // Forget calls when the decision began
 }
 
 // rawEvent is one permission event as read from the group.
@@ -124,7 +146,7 @@ func WatchMounts(pid int, o FileOptions) (*Files, error) {
 	f := &Files{
 		o: o, log: o.Logger, fd: fd, self: os.Getpid(), nrs: nrs,
 		sem: make(chan struct{}, maxDeciding), cache: cache, flights: map[cacheKey]*flight{},
-		tgids:      map[int]int{},
+		tgids: map[int]int{}, marked: map[inodeKey]struct{}{},
 		readerDone: make(chan struct{}),
 	}
 	if f.mounts, err = f.markMounts(pid); err != nil {
@@ -357,6 +379,7 @@ func (f *Files) answer(ev rawEvent) bool {
 		f.outside.Add(1)
 		return true
 	}
+	gen := f.gen.Load() // before any verdict is looked up
 	e := &event.Event{Time: ev.at, Kind: event.KindFile, Session: f.o.Session, File: &event.File{}}
 	path, err := readlink("/proc/self/fd/" + strconv.Itoa(ev.fd))
 	if err != nil {
@@ -364,6 +387,7 @@ func (f *Files) answer(ev rawEvent) bool {
 	}
 	if f.o.Ignore != nil && f.o.Ignore(path) {
 		f.ignored.Add(1)
+		f.markStatic(ev, path, gen)
 		return true
 	}
 	e.File.Path = path
@@ -372,11 +396,90 @@ func (f *Files) answer(ev rawEvent) bool {
 		e.Process = nil
 		return f.fail(e, "the opening process could not be identified", err)
 	}
-	v, shared := f.verdict(cacheKey{path: path, access: e.File.Access, exe: e.Process.Exe}, e)
+	v, shared, gen := f.verdict(cacheKey{path: path, access: e.File.Access, exe: e.Process.Exe}, e, gen)
 	if shared {
 		f.hits.Add(1)
 	}
-	return v.Allowed()
+	if !v.Allowed() {
+		return false
+	}
+	f.markStatic(ev, path, gen)
+	return true
+}
+
+// markStatic puts an ignore mark for FAN_OPEN_PERM on the inode of ev's
+// allowed open when Static says path's opens are always allowed, before
+// the open is answered, so the next open of the file raises no event. Only
+// a regular file with one link is marked: the mark holds the inode, and a
+// second path to it may have another verdict. Nothing is marked when
+// Forget ran since the verdict was looked up (it may be stale). At most
+// CacheSize inodes are marked; one more removes them all first.
+func (f *Files) markStatic(ev rawEvent, path string, gen uint64) {
+	if f.o.Static == nil || ev.mask&unix.FAN_OPEN_PERM == 0 || !f.o.Static(path) {
+		return
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(ev.fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+		return
+	}
+	key := inodeKey{dev: uint64(st.Dev), ino: st.Ino}
+	f.markMu.Lock()
+	defer f.markMu.Unlock()
+	if f.gen.Load() != gen || f.groupClosed {
+		return
+	}
+	if _, ok := f.marked[key]; !ok && len(f.marked) >= f.o.CacheSize {
+		if err := f.flushStatic(); err != nil {
+			f.log.Warn("fileexec: remove ignore marks", "err", err)
+			return
+		}
+	}
+	// Marked again even when remembered: an event for a marked inode means
+	// its mark was cleared (the file was modified, or its inode evicted).
+	flags := uint(staticMarkFlags)
+	if f.noEvictable {
+		flags &^= unix.FAN_MARK_EVICTABLE
+	}
+	err := unix.FanotifyMark(f.fd, flags, unix.FAN_OPEN_PERM, ev.fd, "")
+	if errors.Is(err, unix.EINVAL) && !f.noEvictable {
+		f.noEvictable = true // before 5.19
+		err = unix.FanotifyMark(f.fd, flags&^unix.FAN_MARK_EVICTABLE, unix.FAN_OPEN_PERM, ev.fd, "")
+	}
+	if err != nil {
+		f.log.Debug("fileexec: ignore mark", "path", path, "err", err)
+		return
+	}
+	f.marked[key] = struct{}{}
+	f.staticMarks.Add(1)
+}
+
+// flushStatic removes every inode mark of the group — only ignore marks
+// are put on inodes, the watched mounts carry mount marks, which
+// FAN_MARK_FLUSH without FAN_MARK_MOUNT leaves alone. markMu is held.
+func (f *Files) flushStatic() error {
+	if f.groupClosed {
+		return nil
+	}
+	if err := unix.FanotifyMark(f.fd, unix.FAN_MARK_FLUSH, 0, unix.AT_FDCWD, ""); err != nil {
+		return err
+	}
+	clear(f.marked)
+	return nil
+}
+
+// Forget removes every ignore mark and drops every cached verdict (the
+// policy changed): the next open of each file is decided again. An open
+// whose verdict was looked up before Forget is still answered with it, but
+// neither caches it nor marks its file.
+func (f *Files) Forget() error {
+	f.markMu.Lock()
+	defer f.markMu.Unlock()
+	f.gen.Add(1)
+	f.cache.Purge()
+	if err := f.flushStatic(); err != nil {
+		return fmt.Errorf("fileexec: forget: remove ignore marks: %w", err)
+	}
+	return nil
 }
 
 // tgidOf returns the thread group (the process) of thread tid, which is
@@ -492,41 +595,47 @@ func (f *Files) publish(e *event.Event) {
 
 // verdict returns the verdict for key: from the cache, from a decision in
 // progress for the same key (shared is true for both, and e is not
-// published), or from Decide, after which e is published with it.
-func (f *Files) verdict(key cacheKey, e *event.Event) (v event.Verdict, shared bool) {
+// published), or from Decide, after which e is published with it. gen is
+// the Forget count read before; vgen the one the verdict was made under
+// (older than gen for a shared decision that began before a Forget).
+func (f *Files) verdict(key cacheKey, e *event.Event, gen uint64) (v event.Verdict, shared bool, vgen uint64) {
 	if v, ok := f.cache.Get(key); ok {
-		return v, true
+		return v, true, gen
 	}
 	f.flightMu.Lock()
 	if v, ok := f.cache.Get(key); ok {
 		f.flightMu.Unlock()
-		return v, true
+		return v, true, gen
 	}
 	if fl, ok := f.flights[key]; ok {
 		f.flightMu.Unlock()
 		select {
 		case <-fl.done:
-			return fl.v, true
+			return fl.v, true, fl.gen
 		case <-f.ctx.Done():
 			e.Verdict = stoppedVerdict()
 			f.publish(e)
-			return e.Verdict, false
+			return e.Verdict, false, gen
 		}
 	}
-	fl := &flight{done: make(chan struct{})}
+	fl := &flight{done: make(chan struct{}), gen: gen}
 	f.flights[key] = fl
 	f.flightMu.Unlock()
 
 	v, decided := f.decide(e)
 	if decided {
-		f.cache.Add(key, v)
+		f.markMu.Lock()
+		if f.gen.Load() == gen { // not decided under a policy Forget dropped
+			f.cache.Add(key, v)
+		}
+		f.markMu.Unlock()
 	}
 	fl.v = v
 	f.flightMu.Lock()
 	delete(f.flights, key)
 	f.flightMu.Unlock()
 	close(fl.done)
-	return v, false
+	return v, false, gen
 }
 
 // decide calls Decide without waiting past Close, and publishes e with the
@@ -572,6 +681,7 @@ func (f *Files) Stats() FileStats {
 		Ignored:   f.ignored.Load(),
 		CacheHits: f.hits.Load(),
 		Denied:    f.denied.Load(),
+		Static:    f.staticMarks.Load(),
 	}
 }
 
@@ -593,6 +703,9 @@ func (f *Files) Close() error {
 			<-f.readerDone
 		}
 		f.handlers.Wait()
+		f.markMu.Lock() // Forget must not reach a closed (reused) fd number
+		f.groupClosed = true
+		f.markMu.Unlock()
 		if err := f.group.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("fileexec: close fanotify: %w", err))
 		}

@@ -67,6 +67,9 @@ type Engine struct {
 	plugins      Plugins
 	defaultV     event.Verdict
 	defaultJudge bool
+	// fileStatic: no rule on file events reads a field that depends on the
+	// process, and no plugin is offered file events (see FileStatic).
+	fileStatic bool
 
 	log     *slog.Logger
 	cache   *decisionCache
@@ -169,6 +172,9 @@ func NewEngine(p *Policy, o EngineOptions) (*Engine, error) {
 	if act, ok := p.Default.EventAction(); ok {
 		e.defaultV = event.Verdict{Action: act, DecidedBy: event.DecidedByDefault, Reason: "no rule matched; default " + string(p.Default)}
 	}
+	if e.fileStatic, err = fileKindStatic(s, p); err != nil {
+		return nil, err
+	}
 	nf := len(s.fields)
 	e.pool.New = func() any { return &activation{s: s, vals: make([]ref.Val, nf)} }
 	return e, nil
@@ -209,23 +215,12 @@ func (e *Engine) Decide(ctx context.Context, ev *event.Event) event.Verdict {
 	if ev == nil {
 		return event.Verdict{Action: event.Deny, Reason: "no event to decide"}
 	}
-	idx, ok := e.byKind[ev.Kind]
-	if !ok {
-		idx = e.anyKind
-	}
-	if len(idx) > 0 {
-		act := e.pool.Get().(*activation)
-		act.reset(ev)
-		i, matched := e.match(act, idx)
-		act.reset(nil)
-		e.pool.Put(act)
-		if matched {
-			r := &e.rules[i]
-			if r.judge {
-				return e.askJudge(ctx, ev, r.name)
-			}
-			return r.verdict
+	if i, matched := e.firstRule(ev); matched {
+		r := &e.rules[i]
+		if r.judge {
+			return e.askJudge(ctx, ev, r.name)
 		}
+		return r.verdict
 	}
 	if e.plugins != nil {
 		if v, answered := e.plugins.Ask(ctx, ev); answered {
@@ -236,6 +231,25 @@ func (e *Engine) Decide(ctx context.Context, ev *event.Event) event.Verdict {
 		return e.askJudge(ctx, ev, "")
 	}
 	return e.defaultV
+}
+
+// firstRule returns the index of the first rule that applies to ev's kind
+// and whose condition holds.
+func (e *Engine) firstRule(ev *event.Event) (int, bool) {
+	idx, ok := e.byKind[ev.Kind]
+	if !ok {
+		idx = e.anyKind
+	}
+	if len(idx) == 0 {
+		return 0, false
+	}
+	act := e.pool.Get().(*activation)
+	act.reset(ev)
+	i, matched := e.match(act, idx)
+	// The activation goes back to the pool holding no part of ev.
+	act.reset(nil)
+	e.pool.Put(act)
+	return i, matched
 }
 
 // match returns the first of the rules idx whose condition holds.

@@ -52,6 +52,17 @@ func (l *livePolicy) Decide(ctx context.Context, e *event.Event) event.Verdict {
 	return l.cur.Load().d.Decide(ctx, e)
 }
 
+// FileStatic asks the current policy whether every open of path is
+// allowed whatever the process (see policy.Engine.FileStatic).
+func (l *livePolicy) FileStatic(path string, sess *event.Session) bool {
+	if fs, ok := l.cur.Load().d.(interface {
+		FileStatic(string, *event.Session) bool
+	}); ok {
+		return fs.FileStatic(path, sess)
+	}
+	return false
+}
+
 // Policy returns the current policy.
 func (l *livePolicy) Policy() *policy.Policy { return l.cur.Load().pol }
 
@@ -70,10 +81,11 @@ func (l *livePolicy) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
+	old := l.cur.Swap(&loadedPolicy{pol: p, d: d, close: closeFn})
 	if l.onLoad != nil {
-		l.onLoad(p)
+		l.onLoad(p) // after the swap: it may ask the new policy
 	}
-	if old := l.cur.Swap(&loadedPolicy{pol: p, d: d, close: closeFn}); old != nil {
+	if old != nil {
 		// Decisions in flight may still use the old plugins for a moment.
 		l.retired = append(l.retired, old.close)
 		time.AfterFunc(5*time.Second, func() { old.close() })

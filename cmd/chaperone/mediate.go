@@ -22,6 +22,11 @@ type mediationOptions struct {
 	session   string
 	info      *event.Session
 	inSession func(pid int) bool
+	// static says whether every open of path is allowed whatever the
+	// process: then the kernel stops asking about the file. forget is
+	// given the function that undoes that (a new policy).
+	static func(path string) bool
+	forget func(func())
 	// fileInSession, when set, is inSession for file opens.
 	fileInSession func(pid int) bool
 	process       func(pid int) (*event.Process, error)

@@ -24,6 +24,7 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		Publish:   o.publish,
 		Logger:    o.log,
 		Ignore:    ignoredPath,
+		Static:    o.static,
 	})
 	switch {
 	case errors.Is(err, fileexec.ErrUnavailable):
@@ -32,6 +33,13 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		return nil, fmt.Errorf("run: file mediation: %w", err)
 	default:
 		stops = append(stops, func() { files.Close() })
+		if o.forget != nil {
+			o.forget(func() {
+				if err := files.Forget(); err != nil {
+					o.log.Warn("file mediation: forget the old policy's marks", "err", err)
+				}
+			})
+		}
 	}
 	if listener == nil {
 		return stops, nil

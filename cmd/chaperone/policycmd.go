@@ -158,13 +158,27 @@ func newPolicyDecider(ctx context.Context, p *policy.Policy, deny proxy.Decider,
 		closeFn()
 		return nil, nil, err
 	}
-	if deny == nil {
-		return eng, closeFn, nil
-	}
-	return proxy.DeciderFunc(func(ctx context.Context, e *event.Event) event.Verdict {
-		if v := deny.Decide(ctx, e); !v.Allowed() {
+	return engineDecider{deny: deny, eng: eng}, closeFn, nil
+}
+
+// engineDecider decides by deny (deny_hosts, when set) and then the
+// policy's engine.
+type engineDecider struct {
+	deny proxy.Decider
+	eng  *policy.Engine
+}
+
+func (d engineDecider) Decide(ctx context.Context, e *event.Event) event.Verdict {
+	if d.deny != nil {
+		if v := d.deny.Decide(ctx, e); !v.Allowed() {
 			return v
 		}
-		return eng.Decide(ctx, e)
-	}), closeFn, nil
+	}
+	return d.eng.Decide(ctx, e)
+}
+
+// FileStatic says whether the policy allows every open of path, read or
+// write, by any process of the session (see policy.Engine.FileStatic).
+func (d engineDecider) FileStatic(path string, sess *event.Session) bool {
+	return d.eng.FileStatic(path, sess)
 }

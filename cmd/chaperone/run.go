@@ -178,6 +178,10 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		forward = append(forward, reloadSignal)
 	}
 	var live *livePolicy
+	var fileStatic func(path string, sess *event.Session) bool
+	// forgetFiles, once file mediation runs, drops what it learnt of the
+	// old policy when a new one loads.
+	var forgetFiles atomic.Pointer[func()]
 	if cfg.Policy != "" {
 		// A policy that does not load stops the session before it starts:
 		// never half a policy.
@@ -186,7 +190,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			return 0, err
 		}
 		defer live.Close()
-		currentPolicy, decider = live.Policy, live
+		currentPolicy, decider, fileStatic = live.Policy, live, live.FileStatic
 	} else {
 		// No policy file: the embedded default policy, after deny_hosts.
 		def, err := policy.Parse("default policy", policy.DefaultPolicyYAML())
@@ -199,6 +203,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		}
 		defer closeFn()
 		currentPolicy, decider = func() *policy.Policy { return def }, d
+		fileStatic = d.(engineDecider).FileStatic
 	}
 	// An ask holds the action for a person: on the terminal, or through
 	// the session's control socket.
@@ -217,7 +222,12 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	configureAsk(currentPolicy())
 	decider = asking{decider: decider, broker: ak.broker}
 	if live != nil {
-		live.onLoad = configureAsk
+		live.onLoad = func(p *policy.Policy) {
+			configureAsk(p)
+			if f := forgetFiles.Load(); f != nil {
+				(*f)()
+			}
+		}
 		hup := make(chan os.Signal, 1)
 		if reloadSignal != nil {
 			signal.Notify(hup, reloadSignal)
@@ -440,6 +450,12 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 				session: s.id, info: info, inSession: member,
 				process: newProcessCache(func(p int) (*event.Process, error) { return describeProcess(procs, p, pid) }, time.Second).process,
 				decider: guarded, publish: bus.Publish, log: log, stderr: o.stderr,
+				static: func(path string) bool {
+					// Nothing is let past without a record while the audit
+					// log fails.
+					return audit.Err() == nil && fileStatic(path, info)
+				},
+				forget: func(f func()) { forgetFiles.Store(&f) },
 			})
 			stopMediation = stop
 			if err != nil {

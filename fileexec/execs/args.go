@@ -103,15 +103,68 @@ func readArgv(m io.ReaderAt, addr uint64, ptrSize int) ([]string, error) {
 	}
 	var argv []string
 	used := 0
+	// The strings usually lie one after the other: read them through a
+	// window, one pread per 64 KiB rather than one per argument (find
+	// -exec cat {} + passes thousands).
+	w := window{m: m}
 	for _, p := range ptrs {
-		s, err := readString(m, p, maxArgvBytes-used, errArgvTooLarge)
-		if err != nil {
-			return nil, err
+		s, ok := w.str(p)
+		if !ok {
+			var err error
+			if s, err = readString(m, p, maxArgvBytes-used, errArgvTooLarge); err != nil {
+				return nil, err
+			}
+		}
+		if used+len(s)+1 > maxArgvBytes {
+			return nil, errArgvTooLarge
 		}
 		used += len(s) + 1
 		argv = append(argv, s)
 	}
 	return argv, nil
+}
+
+// window is a read-ahead buffer over a process's memory.
+type window struct {
+	m    io.ReaderAt
+	at   uint64
+	buf  []byte
+	n    int
+	fill int // reads made
+}
+
+const windowSize = 64 << 10
+
+// str returns the NUL-terminated string at addr when it lies wholly in
+// the window (reading the window at addr when it does not yet); ok is
+// false when it does not fit, and the caller reads it on its own.
+func (w *window) str(addr uint64) (string, bool) {
+	if s, ok := w.lookup(addr); ok {
+		return s, true
+	}
+	if addr > math.MaxInt64-windowSize {
+		return "", false
+	}
+	if w.buf == nil {
+		w.buf = make([]byte, windowSize)
+	}
+	// A read that runs past the end of the mapping returns what there was.
+	n, _ := w.m.ReadAt(w.buf, int64(addr))
+	w.at, w.n = addr, n
+	w.fill++
+	return w.lookup(addr)
+}
+
+func (w *window) lookup(addr uint64) (string, bool) {
+	if w.n == 0 || addr < w.at || addr >= w.at+uint64(w.n) {
+		return "", false
+	}
+	b := w.buf[addr-w.at : w.n]
+	i := indexNUL(b)
+	if i < 0 {
+		return "", false
+	}
+	return string(b[:i]), true
 }
 
 // argvArea is what the kernel lays out between mm->arg_start and arg_end

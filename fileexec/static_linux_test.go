@@ -1,0 +1,276 @@
+//go:build linux
+
+package fileexec
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// staticPaths is a Static that holds for the given paths.
+func staticPaths(paths ...string) func(*FileOptions) {
+	return func(o *FileOptions) {
+		o.Static = func(p string) bool {
+			for _, s := range paths {
+				if p == s {
+					return true
+				}
+			}
+			return false
+		}
+	}
+}
+
+// delta is what a test checks of the stats between two points.
+type delta struct{ Events, CacheHits, Static uint64 }
+
+func deltaOf(before, after FileStats) delta {
+	return delta{after.Events - before.Events, after.CacheHits - before.CacheHits, after.Static - before.Static}
+}
+
+// TestStatic: the first open of a file is decided; when Static holds for
+// it, allowed, and it has one link, the next thousand opens (and an open
+// for writing) raise no event at all.
+func TestStatic(t *testing.T) {
+	requireRoot(t)
+	tests := []struct {
+		name   string
+		static bool
+		link   bool // a second link to the file, elsewhere
+		deny   bool
+		reply  string
+		// After the first open: ten rounds of 100 reads (a denied round
+		// stops at its first open), then one open for writing.
+		want        delta
+		wantMarks   uint64 // by the first open
+		wantDecided int
+	}{
+		{name: "static", static: true, reply: "ok", wantMarks: 1, want: delta{}, wantDecided: 1},
+		{name: "not static", reply: "ok", want: delta{Events: 1001, CacheHits: 1000}, wantDecided: 2},
+		{name: "hard link", static: true, link: true, reply: "ok", want: delta{Events: 1001, CacheHits: 1000}, wantDecided: 2},
+		{name: "denied", static: true, deny: true, reply: "err EPERM", want: delta{Events: 11, CacheHits: 10}, wantDecided: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, "file")
+			if tt.link {
+				if err := os.Link(path, filepath.Join(t.TempDir(), "link")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			decide := allowAll
+			if tt.deny {
+				decide = denyPaths(path)
+			}
+			var opts []func(*FileOptions)
+			if tt.static {
+				opts = append(opts, staticPaths(path))
+			}
+			c := startChild(t)
+			f, r := watch(t, c, decide, opts...)
+			if got := c.do(t, "open "+path+" r"); got != tt.reply {
+				t.Fatalf("first open: child got %q, want %q", got, tt.reply)
+			}
+			first := f.Stats()
+			if first.Events != 1 || first.Static != tt.wantMarks {
+				t.Errorf("after the first open: stats %+v, want one event and %d ignore marks", first, tt.wantMarks)
+			}
+			for range 10 {
+				if got := c.do(t, "openn "+path+" 100"); got != tt.reply {
+					t.Fatalf("child got %q, want %q", got, tt.reply)
+				}
+			}
+			if got := c.do(t, "open "+path+" rw"); got != tt.reply {
+				t.Fatalf("open for writing: child got %q, want %q", got, tt.reply)
+			}
+			if diff := cmp.Diff(tt.want, deltaOf(first, f.Stats())); diff != "" {
+				t.Errorf("stats after the first open (-want +got):\n%s", diff)
+			}
+			if got := len(r.decideCalls()); got != tt.wantDecided {
+				t.Errorf("decided %d times, want %d", got, tt.wantDecided)
+			}
+		})
+	}
+}
+
+// TestStaticModified: modifying a marked file clears its mark; its next
+// open is an event again (answered from the cache) and marks it again.
+func TestStaticModified(t *testing.T) {
+	requireRoot(t)
+	path := writeFile(t, "file")
+	c := startChild(t)
+	f, _ := watch(t, c, allowAll, staticPaths(path))
+	steps := []struct {
+		name   string
+		modify bool
+		want   delta
+	}{
+		{"first open", false, delta{Events: 1, Static: 1}},
+		{"marked", false, delta{}},
+		{"modified", true, delta{Events: 1, CacheHits: 1, Static: 1}},
+		{"marked again", false, delta{}},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			if s.modify {
+				// By this process, outside the namespace: no event, but
+				// the kernel clears the inode's ignore mask.
+				fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := fh.WriteString("more\n"); err != nil {
+					t.Fatal(err)
+				}
+				fh.Close()
+			}
+			before := f.Stats()
+			if got := c.do(t, "openn "+path+" 100"); got != "ok" {
+				t.Fatalf("child got %q, want ok", got)
+			}
+			if diff := cmp.Diff(s.want, deltaOf(before, f.Stats())); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestForget: Forget removes the ignore marks and the cached verdicts, and
+// leaves the mount marks: a marked file is decided again, a denied file is
+// still denied (decided again too).
+func TestForget(t *testing.T) {
+	requireRoot(t)
+	allowed, denied := writeFile(t, "allowed"), writeFile(t, "denied")
+	c := startChild(t)
+	f, r := watch(t, c, denyPaths(denied), staticPaths(allowed, denied))
+	decided := func(p string) int {
+		n := 0
+		for _, d := range r.decideCalls() {
+			if d.Path == p {
+				n++
+			}
+		}
+		return n
+	}
+	for round := 1; round <= 2; round++ {
+		if round == 2 {
+			if err := f.Forget(); err != nil {
+				t.Fatalf("Forget: %v", err)
+			}
+		}
+		if got := c.do(t, "open "+allowed+" r"); got != "ok" {
+			t.Fatalf("round %d: open %s: child got %q, want ok", round, allowed, got)
+		}
+		before := f.Stats()
+		if got := c.do(t, "openn "+allowed+" 100"); got != "ok" {
+			t.Fatalf("round %d: child got %q, want ok", round, got)
+		}
+		if diff := cmp.Diff(delta{}, deltaOf(before, f.Stats())); diff != "" {
+			t.Errorf("round %d: opens of the marked file (-want +got):\n%s", round, diff)
+		}
+		if got := c.do(t, "open "+denied+" r"); got != "err EPERM" {
+			t.Errorf("round %d: open %s: child got %q, want err EPERM", round, denied, got)
+		}
+		if got := [2]int{decided(allowed), decided(denied)}; got != [2]int{round, round} {
+			t.Errorf("round %d: decided the allowed and denied files %v times, want %d each", round, got, round)
+		}
+	}
+	if st := f.Stats(); st.Static != 2 {
+		t.Errorf("stats %+v, want 2 ignore marks (one per round)", st)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Forget(); err != nil {
+		t.Errorf("Forget after Close: %v", err)
+	}
+}
+
+// TestStaticExec: the ignore mark holds FAN_OPEN_PERM only; exec of a
+// marked program is still decided.
+func TestStaticExec(t *testing.T) {
+	requireRoot(t)
+	bin, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Skipf("no /bin/true to copy: %v", err)
+	}
+	denyExec := func(_ context.Context, e *event.Event) event.Verdict {
+		if e.File.Access == event.FileExec {
+			return event.Verdict{Action: event.Deny}
+		}
+		return event.Verdict{Action: event.Allow}
+	}
+	tests := []struct {
+		name   string
+		decide func(context.Context, *event.Event) event.Verdict
+		reply  string
+	}{
+		{"exec allowed", allowAll, "ok"},
+		{"exec denied", denyExec, "err EPERM"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prog := filepath.Join(t.TempDir(), "prog")
+			if err := os.WriteFile(prog, bin, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c := startChild(t)
+			f, r := watch(t, c, tt.decide, staticPaths(prog))
+			if got := c.do(t, "openn "+prog+" 100"); got != "ok" {
+				t.Fatalf("child got %q, want ok", got)
+			}
+			if st := f.Stats(); st.Events != 1 || st.Static != 1 {
+				t.Fatalf("stats %+v, want one event and one ignore mark", st)
+			}
+			if got := c.do(t, "exec "+prog); got != tt.reply {
+				t.Errorf("exec: child got %q, want %q", got, tt.reply)
+			}
+			var execs int
+			for _, d := range r.decideCalls() {
+				if d.Path == prog && d.Access == event.FileExec {
+					execs++
+				}
+			}
+			if execs != 1 {
+				t.Errorf("decided the exec of %s %d times, want once", prog, execs)
+			}
+		})
+	}
+}
+
+// TestStaticBounded: past CacheSize marked files, every mark is removed and
+// marking starts over.
+func TestStaticBounded(t *testing.T) {
+	requireRoot(t)
+	a, b, cc := writeFile(t, "a"), writeFile(t, "b"), writeFile(t, "c")
+	c := startChild(t)
+	f, _ := watch(t, c, allowAll, staticPaths(a, b, cc), func(o *FileOptions) { o.CacheSize = 2 })
+	steps := []struct {
+		path string
+		want delta
+	}{
+		{a, delta{Events: 1, Static: 1}},
+		{b, delta{Events: 1, Static: 1}},
+		{a, delta{}},
+		{cc, delta{Events: 1, Static: 1}}, // the third: a and b lose their marks
+		{cc, delta{}},
+		{a, delta{Events: 1, Static: 1}}, // an event again (a cache hit), marked again
+	}
+	for i, s := range steps {
+		before := f.Stats()
+		if got := c.do(t, "openn "+s.path+" 10"); got != "ok" {
+			t.Fatalf("step %d: child got %q, want ok", i, got)
+		}
+		got := deltaOf(before, f.Stats())
+		got.CacheHits = 0 // depends on the LRU, not checked here
+		if diff := cmp.Diff(s.want, got); diff != "" {
+			t.Errorf("step %d (%s) (-want +got):\n%s", i, filepath.Base(s.path), diff)
+		}
+	}
+}
