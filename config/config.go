@@ -61,6 +61,14 @@ type Config struct {
 	// where the machine allows it (root on Linux: fanotify permission
 	// events and seccomp); false leaves them alone.
 	MediateFiles bool `mapstructure:"mediate_files" yaml:"mediate_files"`
+	// OTLPEndpoint and OTLPProtocol send each session's trace to an
+	// OpenTelemetry collector; empty means the standard
+	// OTEL_EXPORTER_OTLP_* environment, and with neither, no export.
+	OTLPEndpoint string `mapstructure:"otlp_endpoint" yaml:"otlp_endpoint"`
+	OTLPProtocol string `mapstructure:"otlp_protocol" yaml:"otlp_protocol"`
+	// CaptureContent puts whole command lines and URL query values in
+	// traces (never prompts or header values).
+	CaptureContent bool `mapstructure:"capture_content" yaml:"capture_content"`
 	// Credentials are brokered: the agent sees a placeholder, and the real
 	// value is put in only on requests to the credential's hosts. Set in
 	// the file only. The config holds where each value is, never a value.
@@ -166,6 +174,9 @@ var keys = []key{
 	{name: "llm_hosts", flag: "llm-host", kind: kindList, help: "treat this gateway or local server as an LLM API, recognised by path: a name, *.domain or IP, optionally with :port (repeatable)"},
 	{name: "identity_headers", flag: "identity-header", kind: kindList, help: `identity header preset for LLM calls and identity hosts: chaperone, litellm, portkey, helicone, cloudflare, w3c, or "none" alone (repeatable; default chaperone and w3c)`},
 	{name: "identity_hosts", flag: "identity-host", kind: kindList, help: "also set identity headers on requests to this gateway: a name, *.domain or IP, optionally with :port (repeatable)"},
+	{name: "otlp_endpoint", flag: "otlp-endpoint", help: "send session traces to this OTLP collector, e.g. http://127.0.0.1:4318 (default: OTEL_EXPORTER_OTLP_ENDPOINT, else no export)"},
+	{name: "otlp_protocol", flag: "otlp-protocol", help: `OTLP protocol: "grpc" or "http/protobuf" (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)`},
+	{name: "capture_content", flag: "capture-content", kind: kindBool, help: "put whole command lines and URL query values in traces (default false)"},
 	{name: "mediate_files", flag: "mediate-files", kind: kindBool, help: "decide the session's file opens and execs too, where the machine allows it: root on Linux (default true)"},
 	{name: "restore_secrets", flag: "restore-secrets", kind: kindBool, help: "turn placeholders in LLM answers back into the real values (default true; --restore-secrets=false to keep them)"},
 	{name: "credentials", kind: kindCredentials},

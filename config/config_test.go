@@ -73,6 +73,9 @@ func TestValidate(t *testing.T) {
 		message string   // a substring of the error
 	}{
 		{"defaults", func(*Config) {}, nil, ""},
+		{"otlp", func(c *Config) { c.OTLPEndpoint, c.OTLPProtocol = "http://127.0.0.1:4318", "grpc" }, nil, ""},
+		{"bad otlp protocol", func(c *Config) { c.OTLPProtocol = "thrift" }, []string{"otlp_protocol"}, `is not "grpc"`},
+		{"bad otlp endpoint", func(c *Config) { c.OTLPEndpoint = "collector:4317" }, []string{"otlp_endpoint"}, "not an http"},
 		{"all valid", func(c *Config) {
 			c.Mode = "proxy"
 			c.Listen = "[::1]:8080"

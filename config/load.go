@@ -212,6 +212,12 @@ func defaultValue(c Config, name string) any {
 		return c.RestoreSecrets
 	case "mediate_files":
 		return c.MediateFiles
+	case "otlp_endpoint":
+		return c.OTLPEndpoint
+	case "otlp_protocol":
+		return c.OTLPProtocol
+	case "capture_content":
+		return c.CaptureContent
 	case "credentials":
 		return c.Credentials
 	}

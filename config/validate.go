@@ -61,6 +61,15 @@ func (c *Config) Validate() error {
 		add("mode", c.Mode, `is not a mode (want "auto", "proxy" or "transparent")`)
 	}
 
+	switch c.OTLPProtocol {
+	case "", "grpc", "http/protobuf":
+	default:
+		add("otlp_protocol", c.OTLPProtocol, `is not "grpc" or "http/protobuf"`)
+	}
+	if e := c.OTLPEndpoint; e != "" && !strings.HasPrefix(e, "http://") && !strings.HasPrefix(e, "https://") {
+		add("otlp_endpoint", e, "is not an http:// or https:// URL")
+	}
+
 	if p := listenProblem(c.Listen); p != "" {
 		add("listen", c.Listen, p)
 	}

@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
 )
@@ -19,17 +19,35 @@ import (
 // the values of a record that would be longer (and marks it truncated).
 const MaxLineSize = 1 << 20
 
+// SyncInterval is how often at most the audit log asks the operating
+// system to put written lines on disk (fsync). Lines reach the file itself
+// (the page cache) at every flush, so a crash of Chaperone loses none that
+// were flushed; a crash of the machine loses at most the lines written in
+// the last SyncInterval.
+const SyncInterval = time.Second
+
+// outSize is how many bytes of complete lines are buffered before they are
+// written out.
+const outSize = 64 << 10
+
 // ErrClosed is returned by writes to a closed AuditLog.
 var ErrClosed = errors.New("telemetry: audit log closed")
 
 // AuditLog appends events to a JSON Lines file. It is safe for concurrent
-// use; lines are never interleaved.
+// use; lines are never interleaved. Lines are written out whole, several
+// per write but never one split across two, so that sessions of several
+// Chaperone processes can append to one file (O_APPEND) without tearing
+// each other's lines.
 type AuditLog struct {
 	path string
 
+	// syncMu serialises fsync with Close; taken before mu.
+	syncMu sync.Mutex
+
 	mu     sync.Mutex
 	f      *os.File // nil when writing to a plain io.Writer
-	w      *bufio.Writer
+	w      io.Writer
+	out    []byte // complete lines not yet written to w
 	buf    bytes.Buffer
 	enc    *json.Encoder
 	closed bool
@@ -37,6 +55,15 @@ type AuditLog struct {
 	// pending counts the lines buffered since the last successful flush:
 	// they are lost, and counted, if the next write fails.
 	pending uint64
+
+	// fsync: sync is nil when w is not a regular file.
+	sync      func() error
+	now       func() time.Time
+	after     func(time.Duration, func()) (stop func() bool) // time.AfterFunc
+	syncEvery time.Duration
+	lastSync  time.Time
+	unsynced  bool        // lines written to w since the last sync
+	stopSync  func() bool // cancels the sync due, if one is
 
 	lost atomic.Uint64
 
@@ -64,43 +91,52 @@ func OpenAuditLog(path string) (*AuditLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: open audit log: %w", err)
 	}
-	if err := endLine(f, path); err != nil {
+	regular, err := endLine(f, path)
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	a := newAuditLog(f)
 	a.f, a.path = f, path
+	if regular { // devices and pipes have nothing to sync (and may refuse)
+		a.sync, a.now, a.syncEvery = f.Sync, time.Now, SyncInterval
+		a.after = func(d time.Duration, fn func()) func() bool { return time.AfterFunc(d, fn).Stop }
+	}
 	return a, nil
 }
 
-// endLine appends a newline to f if its last byte is not one.
-func endLine(f *os.File, path string) error {
+// endLine appends a newline to f if its last byte is not one, and reports
+// whether f is a regular file. Readers skip the partial line so ended.
+func endLine(f *os.File, path string) (regular bool, err error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("telemetry: stat audit log: %w", err)
+		return false, fmt.Errorf("telemetry: stat audit log: %w", err)
 	}
-	if !fi.Mode().IsRegular() || fi.Size() == 0 {
-		return nil
+	if !fi.Mode().IsRegular() {
+		return false, nil
+	}
+	if fi.Size() == 0 {
+		return true, nil
 	}
 	r, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("telemetry: read audit log: %w", err)
+		return true, fmt.Errorf("telemetry: read audit log: %w", err)
 	}
 	defer r.Close()
 	last := make([]byte, 1)
 	if _, err := r.ReadAt(last, fi.Size()-1); err != nil {
-		return fmt.Errorf("telemetry: read audit log: %w", err)
+		return true, fmt.Errorf("telemetry: read audit log: %w", err)
 	}
 	if last[0] != '\n' {
 		if _, err := f.Write([]byte{'\n'}); err != nil {
-			return fmt.Errorf("telemetry: write audit log: %w", err)
+			return true, fmt.Errorf("telemetry: write audit log: %w", err)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 func newAuditLog(w io.Writer) *AuditLog {
-	a := &AuditLog{w: bufio.NewWriterSize(w, 64<<10)}
+	a := &AuditLog{w: w}
 	a.enc = json.NewEncoder(&a.buf)
 	a.enc.SetEscapeHTML(false) // URLs stay readable; the log is not HTML
 	return a
@@ -137,11 +173,33 @@ func (a *AuditLog) Write(e *event.Event) error {
 			return fmt.Errorf("telemetry: encode audit record: %w", err)
 		}
 	}
-	if _, err := a.w.Write(a.buf.Bytes()); err != nil {
-		a.fail(err, 1)
-		return a.err
+	if len(a.out) > 0 && len(a.out)+a.buf.Len() > outSize {
+		if err := a.writeOut(); err != nil {
+			a.fail(err, 1)
+			return a.err
+		}
 	}
+	a.out = append(a.out, a.buf.Bytes()...)
 	a.pending++
+	return nil
+}
+
+// writeOut writes the buffered lines in one call: a file opened with
+// O_APPEND receives them at its end as one piece.
+func (a *AuditLog) writeOut() error {
+	if len(a.out) == 0 {
+		return nil
+	}
+	if _, err := a.w.Write(a.out); err != nil {
+		return err
+	}
+	if cap(a.out) > 4*outSize { // after a huge line, do not keep its memory
+		a.out = nil
+	} else {
+		a.out = a.out[:0]
+	}
+	a.pending = 0
+	a.unsynced = a.sync != nil
 	return nil
 }
 
@@ -153,7 +211,8 @@ func (a *AuditLog) fail(err error, extra uint64) {
 	a.pending = 0
 }
 
-// Flush writes buffered lines to the file.
+// Flush writes buffered lines to the file. It does not wait for them to
+// be on disk: an fsync follows within SyncInterval, and at Close.
 func (a *AuditLog) Flush() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -167,12 +226,41 @@ func (a *AuditLog) flushLocked() error {
 	if a.err != nil {
 		return a.err
 	}
-	if err := a.w.Flush(); err != nil {
+	if err := a.writeOut(); err != nil {
 		a.fail(err, 0)
 		return a.err
 	}
-	a.pending = 0
+	if a.unsynced && a.stopSync == nil {
+		// Never fsync here: Flush is on the path of every event, and an
+		// fsync can take long. The timer's goroutine does it.
+		wait := max(a.lastSync.Add(a.syncEvery).Sub(a.now()), 0)
+		a.stopSync = a.after(wait, a.syncDue)
+	}
 	return nil
+}
+
+// syncDue puts the lines written so far on disk, without holding mu so that
+// writes go on meanwhile. An fsync error is kept as the log's error: the
+// lines written since the last sync may be lost, so the log is not to be
+// trusted any more.
+func (a *AuditLog) syncDue() {
+	a.syncMu.Lock()
+	defer a.syncMu.Unlock()
+	a.mu.Lock()
+	a.stopSync = nil
+	if a.closed || a.err != nil || !a.unsynced {
+		a.mu.Unlock()
+		return
+	}
+	a.unsynced, a.lastSync = false, a.now()
+	a.mu.Unlock()
+	if err := a.sync(); err != nil {
+		a.mu.Lock()
+		if a.err == nil {
+			a.err = fmt.Errorf("telemetry: sync audit log: %w", err)
+		}
+		a.mu.Unlock()
+	}
 }
 
 // Err returns the first write error, or nil while the log is healthy.
@@ -212,12 +300,14 @@ func (a *AuditLog) Run(sub *event.Subscription) error {
 	return first
 }
 
-// Close flushes and closes the file. It is idempotent and safe on an
+// Close flushes, syncs and closes the file. It is idempotent and safe on an
 // AuditLog that never wrote; Run must have returned first.
 func (a *AuditLog) Close() error {
 	if a == nil {
 		return nil
 	}
+	a.syncMu.Lock()
+	defer a.syncMu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -225,6 +315,16 @@ func (a *AuditLog) Close() error {
 	}
 	err := a.flushLocked()
 	a.closed = true
+	if a.stopSync != nil {
+		a.stopSync()
+		a.stopSync = nil
+	}
+	if err == nil && a.unsynced {
+		a.unsynced = false
+		if serr := a.sync(); serr != nil {
+			err = fmt.Errorf("telemetry: sync audit log: %w", serr)
+		}
+	}
 	if a.f != nil {
 		if cerr := a.f.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("telemetry: close audit log: %w", cerr)

@@ -29,14 +29,7 @@ func FormatRecord(w io.Writer, r Record) {
 	b.WriteString(shortSession(r.Session))
 	fmt.Fprintf(&b, " %-13s %-7s %s", clean(string(r.Kind)), r.Verdict, what(r))
 	if p := r.Process; p != nil {
-		name := filepath.Base(p.Exe)
-		if p.Exe == "" && len(p.Argv) > 0 {
-			name = filepath.Base(p.Argv[0])
-		}
-		if name == "." || name == "/" {
-			name = "?"
-		}
-		fmt.Fprintf(&b, "  %s[%d]", clean(name), p.PID)
+		fmt.Fprintf(&b, "  %s[%d]", ProcessName(p), p.PID)
 	}
 	if r.Verdict != event.Allow && (r.Rule != "" || r.Reason != "") {
 		b.WriteString("  ")
@@ -56,6 +49,28 @@ func FormatRecord(w io.Writer, r Record) {
 	b.WriteByte('\n')
 	io.WriteString(w, b.String())
 }
+
+// Describe says what r did, as FormatRecord shows it: the host of a
+// connection, the method and URL of a request, the path of a file…, escaped
+// for a terminal; "-" when the record holds nothing to show.
+func Describe(r Record) string { return what(r) }
+
+// ProcessName is the base name of p's executable (else of its argv[0]),
+// escaped for a terminal; "?" when neither says.
+func ProcessName(p *Process) string {
+	name := filepath.Base(p.Exe)
+	if p.Exe == "" && len(p.Argv) > 0 {
+		name = filepath.Base(p.Argv[0])
+	}
+	if name == "." || name == "/" {
+		name = "?"
+	}
+	return clean(name)
+}
+
+// Printable returns s escaped when it holds anything a terminal would not
+// print as is (control characters, invalid UTF-8), else s itself.
+func Printable(s string) string { return clean(s) }
 
 func shortSession(s string) string {
 	switch {

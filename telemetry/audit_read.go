@@ -18,29 +18,56 @@ import (
 
 // Filter selects records. Zero fields select everything.
 type Filter struct {
-	Session string       // only this session (an id or a prefix of one)
-	Kinds   []event.Kind // only these kinds
+	Session  string         // only this session (an id or a prefix of one)
+	Kinds    []event.Kind   // only these kinds
+	Verdicts []event.Action // only these verdicts
+	Since    time.Time      // only records at or after this time
+	Until    time.Time      // only records at or before this time
 }
 
 // Match reports whether r passes the filter.
 func (f Filter) Match(r Record) bool {
-	if f.Session != "" && !strings.HasPrefix(r.Session, f.Session) {
+	switch {
+	case f.Session != "" && !strings.HasPrefix(r.Session, f.Session),
+		len(f.Kinds) > 0 && !slices.Contains(f.Kinds, r.Kind),
+		len(f.Verdicts) > 0 && !slices.Contains(f.Verdicts, r.Verdict),
+		!f.Since.IsZero() && r.Time.Before(f.Since),
+		!f.Until.IsZero() && r.Time.After(f.Until):
 		return false
 	}
-	return len(f.Kinds) == 0 || slices.Contains(f.Kinds, r.Kind)
+	return true
 }
 
 // ReadRecords calls fn for each record of r that f selects, in order. Blank
-// lines are skipped. A line that is not a record (bad JSON, not an object,
-// no kind, an unknown verdict word, longer than MaxLineSize) stops reading
-// with an error naming its line number. An error from fn is returned as is.
+// lines are skipped, and so are torn lines, the partial line a crash can
+// leave: a last line without a newline that is not a record, and a line cut
+// short inside its JSON object (which the writer ends with a newline when
+// it reopens the log). Any other line that is not a record (bad JSON, not
+// an object, no kind, an unknown verdict word, longer than MaxLineSize)
+// stops reading with an error naming its line number. An error from fn is
+// returned as is.
 func ReadRecords(r io.Reader, f Filter, fn func(Record) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxLineSize+1) // +1: the newline
+	unterminated := false
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			return i + 1, data[:i], nil
+		}
+		if atEOF && len(data) > 0 {
+			unterminated = true
+			return len(data), data, nil
+		}
+		return 0, nil, nil
+	})
 	n := 0
 	for sc.Scan() {
 		n++
-		if err := handleLine(sc.Bytes(), n, f, fn); err != nil {
+		err := handleLine(sc.Bytes(), n, f, fn)
+		if err != nil && unterminated && errors.As(err, new(lineError)) {
+			return nil // the torn tail of a log cut by a crash
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -65,13 +92,24 @@ func handleLine(line []byte, n int, f Filter, fn func(Record) error) error {
 		return nil
 	}
 	r, err := parseRecord(line)
+	if torn(err) {
+		return nil
+	}
 	if err != nil {
-		return fmt.Errorf("telemetry: audit log line %d: %w", n, err)
+		return lineError{fmt.Errorf("telemetry: audit log line %d: %w", n, err)}
 	}
 	if !f.Match(r) {
 		return nil
 	}
 	return fn(r)
+}
+
+// torn reports whether err says a line's JSON object ended early: a line
+// cut by a crash mid-write. Each line is written whole, so nothing else
+// cuts one.
+func torn(err error) bool {
+	var se *json.SyntaxError
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &se) && se.Error() == "unexpected end of JSON input"
 }
 
 func parseRecord(line []byte) (Record, error) {
@@ -91,9 +129,10 @@ func parseRecord(line []byte) (Record, error) {
 // Follow reads the audit log at path like tail -f: it calls fn for every
 // record f selects, first those already in the file, then each as it is
 // appended, checking every poll. A partially written last line waits until
-// it is complete. It waits for the file to appear, starts over when the
-// file is truncated or replaced, and returns nil once ctx is done, or the
-// first error from a bad line or fn.
+// it is complete; a torn one (see ReadRecords) is skipped once the writer
+// ends it. It waits for the file to appear, starts over when the file is
+// truncated or replaced, and returns nil once ctx is done, or the first
+// error from a bad line or fn.
 func Follow(ctx context.Context, path string, f Filter, poll time.Duration, fn func(Record) error) error {
 	if poll <= 0 {
 		poll = 250 * time.Millisecond

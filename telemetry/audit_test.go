@@ -257,6 +257,14 @@ func TestOpenAuditLog(t *testing.T) {
 	if len(lines) != 3 || lines[1] != `{"time":"2025-` || !strings.Contains(lines[2], `"evil.example"`) {
 		t.Errorf("after reopening, the file is:\n%s", data)
 	}
+	// Readers skip the torn line the crash left.
+	var hosts []string
+	if err := ReadRecords(bytes.NewReader(data), Filter{}, func(r Record) error { hosts = append(hosts, r.Host); return nil }); err != nil {
+		t.Errorf("reading the reopened log: %v", err)
+	}
+	if diff := cmp.Diff([]string{"api.example.com", "evil.example"}, hosts); diff != "" {
+		t.Errorf("records read (-want +got):\n%s", diff)
+	}
 
 	var nilLog *AuditLog
 	if err := nilLog.Close(); err != nil {
@@ -382,12 +390,14 @@ func TestReadRecordsErrors(t *testing.T) {
 		input string
 		want  string
 	}{
-		{"bad json", good + "\n" + good + "\n{\"time\":\n", "line 3"},
+		{"bad json", good + "\n" + good + "\n{\"time\":}\n", "line 3"},
+		{"bad json then more", "{\"time\" 1}\n" + good, "line 1"},
 		{"not an object", good + "\n[1,2]\n", "line 2: not a JSON object"},
 		{"null", "null\n", "line 1: not a JSON object"},
 		{"no kind", `{"time":"2025-03-01T13:04:05Z"}` + "\n", "line 1: no kind"},
 		{"unknown verdict", strings.Replace(good, `"allow"`, `"maybe"`, 1) + "\n", "line 1"},
-		{"bad time", strings.Replace(good, "2025-03-01T13:04:05Z", "yesterday", 1), "line 1"},
+		{"bad time", strings.Replace(good, "2025-03-01T13:04:05Z", "yesterday", 1) + "\n", "line 1"},
+		{"garbage in the middle", good + "\ngarbage\n" + good, "line 2"},
 		{"too long", good + "\n\n" + `{"kind":"` + strings.Repeat("x", MaxLineSize) + `"}` + "\n", "line 3: longer than"},
 	}
 	for _, tt := range tests {
@@ -395,6 +405,42 @@ func TestReadRecordsErrors(t *testing.T) {
 			err := ReadRecords(strings.NewReader(tt.input), Filter{}, func(Record) error { return nil })
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("ReadRecords = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// A crash can cut the last line anywhere; it is skipped, never an error.
+// Once the writer reopens the log, it ends that line and writes after it.
+func TestReadRecordsTornLine(t *testing.T) {
+	var lines []string
+	for _, e := range sampleEvents()[:3] {
+		b, _ := json.Marshal(RecordOf(e))
+		lines = append(lines, string(b))
+	}
+	two := lines[0] + "\n" + lines[1] + "\n"
+	tests := []struct {
+		name  string
+		input string
+		want  int
+	}{
+		{"cut in a string", two + lines[2][:40], 2},
+		{"cut after a comma", two + lines[2][:strings.Index(lines[2], ",")+1], 2},
+		{"cut after the brace", two + "{", 2},
+		{"cut before the newline", two + lines[2], 3},
+		{"cut in a CRLF", two + lines[2] + "\r", 3},
+		{"unterminated garbage", two + "garb", 2},
+		{"unterminated without kind", two + `{"time":"2025-03-01T13:04:05Z"}`, 2},
+		{"ended by a reopen", lines[0] + "\n" + lines[1][:50] + "\n" + lines[2] + "\n", 2},
+		{"ended by a reopen, then cut again", lines[0][:30] + "\n" + lines[1] + "\n" + lines[2][:9], 1},
+		{"only a torn line", lines[0][:10], 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := 0
+			err := ReadRecords(strings.NewReader(tt.input), Filter{}, func(Record) error { n++; return nil })
+			if err != nil || n != tt.want {
+				t.Errorf("ReadRecords: %d records, error %v; want %d, no error", n, err, tt.want)
 			}
 		})
 	}
@@ -433,6 +479,14 @@ func TestReadRecordsFilter(t *testing.T) {
 		{"kind", Filter{Kinds: []event.Kind{event.KindConnect}}, 6},
 		{"kinds", Filter{Kinds: []event.Kind{event.KindConnect, event.KindHTTP}}, 9},
 		{"session and kind", Filter{Session: "s1", Kinds: []event.Kind{event.KindConnect}}, 2},
+		{"verdict", Filter{Verdicts: []event.Action{event.Deny}}, 3},
+		{"verdicts", Filter{Verdicts: []event.Action{event.Deny, event.Ask}}, 6},
+		{"verdict and kind", Filter{Verdicts: []event.Action{event.Allow}, Kinds: []event.Kind{event.KindConnect}}, 3},
+		{"since", Filter{Since: t0.Add(time.Second)}, 3},
+		{"since is inclusive", Filter{Since: t0}, 30},
+		{"until", Filter{Until: t0}, 27},
+		{"until before all", Filter{Until: t0.Add(-time.Nanosecond)}, 0},
+		{"since and until", Filter{Since: t0.Add(time.Second), Until: t0.Add(2 * time.Minute), Session: "t"}, 1},
 		{"no match", Filter{Session: "nope"}, 0},
 	}
 	for _, tt := range tests {
@@ -518,6 +572,52 @@ func TestFollow(t *testing.T) {
 	}
 }
 
+// Follow waits on a torn last line like on one being written, and skips it
+// once the reopened writer ends it.
+func TestFollowSkipsTornLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	var lines []string
+	for _, e := range sampleEvents()[:3] {
+		b, _ := json.Marshal(RecordOf(e))
+		lines = append(lines, string(b))
+	}
+	if err := os.WriteFile(path, []byte(lines[0]+"\n"+lines[1][:40]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := make(chan Record, 10)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Follow(ctx, path, Filter{}, time.Millisecond, func(r Record) error { got <- r; return nil })
+	}()
+	a, err := OpenAuditLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Write(sampleEvents()[2])
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The torn line held lines[1] (api.example.com); the record after it is evil.example's.
+	for _, want := range []string{"", "evil.example"} {
+		select {
+		case r := <-got:
+			if r.Host != want {
+				t.Errorf("got %s %q, want host %q", r.Kind, r.Host, want)
+			}
+		case err := <-errc:
+			t.Fatalf("Follow = %v before every record was read", err)
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for the record of %q", want)
+		}
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Follow = %v, want nil", err)
+	}
+}
+
 func TestFollowWaitsForFileAndReportsBadLine(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "later.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -592,7 +692,7 @@ func FuzzReadRecords(f *testing.F) {
 	for sc.Scan() {
 		f.Add(append([]byte(nil), sc.Bytes()...))
 	}
-	for _, s := range []string{"", "\n", "null", "{}", `{"kind":"x","verdict":"nope"}`, `{"kind":"dns","answers":["x"]}`, `{"kind":"connect","dst":"[::1"}`, "{\"kind\":\"a\"}\n{"} {
+	for _, s := range []string{"", "\n", "null", "{}", `{"kind":"x","verdict":"nope"}`, `{"kind":"dns","answers":["x"]}`, `{"kind":"connect","dst":"[::1"}`, "{\"kind\":\"a\"}\n{", "{\"kind\":\"a\",\n{\"kind\":\"b\"}\n{\"ki"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -720,4 +820,198 @@ func TestProcessArgvClipped(t *testing.T) {
 	if got := RecordOf(e).Argv; len(got) != len(many) {
 		t.Errorf("exec argv has %d elements, want %d", len(got), len(many))
 	}
+}
+
+// syncClock is a fake clock for an AuditLog's syncs: it counts syncs and
+// holds the scheduled one for the test to run.
+type syncClock struct {
+	now     time.Time
+	syncs   int
+	syncErr error
+	waits   []time.Duration // each sync scheduled, after how long
+	due     func()          // the last one scheduled
+	stopped int
+}
+
+// syncLog is an AuditLog on a buffer with a fake clock.
+func syncLog(every time.Duration, syncErr error) (*AuditLog, *bytes.Buffer, *syncClock) {
+	var buf bytes.Buffer
+	a := newAuditLog(&buf)
+	c := &syncClock{now: t0, syncErr: syncErr}
+	a.sync = func() error { c.syncs++; return c.syncErr }
+	a.now = func() time.Time { return c.now }
+	a.after = func(d time.Duration, f func()) func() bool {
+		c.waits, c.due = append(c.waits, d), f
+		return func() bool { c.stopped++; return true }
+	}
+	a.syncEvery = every
+	return a, &buf, c
+}
+
+func TestAuditLogSync(t *testing.T) {
+	a, buf, c := syncLog(time.Hour, nil)
+	write := func(e *event.Event) {
+		t.Helper()
+		if err := a.Write(e); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(step string, syncs int, waits []time.Duration) {
+		t.Helper()
+		if c.syncs != syncs {
+			t.Errorf("%s: %d syncs, want %d", step, c.syncs, syncs)
+		}
+		if diff := cmp.Diff(waits, c.waits); diff != "" {
+			t.Errorf("%s: syncs scheduled (-want +got):\n%s", step, diff)
+		}
+	}
+
+	a.Flush()
+	check("flush of nothing", 0, nil)
+	write(sampleEvents()[0])
+	check("first flush", 0, []time.Duration{0}) // due at once, never in Flush itself
+	c.due()
+	check("first sync", 1, []time.Duration{0})
+	if buf.Len() == 0 {
+		t.Error("synced before writing")
+	}
+
+	c.now = c.now.Add(time.Minute)
+	write(sampleEvents()[1])
+	check("flush within the interval", 1, []time.Duration{0, 59 * time.Minute})
+	write(sampleEvents()[2])
+	check("flush with a sync due", 1, []time.Duration{0, 59 * time.Minute})
+
+	// Close syncs what is left and cancels the sync due.
+	due := c.due
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check("Close", 2, []time.Duration{0, 59 * time.Minute})
+	if c.stopped != 1 {
+		t.Errorf("Close stopped %d scheduled syncs, want 1", c.stopped)
+	}
+	due() // as if the cancelled timer had fired anyway
+	check("a sync due after Close", 2, []time.Duration{0, 59 * time.Minute})
+	if n := strings.Count(buf.String(), "\n"); n != 3 {
+		t.Errorf("%d lines written, want 3", n)
+	}
+
+	// A log synced since its last write has nothing to sync at Close.
+	a, _, c = syncLog(time.Hour, nil)
+	write(sampleEvents()[0])
+	c.due()
+	if err := a.Close(); err != nil || c.syncs != 1 {
+		t.Errorf("Close after a sync: %d syncs, error %v; want 1, nil", c.syncs, err)
+	}
+
+	// Neither a plain writer nor a device is synced.
+	var plain bytes.Buffer
+	p := newAuditLog(&plain)
+	p.Write(sampleEvents()[0])
+	if err := p.Flush(); err != nil || p.stopSync != nil {
+		t.Errorf("a plain writer: error %v, sync scheduled %v", err, p.stopSync != nil)
+	}
+	if dev, err := OpenAuditLog(os.DevNull); err == nil {
+		if dev.sync != nil {
+			t.Error("a device would be synced")
+		}
+		dev.Close()
+	}
+}
+
+// The timer that syncs an AuditLog opened on a file, and Close, work
+// together under the race detector.
+func TestAuditLogSyncFile(t *testing.T) {
+	a, err := OpenAuditLog(filepath.Join(t.TempDir(), "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.syncEvery = time.Millisecond
+	for range 50 {
+		a.Write(sampleEvents()[1])
+		if err := a.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Err(); err != nil {
+		t.Errorf("Err = %v", err)
+	}
+}
+
+// A failed fsync may have lost lines: the log reports it and stops.
+func TestAuditLogSyncError(t *testing.T) {
+	a, _, c := syncLog(time.Hour, errors.New("input/output error"))
+	a.Write(sampleEvents()[0])
+	a.Flush()
+	c.due()
+	if err := a.Err(); err == nil || !strings.Contains(err.Error(), "sync audit log: input/output error") {
+		t.Fatalf("Err = %v, want the sync error", err)
+	}
+	if err := a.Write(sampleEvents()[1]); err == nil {
+		t.Error("Write after a sync error succeeded")
+	}
+	if a.Lost() != 1 {
+		t.Errorf("Lost = %d, want 1", a.Lost())
+	}
+
+	// At Close, the sync error is Close's.
+	a, _, _ = syncLog(time.Hour, errors.New("input/output error"))
+	a.Write(sampleEvents()[0])
+	if err := a.Close(); err == nil || !strings.Contains(err.Error(), "sync audit log") {
+		t.Errorf("Close = %v, want the sync error", err)
+	}
+}
+
+// Lines are written whole: a buffer that fills is written out before the
+// line that would not fit, so no write ends inside a line.
+func TestAuditLogWritesWholeLines(t *testing.T) {
+	var w recordingWriter
+	a := newAuditLog(&w)
+	e := *sampleEvents()[4]
+	h := *e.HTTP
+	for i := range 400 {
+		h.URL = "https://api.example.com/" + strings.Repeat("x", i*7%1000)
+		e.HTTP = &h
+		if err := a.Write(&e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := e
+	bh := h
+	bh.URL = strings.Repeat("y", 2*outSize)
+	big.HTTP = &bh
+	a.Write(&big)
+	a.Write(&e)
+	a.Flush()
+	if len(w.writes) < 3 {
+		t.Fatalf("%d writes, want several", len(w.writes))
+	}
+	lines := 0
+	for i, b := range w.writes {
+		if len(b) == 0 || b[len(b)-1] != '\n' {
+			t.Errorf("write %d of %d bytes does not end a line", i, len(b))
+		}
+		if len(b) > outSize && bytes.Count(b, []byte("\n")) > 1 {
+			t.Errorf("write %d is %d bytes, over the buffer, and not a single line", i, len(b))
+		}
+		lines += bytes.Count(b, []byte("\n"))
+	}
+	if lines != 402 {
+		t.Errorf("%d lines written, want 402", lines)
+	}
+}
+
+type recordingWriter struct{ writes [][]byte }
+
+func (w *recordingWriter) Write(b []byte) (int, error) {
+	w.writes = append(w.writes, bytes.Clone(b))
+	return len(b), nil
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,27 +16,28 @@ import (
 
 func newEventsCommand(e env) *cobra.Command {
 	var (
-		follow  bool
-		session string
-		kinds   []string
-		asJSON  bool
+		follow       bool
+		session      string
+		kinds        []string
+		verdicts     []string
+		since, until string
+		asJSON       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Print the audit log readably",
-		Long:  "Print the audit log (JSON Lines, see docs/events.md), optionally filtered by session and kind.",
-		Args:  cobra.NoArgs,
+		Long: "Print the audit log (JSON Lines, see docs/events.md), optionally filtered by session, kind,\n" +
+			"verdict and time. --since and --until take an RFC 3339 time (2025-03-01T13:04:05Z) or a\n" +
+			"duration back from now (10m, 1h30m).",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd, e)
 			if err != nil {
 				return err
 			}
-			f := telemetry.Filter{Session: session}
-			for _, k := range kinds {
-				if !event.Kind(k).Valid() {
-					return usageError{fmt.Errorf("events: --kind %q: want one of %v", k, event.Kinds)}
-				}
-				f.Kinds = append(f.Kinds, event.Kind(k))
+			f, err := eventsFilter(session, kinds, verdicts, since, until, time.Now())
+			if err != nil {
+				return usageError{err}
 			}
 			out := cmd.OutOrStdout()
 			enc := json.NewEncoder(out)
@@ -60,6 +63,59 @@ func newEventsCommand(e env) *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing events as they are written")
 	cmd.Flags().StringVar(&session, "session", "", "only this session's events (an id or its prefix)")
 	cmd.Flags().StringArrayVar(&kinds, "kind", nil, "only events of this kind (repeatable): "+fmt.Sprint(event.Kinds))
+	cmd.Flags().StringArrayVar(&verdicts, "verdict", nil, "only events with this verdict (repeatable): allow, deny, rewrite, ask")
+	cmd.Flags().StringVar(&since, "since", "", "only events at or after this time (RFC 3339, or a duration before now: 10m)")
+	cmd.Flags().StringVar(&until, "until", "", "only events at or before this time (RFC 3339, or a duration before now: 10m)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON records instead of lines")
 	return cmd
+}
+
+// eventsFilter builds the filter of the events command's flags; durations
+// count back from now.
+func eventsFilter(session string, kinds, verdicts []string, since, until string, now time.Time) (telemetry.Filter, error) {
+	f := telemetry.Filter{Session: session}
+	for _, k := range kinds {
+		if !event.Kind(k).Valid() {
+			return f, fmt.Errorf("events: --kind %q: want one of %v", k, event.Kinds)
+		}
+		f.Kinds = append(f.Kinds, event.Kind(k))
+	}
+	for _, v := range verdicts {
+		a, err := event.ParseAction(v)
+		if err != nil {
+			return f, fmt.Errorf("events: --verdict %q: want allow, deny, rewrite or ask", v)
+		}
+		f.Verdicts = append(f.Verdicts, a)
+	}
+	var err error
+	if f.Since, err = parseTimeFlag(since, now); err != nil {
+		return f, fmt.Errorf("events: --since: %w", err)
+	}
+	if f.Until, err = parseTimeFlag(until, now); err != nil {
+		return f, fmt.Errorf("events: --until: %w", err)
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
+		return f, errors.New("events: --until is before --since")
+	}
+	return f, nil
+}
+
+// parseTimeFlag reads an RFC 3339 time, or a duration that means that long
+// before now. "" is the zero time (no bound).
+func parseTimeFlag(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2025-03-01T13:04:05Z) nor a duration (10m)", s)
+	}
+	if d < 0 {
+		return time.Time{}, fmt.Errorf("%q: the duration counts back from now and cannot be negative", s)
+	}
+	return now.Add(-d), nil
 }

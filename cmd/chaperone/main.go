@@ -90,6 +90,7 @@ func newRootCommand(e env) *cobra.Command {
 		newConfigCommand(e),
 		newCACommand(e),
 		newEventsCommand(e),
+		newSessionsCommand(e),
 		newDemoCommand(e),
 		newPolicyCommand(e),
 		newApproveCommand(e, true),

@@ -257,8 +257,12 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	auditSub := bus.Subscribe("audit", event.SubscribeOptions{Lossless: true, Queue: 4096})
 	go func() { auditDone <- audit.Run(auditSub) }()
 	sum := newSummary(bus.Subscribe("summary", event.SubscribeOptions{Queue: 4096}))
+	tracer, err := startTracer(ctx, cfg, getenvOr(o.getenv), bus, log)
+	if err != nil {
+		fmt.Fprintf(o.stderr, "chaperone: traces are not exported: %v\n", err)
+	}
 	// stopSinks closes the bus and waits until every event is written and
-	// counted.
+	// counted (and the trace sent, as far as the collector takes it).
 	stopSinks := func() error {
 		bus.Close()
 		err := <-auditDone
@@ -266,6 +270,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			err = cerr
 		}
 		sum.wait()
+		tracer.stop()
 		return err
 	}
 	// Nothing is decided before the session's start is recorded: the
@@ -508,6 +513,9 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	publishSession(bus, event.KindSessionEnd, end, log)
 	auditErr := stopSinks()
 	sum.print(o.stderr, s, code)
+	if n := tracer.dropped(); n > 0 {
+		fmt.Fprintf(o.stderr, "chaperone: %d trace events or spans dropped (the collector was slow or down)\n", n)
+	}
 	if auditErr != nil {
 		return code, fmt.Errorf("run: audit log: %w", auditErr)
 	}

@@ -1,0 +1,395 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/telemetry"
+)
+
+func newSessionsCommand(e env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "sessions",
+		Short: "List the sessions in the audit log",
+		Long: "List the sessions the audit log holds, oldest first: id, agent, start and end (UTC),\n" +
+			"exit code, and counts of requests, denials, redacted secrets and LLM tokens.\n" +
+			"A session without a session_end record is shown as running.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path, err := auditLogPath(cmd, e)
+			if err != nil {
+				return err
+			}
+			list, err := readSessions(path)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				for _, s := range list {
+					if err := enc.Encode(s); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			return printSessions(cmd.OutOrStdout(), list)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per session instead of a table")
+	cmd.AddCommand(newSessionsShowCommand(e))
+	return cmd
+}
+
+func newSessionsShowCommand(e env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one session as a tree of its processes and their actions",
+		Long: "Show a session of the audit log (its id, or a prefix of it that names one session):\n" +
+			"its command, duration and exit code, then its processes nested by parentage, each\n" +
+			"with its actions in time order; denials are marked DENY with their rule and reason.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := auditLogPath(cmd, e)
+			if err != nil {
+				return err
+			}
+			list, err := readSessions(path)
+			if err != nil {
+				return err
+			}
+			s, err := findSession(list, args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(s)
+			}
+			var recs []telemetry.Record
+			err = readLog(path, telemetry.Filter{Session: s.ID}, func(r telemetry.Record) error {
+				if r.Session == s.ID {
+					recs = append(recs, r)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			printSessionTree(cmd.OutOrStdout(), s, recs)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the session's summary as JSON (the records: chaperone events --session ID --json)")
+	return cmd
+}
+
+func auditLogPath(cmd *cobra.Command, e env) (string, error) {
+	cfg, err := loadConfig(cmd, e)
+	if err != nil {
+		return "", err
+	}
+	return cfg.AuditLogPath(), nil
+}
+
+func readLog(path string, f telemetry.Filter, fn func(telemetry.Record) error) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("sessions: %w", err)
+	}
+	defer file.Close()
+	return telemetry.ReadRecords(file, f, fn)
+}
+
+// sessionSummary is what the audit log says about one session.
+type sessionSummary struct {
+	ID      string   `json:"id"`
+	Agent   string   `json:"agent,omitempty"`
+	Command []string `json:"command,omitempty"`
+	Mode    string   `json:"mode,omitempty"`
+	RootPID int      `json:"root_pid,omitempty"`
+	// Start is the session_start's time, else (a log that begins in the
+	// middle of the session) its first record's.
+	Start time.Time `json:"start"`
+	// End is the session_end's time; absent while Running.
+	End        *time.Time `json:"end,omitempty"`
+	Running    bool       `json:"running"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	DurationMS *int64     `json:"duration_ms,omitempty"`
+	Events     int        `json:"events"`
+	// Requests counts http records, whatever their verdict.
+	Requests int `json:"requests"`
+	// Denials counts denied actions (see sessionCounter.add).
+	Denials int `json:"denials"`
+	// Redactions counts the secrets replaced in requests.
+	Redactions   int   `json:"redactions"`
+	LLMCalls     int   `json:"llm_calls"`
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	Tokens       int64 `json:"tokens"` // input + output
+}
+
+// sessionCounter sums one session's records into its summary.
+type sessionCounter struct {
+	s       sessionSummary
+	started bool // a session_start was seen
+	// Denied connections and requests by host: one denied request can be
+	// recorded as a denied connect, tls and http record.
+	deniedConns map[string]int
+	deniedReqs  map[string]bool
+}
+
+// add counts r. Denials count every denied http, dns, file and exec
+// record, and denied connections (connect, or else tls, records) to hosts
+// none of whose requests were denied: a denied tunnel is kept open to
+// answer its requests 403, so their denials stand for it. Denied llm
+// records are not counted: each comes with its denied http record.
+func (c *sessionCounter) add(r telemetry.Record) {
+	s := &c.s
+	s.Events++
+	if !c.started && (s.Start.IsZero() || r.Time.Before(s.Start)) {
+		s.Start = r.Time
+	}
+	denied := r.Verdict == event.Deny
+	switch r.Kind {
+	case event.KindSessionStart:
+		c.started = true
+		s.Start, s.Agent, s.Command, s.Mode, s.RootPID = r.Time, r.Agent, r.Command, r.Mode, r.RootPID
+	case event.KindSessionEnd:
+		t := r.Time
+		s.End, s.ExitCode, s.DurationMS = &t, r.ExitCode, r.DurationMS
+		if s.Agent == "" {
+			s.Agent, s.Command, s.Mode, s.RootPID = r.Agent, r.Command, r.Mode, r.RootPID
+		}
+	case event.KindHTTP:
+		s.Requests++
+		if r.Rewrite != nil {
+			for _, n := range r.Rewrite.Redacted {
+				s.Redactions += n
+			}
+		}
+		if denied {
+			c.deniedReqs[requestHost(r)] = true
+		}
+	case event.KindConnect:
+		if denied {
+			c.deniedConns[r.Host]++
+		}
+	case event.KindTLS:
+		if denied && c.deniedConns[r.SNI] == 0 {
+			c.deniedConns[r.SNI] = 1
+		}
+	case event.KindLLM:
+		s.LLMCalls++
+		s.InputTokens += r.InputTokens
+		s.OutputTokens += r.OutputTokens
+		s.Tokens += r.InputTokens + r.OutputTokens
+	}
+	switch r.Kind {
+	case event.KindHTTP, event.KindDNS, event.KindFile, event.KindExec:
+		if denied {
+			s.Denials++
+		}
+	}
+}
+
+func (c *sessionCounter) summary() sessionSummary {
+	s := c.s
+	for host, n := range c.deniedConns {
+		if !c.deniedReqs[host] {
+			s.Denials += n
+		}
+	}
+	s.Running = s.End == nil
+	return s
+}
+
+// requestHost is the host name an http record went to.
+func requestHost(r telemetry.Record) string {
+	h := r.Host
+	if h == "" {
+		if u, err := url.Parse(r.URL); err == nil {
+			h = u.Host
+		}
+	}
+	return hostname(h)
+}
+
+// readSessions summarises every session of the audit log at path, oldest
+// first. Records of no session (traffic from outside any session, refused)
+// are left out.
+func readSessions(path string) ([]sessionSummary, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("sessions: %w", err)
+	}
+	defer file.Close()
+	return sessionsOf(file)
+}
+
+// sessionsOf summarises every session of the audit log r, as readSessions.
+func sessionsOf(r io.Reader) ([]sessionSummary, error) {
+	counters := map[string]*sessionCounter{}
+	var order []string
+	err := telemetry.ReadRecords(r, telemetry.Filter{}, func(r telemetry.Record) error {
+		if r.Session == "" {
+			return nil
+		}
+		c := counters[r.Session]
+		if c == nil {
+			c = &sessionCounter{s: sessionSummary{ID: r.Session}, deniedConns: map[string]int{}, deniedReqs: map[string]bool{}}
+			counters[r.Session] = c
+			order = append(order, r.Session)
+		}
+		c.add(r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	list := make([]sessionSummary, 0, len(order))
+	for _, id := range order {
+		list = append(list, counters[id].summary())
+	}
+	slices.SortStableFunc(list, func(a, b sessionSummary) int { return a.Start.Compare(b.Start) })
+	return list, nil
+}
+
+// findSession returns the session whose id is id, or else the one whose id
+// starts with it.
+func findSession(list []sessionSummary, id string) (sessionSummary, error) {
+	var matches []sessionSummary
+	for _, s := range list {
+		if s.ID == id {
+			return s, nil
+		}
+		if id != "" && strings.HasPrefix(s.ID, id) {
+			matches = append(matches, s)
+		}
+	}
+	switch len(matches) {
+	case 1:
+		return matches[0], nil
+	case 0:
+		return sessionSummary{}, usageError{fmt.Errorf("sessions: no session %q in the audit log", telemetry.Printable(id))}
+	}
+	ids := make([]string, 0, 5)
+	for i, s := range matches {
+		if i == 4 {
+			ids = append(ids, "…")
+			break
+		}
+		ids = append(ids, telemetry.Printable(s.ID))
+	}
+	return sessionSummary{}, usageError{fmt.Errorf("sessions: %q names %d sessions (%s): give more of the id",
+		telemetry.Printable(id), len(matches), strings.Join(ids, ", "))}
+}
+
+// printSessions writes the table of sessions, at most 100 columns wide:
+// longer ids and agent names are cut (show takes a prefix of the id).
+func printSessions(w io.Writer, list []sessionSummary) error {
+	if len(list) == 0 {
+		_, err := fmt.Fprintln(w, "no sessions in the audit log")
+		return err
+	}
+	rows := [][]string{{"SESSION", "AGENT", "START (UTC)", "END", "EXIT", "REQUESTS", "DENIED", "REDACTED", "TOKENS"}}
+	for _, s := range list {
+		end, exit := "running", "-"
+		if s.End != nil {
+			end = endTime(s.Start, *s.End)
+		}
+		if s.ExitCode != nil {
+			exit = strconv.Itoa(*s.ExitCode)
+		}
+		rows = append(rows, []string{fit(telemetry.Printable(s.ID), 12), fit(sessionAgent(s), 10),
+			s.Start.UTC().Format(time.DateTime), end, exit, strconv.Itoa(s.Requests), strconv.Itoa(s.Denials),
+			strconv.Itoa(s.Redactions), tokens(s.Tokens)})
+	}
+	_, err := io.WriteString(w, table(rows, 4))
+	return err
+}
+
+// table lays rows out in columns two spaces apart, the first left columns
+// aligned left, the others (numbers) right.
+func table(rows [][]string, left int) string {
+	var width []int
+	for _, row := range rows {
+		for i, cell := range row {
+			if i == len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], utf8.RuneCountInString(cell))
+		}
+	}
+	var b strings.Builder
+	for _, row := range rows {
+		var line strings.Builder
+		for i, cell := range row {
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(cell))
+			if i < left {
+				line.WriteString(cell + pad)
+			} else {
+				line.WriteString(pad + cell)
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+	}
+	return b.String()
+}
+
+// endTime shows end as a time of day when it is on start's day.
+func endTime(start, end time.Time) string {
+	start, end = start.UTC(), end.UTC()
+	if y1, m1, d1 := start.Date(); y1 == end.Year() && m1 == end.Month() && d1 == end.Day() {
+		return end.Format(time.TimeOnly)
+	}
+	return end.Format("01-02 15:04")
+}
+
+// sessionAgent names a session's agent, or its command when no agent was
+// recorded.
+func sessionAgent(s sessionSummary) string {
+	switch {
+	case s.Agent != "":
+		return telemetry.Printable(s.Agent)
+	case len(s.Command) > 0:
+		return telemetry.Printable(filepath.Base(s.Command[0]))
+	}
+	return "?"
+}
+
+// tokens shows a token count in at most 6 characters.
+func tokens(n int64) string {
+	switch {
+	case n < 10_000:
+		return strconv.FormatInt(n, 10)
+	case n < 1_000_000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
+	default:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
+	}
+}
+
+// fit cuts s to n runes, marking the cut.
+func fit(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}

@@ -1,0 +1,673 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// TracerOptions configures NewTracer.
+type TracerOptions struct {
+	// Provider makes the spans: a Provider from NewProvider, or any
+	// TracerProvider (tests pass one with a tracetest.SpanRecorder).
+	// Required.
+	Provider trace.TracerProvider
+	// Logger is discarded when nil.
+	Logger *slog.Logger
+	// CaptureContent puts whole command lines and URL query values in
+	// spans. Off, a span holds only the program of a command line and a
+	// URL's query names. Prompts, answers and header values are never in
+	// events, so never in spans.
+	CaptureContent bool
+	// Now ends an LLM call's span when its answer arrives (the llm event
+	// is published then); time.Now when nil.
+	Now func() time.Time
+	// ToolWindow is how long after an answer its tool calls may be linked
+	// to actions; 60 s when zero.
+	ToolWindow time.Duration
+}
+
+// maxProcesses bounds the process spans of one session; later processes'
+// events go on the session's span.
+const maxProcesses = 4096
+
+// maxAnswerDelay bounds the time between an LLM request and the arrival
+// of its llm event that is taken as the call's duration; beyond it (a
+// replay, a stopped clock) the span gets no duration.
+const maxAnswerDelay = 30 * time.Minute
+
+// Tracer turns the bus's events into one OpenTelemetry trace per session:
+// see doc.go and docs/telemetry.md for the spans. It is a lossy
+// subscriber: it never slows the data path, and counts what it missed.
+type Tracer struct {
+	tracer  trace.Tracer
+	prov    trace.TracerProvider
+	log     *slog.Logger
+	capture bool
+	now     func() time.Time
+	window  time.Duration
+
+	mu       sync.Mutex
+	sessions map[string]*sessionTrace
+	sub      *event.Subscription
+	closed   bool
+}
+
+// sessionTrace is the open spans of one session.
+type sessionTrace struct {
+	id    string
+	root  trace.Span
+	ctx   context.Context // carries root
+	start time.Time
+	last  time.Time // the latest event time seen
+	procs map[int]*procSpan
+	tools toolLinker
+	// https holds the http spans of requests that may be LLM calls, by
+	// pid and path, until their llm event arrives.
+	https map[httpKey]trace.SpanContext
+}
+
+type procSpan struct {
+	span     trace.Span
+	ctx      context.Context
+	inferred bool                // made from a descendant's lineage; no event of its own yet
+	links    map[string]struct{} // tool call ids already linked
+}
+
+type httpKey struct {
+	pid  int
+	t    int64
+	path string
+}
+
+// NewTracer returns a Tracer making spans with o.Provider.
+func NewTracer(o TracerOptions) (*Tracer, error) {
+	if o.Provider == nil {
+		return nil, errors.New("telemetry: tracer: no TracerProvider")
+	}
+	t := &Tracer{
+		tracer:   o.Provider.Tracer("github.com/chaperone-dev/chaperone/telemetry"),
+		prov:     o.Provider,
+		log:      o.Logger,
+		capture:  o.CaptureContent,
+		now:      o.Now,
+		window:   o.ToolWindow,
+		sessions: map[string]*sessionTrace{},
+	}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	if t.now == nil {
+		t.now = time.Now
+	}
+	if t.window <= 0 {
+		t.window = 60 * time.Second
+	}
+	return t, nil
+}
+
+// Run makes spans of every event of sub until its channel is closed, then
+// ends every open span. sub should be lossy (Lossless false): Run may fall
+// behind, never the data path. Run never waits for the exporter; Shutdown
+// exports what is left.
+func (t *Tracer) Run(sub *event.Subscription) error {
+	t.mu.Lock()
+	t.sub = sub
+	t.mu.Unlock()
+	for e := range sub.Events() {
+		t.Handle(e)
+	}
+	t.endAll()
+	return nil
+}
+
+// Dropped returns the events the subscription missed plus the spans the
+// provider dropped (when it counts them, as Provider does).
+func (t *Tracer) Dropped() uint64 {
+	t.mu.Lock()
+	sub := t.sub
+	t.mu.Unlock()
+	var n uint64
+	if sub != nil {
+		n = sub.Dropped()
+	}
+	if d, ok := t.prov.(interface{ Dropped() uint64 }); ok {
+		n += d.Dropped()
+	}
+	return n
+}
+
+// Shutdown ends every open span, then shuts the provider down (when it
+// has a Shutdown method), exporting what it can until ctx ends. Events
+// handled afterwards are ignored. It is idempotent.
+func (t *Tracer) Shutdown(ctx context.Context) error {
+	t.endAll()
+	t.mu.Lock()
+	already := t.closed
+	t.closed = true
+	t.mu.Unlock()
+	if already {
+		return nil
+	}
+	if s, ok := t.prov.(interface{ Shutdown(context.Context) error }); ok {
+		if err := s.Shutdown(ctx); err != nil {
+			return fmt.Errorf("telemetry: shut down tracer: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close is Shutdown bounded to 5 seconds.
+func (t *Tracer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return t.Shutdown(ctx)
+}
+
+func (t *Tracer) endAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, s := range t.sessions {
+		t.endSession(s, s.last, nil)
+		delete(t.sessions, id)
+	}
+}
+
+// Handle makes the spans of one event. Run calls it; it is exported for
+// callers that feed events another way. Events outside any session are
+// not traced.
+func (t *Tracer) Handle(e *event.Event) {
+	if e == nil || e.Session == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	if e.Kind == event.KindSessionStart {
+		if old := t.sessions[e.Session]; old != nil {
+			t.endSession(old, e.Time, nil)
+		}
+		t.sessions[e.Session] = t.startSession(e.Session, e.Time, e.SessionInfo)
+		return
+	}
+	s := t.sessions[e.Session]
+	if s == nil {
+		// The start was missed (dropped, or the tracer started late).
+		s = t.startSession(e.Session, e.Time, e.SessionInfo)
+		t.sessions[e.Session] = s
+	}
+	if e.Time.After(s.last) {
+		s.last = e.Time
+	}
+	s.tools.expire(e.Time)
+	switch e.Kind {
+	case event.KindSessionEnd:
+		t.endSession(s, e.Time, e.SessionInfo)
+		delete(t.sessions, e.Session)
+	case event.KindHTTP:
+		if e.HTTP != nil {
+			t.onHTTP(s, e)
+		}
+	case event.KindLLM:
+		if e.LLM != nil {
+			t.onLLM(s, e)
+		}
+	case event.KindConnect, event.KindDNS, event.KindTLS, event.KindFile, event.KindExec:
+		t.onAction(s, e)
+	}
+}
+
+func (t *Tracer) startSession(id string, at time.Time, info *event.Session) *sessionTrace {
+	agent := ""
+	if info != nil {
+		agent = info.Agent
+	}
+	name := "invoke_agent"
+	if agent != "" {
+		name += " " + agent
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String(keyOperation, "invoke_agent"),
+		attribute.String(keyAgentID, id),
+		attribute.String(keyConversation, id),
+		attribute.String(keySessionID, id),
+	}
+	if agent != "" {
+		attrs = append(attrs, attribute.String(keyAgentName, agent))
+	}
+	if info != nil {
+		if info.Mode != "" {
+			attrs = append(attrs, attribute.String(keyMode, info.Mode))
+		}
+		if a := args(info.Command, t.capture); len(a) > 0 {
+			attrs = append(attrs, attribute.StringSlice(keyArgs, a))
+		}
+		if info.RootPID > 0 {
+			attrs = append(attrs, attribute.Int(keyPID, info.RootPID))
+		}
+		if info.Workdir != "" {
+			attrs = append(attrs, attribute.String(keyCwd, info.Workdir))
+		}
+	}
+	ctx, span := t.tracer.Start(context.Background(), name,
+		trace.WithNewRoot(), trace.WithTimestamp(at), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attrs...))
+	return &sessionTrace{id: id, root: span, ctx: ctx, start: at, last: at, procs: map[int]*procSpan{}}
+}
+
+// endSession ends the session's tool, process and root spans at at (never
+// before a span's start: the SDK keeps what it is given).
+func (t *Tracer) endSession(s *sessionTrace, at time.Time, info *event.Session) {
+	if at.Before(s.last) {
+		at = s.last
+	}
+	s.tools.endAll()
+	end := trace.WithTimestamp(at)
+	for _, p := range s.procs {
+		p.span.End(end)
+	}
+	s.procs = nil
+	if info != nil {
+		s.root.SetAttributes(attribute.Int(keyExitCode, info.ExitCode))
+		if info.ExitCode != 0 {
+			s.root.SetStatus(codes.Error, fmt.Sprintf("exit code %d", info.ExitCode))
+			s.root.SetAttributes(attribute.String(keyErrorType, "exit_code"))
+		}
+	}
+	s.root.End(end)
+}
+
+// process returns the span of e's process, making it (and spans for its
+// unseen ancestors, from the lineage) on first sight.
+func (t *Tracer) process(s *sessionTrace, e *event.Event) *procSpan {
+	p := e.Process
+	if p == nil || p.PID <= 0 || s.procs == nil {
+		return nil
+	}
+	exe, argv := p.Exe, p.Argv
+	if e.Kind == event.KindExec && e.Exec != nil {
+		// The exec's program names the process better than its
+		// pre-exec image.
+		exe, argv = e.Exec.Path, e.Exec.Argv
+	}
+	if ps := s.procs[p.PID]; ps != nil {
+		if ps.inferred {
+			// A descendant made it; now it has an event of its own.
+			ps.inferred = false
+			ps.span.SetName("process " + processName(exe, argv))
+			ps.span.SetAttributes(t.processAttrs(p, exe, argv)...)
+			ps.span.SetAttributes(attribute.Bool(keyPlaceholder, false))
+		}
+		return ps
+	}
+	if len(s.procs) >= maxProcesses {
+		return nil
+	}
+	parent := s.ctx
+	// Lineage is parent first; make spans from the root down.
+	names := p.LineageNames
+	for i := len(p.Lineage) - 1; i >= 0; i-- {
+		pid := p.Lineage[i]
+		if pid <= 0 || pid == p.PID {
+			continue
+		}
+		ps := s.procs[pid]
+		if ps == nil {
+			if len(s.procs) >= maxProcesses {
+				break
+			}
+			name := "process"
+			// LineageNames runs root → this process, so the ancestor
+			// i steps above is at len-2-i when the lengths agree.
+			if j := len(names) - 2 - i; len(names) == len(p.Lineage)+1 && j >= 0 {
+				name += " " + names[j]
+			}
+			ppid := 0
+			if i+1 < len(p.Lineage) {
+				ppid = p.Lineage[i+1]
+			}
+			attrs := []attribute.KeyValue{attribute.Int(keyPID, pid), attribute.Bool(keyPlaceholder, true)}
+			if ppid > 0 {
+				attrs = append(attrs, attribute.Int(keyPPID, ppid))
+			}
+			ctx, span := t.tracer.Start(parent, name, trace.WithTimestamp(e.Time), trace.WithAttributes(attrs...))
+			ps = &procSpan{span: span, ctx: ctx, inferred: true}
+			s.procs[pid] = ps
+		}
+		parent = ps.ctx
+	}
+	if len(p.Lineage) == 0 && p.PPID > 0 {
+		if ps := s.procs[p.PPID]; ps != nil {
+			parent = ps.ctx
+		}
+	}
+	ctx, span := t.tracer.Start(parent, "process "+processName(exe, argv),
+		trace.WithTimestamp(e.Time), trace.WithAttributes(t.processAttrs(p, exe, argv)...))
+	ps := &procSpan{span: span, ctx: ctx}
+	s.procs[p.PID] = ps
+	return ps
+}
+
+func processName(exe string, argv []string) string {
+	if n := baseName(exe); n != "" {
+		return n
+	}
+	if len(argv) > 0 {
+		return baseName(argv[0])
+	}
+	return "unknown"
+}
+
+func (t *Tracer) processAttrs(p *event.Process, exe string, argv []string) []attribute.KeyValue {
+	a := []attribute.KeyValue{attribute.Int(keyPID, p.PID)}
+	if p.PPID > 0 {
+		a = append(a, attribute.Int(keyPPID, p.PPID))
+	}
+	if exe != "" {
+		a = append(a, attribute.String(keyExePath, exe), attribute.String(keyExeName, baseName(exe)))
+	}
+	if v := args(argv, t.capture); len(v) > 0 {
+		a = append(a, attribute.StringSlice(keyArgs, v))
+	}
+	if p.Cwd != "" {
+		a = append(a, attribute.String(keyCwd, p.Cwd))
+	}
+	if p.ExeDigest != "" {
+		a = append(a, attribute.String(keyDigest, p.ExeDigest))
+	}
+	return a
+}
+
+// parentOf returns the context new spans of e hang from: its process's
+// span, or the session's.
+func (t *Tracer) parentOf(s *sessionTrace, e *event.Event) (context.Context, *procSpan) {
+	if ps := t.process(s, e); ps != nil {
+		return ps.ctx, ps
+	}
+	return s.ctx, nil
+}
+
+func actionOf(e *event.Event) action {
+	a := action{kind: e.Kind, t: e.Time}
+	if e.Process != nil {
+		a.pid, a.lineage = e.Process.PID, e.Process.Lineage
+	}
+	return a
+}
+
+func pidOf(e *event.Event) int {
+	if e.Process == nil {
+		return 0
+	}
+	return e.Process.PID
+}
+
+func (t *Tracer) onHTTP(s *sessionTrace, e *event.Event) {
+	h := e.HTTP
+	ctx, _ := t.parentOf(s, e)
+	host, port := serverOf(h)
+	attrs := []attribute.KeyValue{
+		attribute.String(keyMethod, h.Method),
+		attribute.String(keyURL, traceURL(h.URL, t.capture)),
+	}
+	if host != "" {
+		attrs = append(attrs, attribute.String(keySrvAddr, host))
+	}
+	if port > 0 {
+		attrs = append(attrs, attribute.Int(keySrvPort, port))
+	}
+	if h.Status > 0 {
+		attrs = append(attrs, attribute.Int(keyStatus, h.Status))
+	}
+	if h.Proto != "" {
+		attrs = append(attrs, attribute.String(keyProto, h.Proto))
+	}
+	if len(h.Secrets) > 0 {
+		attrs = append(attrs, attribute.StringSlice(keySecrets, h.Secrets))
+	}
+	if h.Rewrite != nil {
+		n := 0
+		for _, c := range h.Rewrite.Redacted {
+			n += c
+		}
+		if n > 0 {
+			attrs = append(attrs, attribute.Int(keyRedacted, n))
+		}
+	}
+	attrs = append(attrs, verdictAttrs(e.Verdict)...)
+	opts := []trace.SpanStartOption{trace.WithTimestamp(e.Time), trace.WithSpanKind(trace.SpanKindClient)}
+	if c, how := s.tools.link(actionOf(e)); c != nil {
+		s.tools.linked(actionOf(e), c)
+		attrs = append(attrs, attribute.String(keyToolCallID, c.id), attribute.String(keyToolMatch, how))
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: c.sc, Attributes: []attribute.KeyValue{attribute.String(keyToolMatch, how)}}))
+	}
+	opts = append(opts, trace.WithAttributes(attrs...))
+	name := h.Method
+	if name == "" {
+		name = "HTTP"
+	}
+	_, span := t.tracer.Start(ctx, name, opts...)
+	if !e.Verdict.Allowed() {
+		span.SetStatus(codes.Error, "denied")
+	} else if h.Status >= 400 {
+		span.SetStatus(codes.Error, "")
+	}
+	span.End(trace.WithTimestamp(e.Time))
+	if h.Method == "POST" {
+		if s.https == nil {
+			s.https = map[httpKey]trace.SpanContext{}
+		}
+		if len(s.https) >= 256 {
+			clear(s.https) // llm events that never came
+		}
+		s.https[httpKey{pidOf(e), e.Time.UnixNano(), pathOf(h.URL)}] = span.SpanContext()
+	}
+}
+
+func pathOf(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Path
+	}
+	return ""
+}
+
+func (t *Tracer) onLLM(s *sessionTrace, e *event.Event) {
+	l := e.LLM
+	ctx, _ := t.parentOf(s, e)
+	op := operationName(l.Operation)
+	name := op
+	if l.Model != "" {
+		name += " " + l.Model
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String(keyOperation, op),
+		attribute.String(keyProvider, providerName(l.Provider)),
+		attribute.String(keyConversation, s.id),
+	}
+	if l.Model != "" {
+		attrs = append(attrs, attribute.String(keyRequestModel, l.Model))
+	}
+	if l.ResponseModel != "" {
+		attrs = append(attrs, attribute.String(keyResponseModel, l.ResponseModel))
+	}
+	if l.Stream {
+		attrs = append(attrs, attribute.Bool(keyRequestStream, true))
+	}
+	if in := inputTokens(l); in > 0 || l.OutputTokens > 0 {
+		attrs = append(attrs, attribute.Int64(keyInputTokens, in), attribute.Int64(keyOutputTokens, l.OutputTokens))
+	}
+	if l.CacheReadTokens > 0 {
+		attrs = append(attrs, attribute.Int64(keyCacheRead, l.CacheReadTokens))
+	}
+	if l.CacheCreationTokens > 0 {
+		attrs = append(attrs, attribute.Int64(keyCacheCreation, l.CacheCreationTokens))
+	}
+	if len(l.FinishReasons) > 0 {
+		attrs = append(attrs, attribute.StringSlice(keyFinish, l.FinishReasons))
+	}
+	if l.Status > 0 {
+		attrs = append(attrs, attribute.Int(keyStatus, l.Status))
+	}
+	attrs = append(attrs, verdictAttrs(e.Verdict)...)
+	opts := []trace.SpanStartOption{trace.WithTimestamp(e.Time), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}
+	key := httpKey{pidOf(e), e.Time.UnixNano(), l.Path}
+	if sc, ok := s.https[key]; ok {
+		delete(s.https, key)
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	chatCtx, span := t.tracer.Start(ctx, name, opts...)
+	if !e.Verdict.Allowed() {
+		span.SetStatus(codes.Error, "denied")
+	} else if l.Status >= 400 {
+		span.SetStatus(codes.Error, "")
+	}
+	// The llm event arrives when the answer has ended: now, unless the
+	// clock says otherwise (a replay).
+	end := t.now()
+	if end.Before(e.Time) || end.Sub(e.Time) > maxAnswerDelay {
+		end = e.Time
+	}
+	span.End(trace.WithTimestamp(end))
+	for _, tc := range l.ToolCalls {
+		if tc.ID != "" {
+			if _, dup := s.tools.byID[tc.ID]; dup {
+				continue
+			}
+			if s.tools.byID == nil {
+				s.tools.byID = map[string]struct{}{}
+			}
+			s.tools.byID[tc.ID] = struct{}{}
+		}
+		tattrs := []attribute.KeyValue{
+			attribute.String(keyOperation, "execute_tool"),
+			attribute.String(keyToolName, tc.Name),
+		}
+		if tc.ID != "" {
+			tattrs = append(tattrs, attribute.String(keyToolCallID, tc.ID))
+		}
+		_, ts := t.tracer.Start(chatCtx, "execute_tool "+tc.Name,
+			trace.WithTimestamp(end), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(tattrs...))
+		s.tools.calls = append(s.tools.calls, &toolCall{
+			id: tc.ID, name: tc.Name, kind: classifyTool(tc.Name),
+			sc: ts.SpanContext(), span: ts,
+			from: e.Time, answered: end, until: end.Add(t.window),
+			callerPID: pidOf(e),
+		})
+	}
+}
+
+// onAction records a connect, dns, tls, file or exec event as an event on
+// its process's span, linked to the tool call that caused it.
+func (t *Tracer) onAction(s *sessionTrace, e *event.Event) {
+	_, ps := t.parentOf(s, e)
+	attrs := t.actionAttrs(e)
+	attrs = append(attrs, verdictAttrs(e.Verdict)...)
+	a := actionOf(e)
+	if c, how := s.tools.link(a); c != nil {
+		s.tools.linked(a, c)
+		attrs = append(attrs,
+			attribute.String(keyToolCallID, c.id),
+			attribute.String(keyToolSpan, c.sc.SpanID().String()),
+			attribute.String(keyToolMatch, how))
+		if ps != nil {
+			if _, ok := ps.links[c.sc.SpanID().String()]; !ok {
+				if ps.links == nil {
+					ps.links = map[string]struct{}{}
+				}
+				ps.links[c.sc.SpanID().String()] = struct{}{}
+				ps.span.AddLink(trace.Link{SpanContext: c.sc, Attributes: []attribute.KeyValue{
+					attribute.String(keyToolCallID, c.id), attribute.String(keyToolMatch, how),
+				}})
+			}
+		}
+	}
+	span := s.root
+	if ps != nil {
+		span = ps.span
+	}
+	span.AddEvent(string(e.Kind), trace.WithTimestamp(e.Time), trace.WithAttributes(attrs...))
+}
+
+func (t *Tracer) actionAttrs(e *event.Event) []attribute.KeyValue {
+	var a []attribute.KeyValue
+	switch e.Kind {
+	case event.KindConnect:
+		if c := e.Connect; c != nil {
+			if c.Host != "" {
+				a = append(a, attribute.String(keySrvAddr, c.Host))
+			}
+			if c.Port > 0 {
+				a = append(a, attribute.Int(keySrvPort, int(c.Port)))
+			}
+			if c.Dst.IsValid() {
+				a = append(a, attribute.String(keyPeerAddr, c.Dst.Addr().String()), attribute.Int(keyPeerPort, int(c.Dst.Port())))
+			}
+			if c.Transport != "" {
+				a = append(a, attribute.String(keyTransport, string(c.Transport)))
+			}
+			if c.Via != "" {
+				a = append(a, attribute.String(keyVia, c.Via))
+			}
+		}
+	case event.KindDNS:
+		if d := e.DNS; d != nil {
+			a = append(a, attribute.String(keyDNSName, d.Name))
+			if d.Type != "" {
+				a = append(a, attribute.String(keyDNSType, d.Type))
+			}
+			if d.Rcode != "" {
+				a = append(a, attribute.String(keyDNSRcode, d.Rcode))
+			}
+			if len(d.Answers) > 0 {
+				ans := make([]string, 0, min(len(d.Answers), maxArgs))
+				for _, ip := range d.Answers[:min(len(d.Answers), maxArgs)] {
+					ans = append(ans, ip.String())
+				}
+				a = append(a, attribute.StringSlice(keyDNSAnswer, ans))
+			}
+		}
+	case event.KindTLS:
+		if x := e.TLS; x != nil {
+			if x.ServerName != "" {
+				a = append(a, attribute.String(keyTLSSNI, x.ServerName))
+			}
+			if x.Version != "" {
+				a = append(a, attribute.String(keyTLSVer, x.Version))
+			}
+			if len(x.ALPN) > 0 {
+				a = append(a, attribute.StringSlice(keyTLSALPN, x.ALPN))
+			}
+			a = append(a, attribute.Bool(keyTLSMITM, x.Intercepted))
+		}
+	case event.KindFile:
+		if f := e.File; f != nil {
+			a = append(a, attribute.String(keyFilePath, f.Path), attribute.String(keyFileAccess, string(f.Access)))
+		}
+	case event.KindExec:
+		if x := e.Exec; x != nil {
+			a = append(a, attribute.String(keyExePath, x.Path))
+			if v := args(x.Argv, t.capture); len(v) > 0 {
+				a = append(a, attribute.StringSlice(keyArgs, v))
+			}
+			if x.Cwd != "" {
+				a = append(a, attribute.String(keyCwd, x.Cwd))
+			}
+			if x.Digest != "" {
+				a = append(a, attribute.String(keyDigest, x.Digest))
+			}
+		}
+	}
+	return a
+}

@@ -1,0 +1,461 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// secret stands for a token an agent put on a command line and in a URL.
+const secret = "sk-live-0123456789abcdef"
+
+var traceT0 = time.Date(2025, 3, 1, 13, 4, 5, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return traceT0.Add(d) }
+
+func allow() event.Verdict { return event.Verdict{Action: event.Allow} }
+
+// scriptedSession is one session: an agent (node, pid 100) that ran
+// bash > curl and python3 before asking the model, which answered with a
+// Bash tool call; ls ran after it; python3's connection to port 22 was
+// denied.
+func scriptedSession() []*event.Event {
+	agent := &event.Process{PID: 100, PPID: 1, Exe: "/usr/bin/node", Argv: []string{"node", "/usr/bin/claude"}, LineageNames: []string{"node"}}
+	bash := &event.Process{PID: 200, PPID: 100, Exe: "/bin/bash", Argv: []string{"bash", "-c", "curl ..."}, Lineage: []int{100}, LineageNames: []string{"node", "bash"}}
+	curl := &event.Process{PID: 201, PPID: 200, Exe: "/usr/bin/curl", Argv: []string{"curl", "-H", "Authorization: Bearer " + secret, "https://api.example.com/v1/items"}, Lineage: []int{200, 100}, LineageNames: []string{"node", "bash", "curl"}}
+	py := &event.Process{PID: 300, PPID: 100, Exe: "/usr/bin/python3", Argv: []string{"python3", "x.py"}, Lineage: []int{100}, LineageNames: []string{"node", "python3"}}
+	ls := &event.Process{PID: 400, PPID: 100, Exe: "/usr/bin/ls", Argv: []string{"ls", "-la"}, Lineage: []int{100}, LineageNames: []string{"node", "ls"}}
+	return []*event.Event{
+		{Time: at(0), Kind: event.KindSessionStart, Session: "s1", Verdict: allow(), SessionInfo: &event.Session{
+			ID: "s1", Agent: "claude", Command: []string{"claude", "--token", secret}, RootPID: 100, Mode: "transparent"}},
+		{Time: at(1 * time.Second), Kind: event.KindExec, Session: "s1", Process: bash, Verdict: allow(),
+			Exec: &event.Exec{Path: "/bin/bash", Argv: bash.Argv}},
+		{Time: at(2 * time.Second), Kind: event.KindExec, Session: "s1", Process: curl, Verdict: allow(),
+			Exec: &event.Exec{Path: "/usr/bin/curl", Argv: curl.Argv}},
+		{Time: at(3 * time.Second), Kind: event.KindHTTP, Session: "s1", Process: curl, Verdict: allow(),
+			HTTP: &event.HTTP{Method: "GET", URL: "https://api.example.com/v1/items?page=2&token=" + secret, Host: "api.example.com", Proto: "HTTP/2.0", Status: 200}},
+		{Time: at(4 * time.Second), Kind: event.KindExec, Session: "s1", Process: py, Verdict: allow(),
+			Exec: &event.Exec{Path: "/usr/bin/python3", Argv: py.Argv}},
+		{Time: at(5 * time.Second), Kind: event.KindConnect, Session: "s1", Process: py,
+			Verdict: event.Verdict{Action: event.Deny, Rule: "no-ssh", Reason: "ssh is not allowed", DecidedBy: event.DecidedByRule},
+			Connect: &event.Connect{Dst: netip.MustParseAddrPort("127.0.0.9:22"), Host: "git.example.com", Port: 22, Transport: event.TCP, Via: "transparent"}},
+		{Time: at(10 * time.Second), Kind: event.KindHTTP, Session: "s1", Process: agent, Verdict: allow(),
+			HTTP: &event.HTTP{Method: "POST", URL: "https://api.anthropic.com/v1/messages", Host: "api.anthropic.com", Status: 200}},
+		{Time: at(10 * time.Second), Kind: event.KindLLM, Session: "s1", Process: agent, Verdict: allow(),
+			LLM: &event.LLM{Provider: "anthropic", Model: "claude-sonnet-4", Path: "/v1/messages", Operation: "messages", Stream: true,
+				Status: 200, ResponseModel: "claude-sonnet-4-20250514", InputTokens: 10, OutputTokens: 20, CacheReadTokens: 100, CacheCreationTokens: 50,
+				FinishReasons: []string{"tool_use"}, ToolCalls: []event.ToolCall{{ID: "toolu_1", Name: "Bash"}}}},
+		{Time: at(13 * time.Second), Kind: event.KindExec, Session: "s1", Process: ls, Verdict: allow(),
+			Exec: &event.Exec{Path: "/usr/bin/ls", Argv: ls.Argv, Cwd: "/work/repo"}},
+		{Time: at(13500 * time.Millisecond), Kind: event.KindFile, Session: "s1", Process: ls, Verdict: allow(),
+			File: &event.File{Path: "/work/repo/main.go", Access: event.FileRead}},
+		{Time: at(20 * time.Second), Kind: event.KindSessionEnd, Session: "s1", Verdict: allow(),
+			SessionInfo: &event.Session{ID: "s1", Agent: "claude", ExitCode: 3}},
+	}
+}
+
+// record runs events through a Tracer over a real bus and returns the
+// ended spans by name.
+func record(t *testing.T, capture bool, events []*event.Event) map[string]sdktrace.ReadOnlySpan {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tr, err := NewTracer(TracerOptions{Provider: tp, CaptureContent: capture, Now: func() time.Time { return at(12 * time.Second) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := event.NewBus()
+	sub := bus.Subscribe("telemetry", event.SubscribeOptions{Queue: 1024})
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(sub) }()
+	for _, e := range events {
+		bus.Publish(e)
+	}
+	bus.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if n := tr.Dropped(); n != 0 {
+		t.Errorf("Dropped() = %d, want 0", n)
+	}
+	spans := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		if _, dup := spans[s.Name()]; dup {
+			t.Errorf("two spans named %q", s.Name())
+		}
+		spans[s.Name()] = s
+	}
+	return spans
+}
+
+func attrMap(kvs []attribute.KeyValue) map[string]any {
+	m := map[string]any{}
+	for _, kv := range kvs {
+		m[string(kv.Key)] = kv.Value.AsInterface()
+	}
+	return m
+}
+
+// pick returns the values of keys in m, for comparing a subset.
+func pick(m map[string]any, keys ...string) map[string]any {
+	out := map[string]any{}
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func TestTracerSpanTree(t *testing.T) {
+	spans := record(t, false, scriptedSession())
+
+	byID := map[string]string{}
+	for name, s := range spans {
+		byID[s.SpanContext().SpanID().String()] = name
+	}
+	parents := map[string]string{}
+	for name, s := range spans {
+		parents[name] = byID[s.Parent().SpanID().String()]
+	}
+	wantParents := map[string]string{
+		"invoke_agent claude":  "",
+		"process node":         "invoke_agent claude",
+		"process bash":         "process node",
+		"process curl":         "process bash",
+		"GET":                  "process curl",
+		"process python3":      "process node",
+		"POST":                 "process node",
+		"chat claude-sonnet-4": "process node",
+		"execute_tool Bash":    "chat claude-sonnet-4",
+		"process ls":           "process node",
+	}
+	if d := cmp.Diff(wantParents, parents); d != "" {
+		t.Errorf("span tree (-want +got):\n%s", d)
+	}
+	root := spans["invoke_agent claude"]
+	for name, s := range spans {
+		if s.SpanContext().TraceID() != root.SpanContext().TraceID() {
+			t.Errorf("%s: not in the session's trace", name)
+		}
+	}
+
+	tests := []struct {
+		span string
+		want map[string]any
+	}{
+		{"invoke_agent claude", map[string]any{
+			"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "claude", "gen_ai.agent.id": "s1",
+			"gen_ai.conversation.id": "s1", "session.id": "s1", "process.exit.code": int64(3),
+			"process.command_args": []string{"claude"},
+		}},
+		{"process curl", map[string]any{
+			"process.pid": int64(201), "process.parent_pid": int64(200), "process.executable.path": "/usr/bin/curl",
+			"process.command_args": []string{"curl"},
+		}},
+		{"GET", map[string]any{
+			"http.request.method": "GET", "url.full": "https://api.example.com/v1/items?page=REDACTED&token=REDACTED",
+			"server.address": "api.example.com", "server.port": int64(443), "http.response.status_code": int64(200),
+			"chaperone.verdict": "allow", "chaperone.decided_by": "default",
+		}},
+		{"chat claude-sonnet-4", map[string]any{
+			"gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic", "gen_ai.request.model": "claude-sonnet-4",
+			"gen_ai.response.model": "claude-sonnet-4-20250514", "gen_ai.usage.input_tokens": int64(160),
+			"gen_ai.usage.output_tokens": int64(20), "gen_ai.usage.cache_read.input_tokens": int64(100),
+			"gen_ai.usage.cache_creation.input_tokens": int64(50), "gen_ai.response.finish_reasons": []string{"tool_use"},
+			"gen_ai.conversation.id": "s1", "chaperone.verdict": "allow",
+		}},
+		{"execute_tool Bash", map[string]any{
+			"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "Bash", "gen_ai.tool.call.id": "toolu_1",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.span, func(t *testing.T) {
+			s, ok := spans[tt.span]
+			if !ok {
+				t.Fatalf("no span %q", tt.span)
+			}
+			keys := make([]string, 0, len(tt.want))
+			for k := range tt.want {
+				keys = append(keys, k)
+			}
+			if d := cmp.Diff(tt.want, pick(attrMap(s.Attributes()), keys...)); d != "" {
+				t.Errorf("attributes (-want +got):\n%s", d)
+			}
+		})
+	}
+
+	t.Run("times", func(t *testing.T) {
+		got := map[string][2]time.Time{}
+		for _, n := range []string{"invoke_agent claude", "process curl", "GET", "chat claude-sonnet-4", "execute_tool Bash"} {
+			got[n] = [2]time.Time{spans[n].StartTime(), spans[n].EndTime()}
+		}
+		want := map[string][2]time.Time{
+			"invoke_agent claude":  {at(0), at(20 * time.Second)},
+			"process curl":         {at(2 * time.Second), at(20 * time.Second)},
+			"GET":                  {at(3 * time.Second), at(3 * time.Second)},
+			"chat claude-sonnet-4": {at(10 * time.Second), at(12 * time.Second)},
+			"execute_tool Bash":    {at(12 * time.Second), at(13500 * time.Millisecond)},
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("start, end (-want +got):\n%s", d)
+		}
+	})
+
+	t.Run("session status", func(t *testing.T) {
+		if got := root.Status().Code; got != codes.Error {
+			t.Errorf("root status = %v, want Error for exit code 3", got)
+		}
+	})
+
+	t.Run("chat links its http request", func(t *testing.T) {
+		links := spans["chat claude-sonnet-4"].Links()
+		if len(links) != 1 || links[0].SpanContext.SpanID() != spans["POST"].SpanContext().SpanID() {
+			t.Errorf("chat links = %v, want the POST span", links)
+		}
+	})
+
+	t.Run("tool call link", func(t *testing.T) {
+		tool := spans["execute_tool Bash"].SpanContext()
+		ls := spans["process ls"]
+		if len(ls.Links()) != 1 || ls.Links()[0].SpanContext.SpanID() != tool.SpanID() {
+			t.Fatalf("process ls links = %v, want execute_tool Bash", ls.Links())
+		}
+		var got []map[string]any
+		for _, ev := range ls.Events() {
+			got = append(got, pick(attrMap(ev.Attributes), "gen_ai.tool.call.id", "chaperone.tool.match", "chaperone.tool.span_id", "file.path"))
+		}
+		want := []map[string]any{
+			{"gen_ai.tool.call.id": "toolu_1", "chaperone.tool.match": "kind", "chaperone.tool.span_id": tool.SpanID().String()},
+			{"gen_ai.tool.call.id": "toolu_1", "chaperone.tool.match": "lineage", "chaperone.tool.span_id": tool.SpanID().String(), "file.path": "/work/repo/main.go"},
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("ls events (-want +got):\n%s", d)
+		}
+		for _, n := range []string{"process curl", "process python3", "GET"} {
+			if l := spans[n].Links(); len(l) != 0 {
+				t.Errorf("%s: links %v; it ran before the tool call", n, l)
+			}
+		}
+	})
+
+	t.Run("denied connect", func(t *testing.T) {
+		evs := spans["process python3"].Events()
+		var conn map[string]any
+		for _, ev := range evs {
+			if ev.Name == "connect" {
+				conn = attrMap(ev.Attributes)
+			}
+		}
+		want := map[string]any{
+			"chaperone.verdict": "deny", "chaperone.rule": "no-ssh", "chaperone.decided_by": "rule",
+			"chaperone.reason": "ssh is not allowed", "error.type": "chaperone.denied",
+			"server.address": "git.example.com", "server.port": int64(22), "network.peer.address": "127.0.0.9",
+		}
+		if d := cmp.Diff(want, pick(conn, "chaperone.verdict", "chaperone.rule", "chaperone.decided_by", "chaperone.reason",
+			"error.type", "server.address", "server.port", "network.peer.address")); d != "" {
+			t.Errorf("connect event (-want +got):\n%s", d)
+		}
+	})
+}
+
+// dump renders every string a span would export.
+func dump(spans map[string]sdktrace.ReadOnlySpan) string {
+	var b strings.Builder
+	for _, s := range spans {
+		fmt.Fprintln(&b, s.Name(), s.Attributes(), s.Status())
+		for _, ev := range s.Events() {
+			fmt.Fprintln(&b, ev.Name, ev.Attributes)
+		}
+		for _, l := range s.Links() {
+			fmt.Fprintln(&b, l.Attributes)
+		}
+	}
+	return b.String()
+}
+
+func TestTracerCaptureContent(t *testing.T) {
+	tests := []struct {
+		capture    bool
+		wantSecret bool
+		curlArgs   []string
+	}{
+		{false, false, []string{"curl"}},
+		{true, true, []string{"curl", "-H", "Authorization: Bearer " + secret, "https://api.example.com/v1/items"}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint("capture=", tt.capture), func(t *testing.T) {
+			spans := record(t, tt.capture, scriptedSession())
+			if got := strings.Contains(dump(spans), secret); got != tt.wantSecret {
+				t.Errorf("the secret is in the spans: %v, want %v", got, tt.wantSecret)
+			}
+			got := attrMap(spans["process curl"].Attributes())["process.command_args"]
+			if d := cmp.Diff(tt.curlArgs, got); d != "" {
+				t.Errorf("process.command_args (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestTracerMissedStart(t *testing.T) {
+	// Events of a session whose start was dropped still make a trace.
+	evs := scriptedSession()[1:]
+	spans := record(t, false, evs)
+	root, ok := spans["invoke_agent"]
+	if !ok {
+		t.Fatalf("no root span; got %v", keys(spans))
+	}
+	if got := root.StartTime(); !got.Equal(at(time.Second)) {
+		t.Errorf("root start = %v, want the first event's time", got)
+	}
+	if p := spans["process node"]; p == nil || p.Parent().SpanID() != root.SpanContext().SpanID() {
+		t.Errorf("process node is not the root's child")
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestClassifyTool(t *testing.T) {
+	tests := map[string]toolKind{
+		"Bash": toolExec, "run_shell_command": toolExec, "exec_command": toolExec, "shell": toolExec,
+		"Read": toolFile, "Write": toolFile, "Edit": toolFile, "MultiEdit": toolFile, "Glob": toolFile, "Grep": toolFile,
+		"LS": toolFile, "apply_patch": toolFile, "read_file": toolFile,
+		"WebFetch": toolNet, "web_search": toolNet, "fetch_url": toolNet,
+		"TodoWrite": toolOther, "Task": toolOther, "lookup": toolOther,
+	}
+	for name, want := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := classifyTool(name); got != want {
+				t.Errorf("classifyTool(%q) = %d, want %d", name, got, want)
+			}
+		})
+	}
+}
+
+func TestToolLinker(t *testing.T) {
+	mk := func(id, name string, fromSec int) *toolCall {
+		from := time.Duration(fromSec) * time.Second
+		return &toolCall{id: id, name: name, kind: classifyTool(name), from: at(from), answered: at(from + time.Second),
+			until: at(from + 61*time.Second), callerPID: 100}
+	}
+	tests := []struct {
+		name    string
+		calls   []*toolCall
+		started map[int]string
+		a       action
+		want    string
+		how     string
+	}{
+		{"exec matches bash", []*toolCall{mk("b", "Bash", 0), mk("r", "Read", 1)}, nil,
+			action{kind: event.KindExec, pid: 400, t: at(5 * time.Second)}, "b", "kind"},
+		{"file matches read", []*toolCall{mk("r", "Read", 0), mk("b", "Bash", 1)}, nil,
+			action{kind: event.KindFile, pid: 100, t: at(5 * time.Second)}, "r", "kind"},
+		{"most recent matching", []*toolCall{mk("b1", "Bash", 0), mk("b2", "Bash", 2)}, nil,
+			action{kind: event.KindExec, pid: 400, t: at(5 * time.Second)}, "b2", "kind"},
+		{"connect matches fetch", []*toolCall{mk("w", "WebFetch", 0), mk("b", "Bash", 1)}, nil,
+			action{kind: event.KindConnect, pid: 100, t: at(5 * time.Second)}, "w", "kind"},
+		{"fallback to recent for a child", []*toolCall{mk("b", "Bash", 0)}, nil,
+			action{kind: event.KindConnect, pid: 401, t: at(5 * time.Second)}, "b", "recent"},
+		{"no fallback for the caller", []*toolCall{mk("b", "Bash", 0)}, nil,
+			action{kind: event.KindConnect, pid: 100, t: at(5 * time.Second)}, "", ""},
+		{"before the call", []*toolCall{mk("b", "Bash", 10)}, nil,
+			action{kind: event.KindExec, pid: 400, t: at(5 * time.Second)}, "", ""},
+		{"after the window", []*toolCall{mk("b", "Bash", 0)}, nil,
+			action{kind: event.KindExec, pid: 400, t: at(90 * time.Second)}, "", ""},
+		{"lineage wins", []*toolCall{mk("b", "Bash", 0), mk("r", "Read", 1)}, map[int]string{400: "b"},
+			action{kind: event.KindFile, pid: 401, lineage: []int{400, 100}, t: at(5 * time.Second)}, "b", "lineage"},
+		{"lineage outlives the window", []*toolCall{mk("b", "Bash", 0)}, map[int]string{400: "b"},
+			action{kind: event.KindConnect, pid: 400, t: at(300 * time.Second)}, "b", "lineage"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := toolLinker{calls: tt.calls}
+			for pid, id := range tt.started {
+				for _, c := range tt.calls {
+					if c.id == id {
+						if l.started == nil {
+							l.started = map[int]*toolCall{}
+						}
+						l.started[pid] = c
+					}
+				}
+			}
+			c, how := l.link(tt.a)
+			got := ""
+			if c != nil {
+				got = c.id
+			}
+			if got != tt.want || how != tt.how {
+				t.Errorf("link = %q by %q, want %q by %q", got, how, tt.want, tt.how)
+			}
+		})
+	}
+}
+
+func TestTraceURL(t *testing.T) {
+	tests := []struct {
+		in      string
+		capture bool
+		want    string
+	}{
+		{"https://h/p?a=1&key=" + secret, false, "https://h/p?a=REDACTED&key=REDACTED"},
+		{"https://h/p?a=1", true, "https://h/p?a=1"},
+		{"https://user:" + secret + "@h/p", true, "https://h/p"},
+		{"https://h/p#" + secret, false, "https://h/p"},
+		{"https://h/p", false, "https://h/p"},
+		{"://bad url?" + secret, false, "://bad url"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := traceURL(tt.in, tt.capture); got != tt.want {
+				t.Errorf("traceURL = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestArgs(t *testing.T) {
+	long := make([]string, 40)
+	for i := range long {
+		long[i] = fmt.Sprint(i)
+	}
+	tests := []struct {
+		name    string
+		argv    []string
+		capture bool
+		want    []string
+	}{
+		{"none", nil, true, nil},
+		{"program only", []string{"curl", secret}, false, []string{"curl"}},
+		{"whole", []string{"curl", "x"}, true, []string{"curl", "x"}},
+		{"clipped", long, true, append(append([]string{}, long[:32]...), "…8 more")},
+		{"long arg", []string{strings.Repeat("é", 200)}, true, []string{strings.Repeat("é", 128) + "…"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if d := cmp.Diff(tt.want, args(tt.argv, tt.capture)); d != "" {
+				t.Errorf("args (-want +got):\n%s", d)
+			}
+		})
+	}
+}

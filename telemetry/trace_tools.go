@@ -1,0 +1,198 @@
+package telemetry
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// Linking actions to tool calls.
+//
+// The model asks for a tool in an LLM answer; the agent then runs it, and
+// what it runs shows up as exec, file and network events. Nothing in those
+// events names the tool call, so the tracer links each action to the call
+// that most plausibly caused it, in this order:
+//
+//  1. lineage: the action's process, or one of its ancestors, was started
+//     by an exec already linked to a call → that call ("lineage");
+//  2. kind: among the session's calls whose window holds the action's time
+//     (from the LLM request's start to 60 s after its answer), the most
+//     recent whose tool kind matches the action's → that call ("kind").
+//     Tools named like bash/shell/run/exec/command/terminal match exec
+//     events; fetch/http/web/url/curl/browse/download match connect, dns,
+//     tls and http events; read/write/edit/file/glob/grep/ls/view/patch
+//     match file events;
+//  3. recent: otherwise the most recent call in its window, unless the
+//     action comes from the process that made the LLM call (the agent's own
+//     traffic and files are not its tools' doing unless the kind matches)
+//     → that call ("recent").
+//
+// An action linked by 1 or 2 is reliable; 3 is a guess, and the attribute
+// chaperone.tool.match says which rule linked it.
+
+// toolKind groups tools by the actions they lead to.
+type toolKind uint8
+
+const (
+	toolOther toolKind = iota
+	toolExec
+	toolNet
+	toolFile
+)
+
+var toolWords = []struct {
+	kind  toolKind
+	words []string
+}{
+	{toolOther, []string{"todo", "task", "agent", "think", "plan"}},
+	{toolExec, []string{"bash", "shell", "run", "exec", "command", "terminal", "cmd"}},
+	{toolNet, []string{"fetch", "http", "web", "url", "curl", "browse", "download"}},
+	{toolFile, []string{"read", "write", "edit", "file", "glob", "grep", "view", "patch", "notebook", "str_replace"}},
+}
+
+// classifyTool guesses what kind of action a tool named name leads to.
+func classifyTool(name string) toolKind {
+	n := strings.ToLower(name)
+	if n == "ls" || n == "list" || n == "create" {
+		return toolFile
+	}
+	for _, w := range toolWords {
+		for _, s := range w.words {
+			if strings.Contains(n, s) {
+				return w.kind
+			}
+		}
+	}
+	return toolOther
+}
+
+// actionKind is the tool kind that explains an event of kind k; toolOther
+// for kinds that are not an action of a tool.
+func actionKind(k event.Kind) toolKind {
+	switch k {
+	case event.KindExec:
+		return toolExec
+	case event.KindFile:
+		return toolFile
+	case event.KindConnect, event.KindDNS, event.KindTLS, event.KindHTTP:
+		return toolNet
+	}
+	return toolOther
+}
+
+// toolCall is one tool the model asked for, open for linking until until.
+type toolCall struct {
+	id, name  string
+	kind      toolKind
+	sc        trace.SpanContext
+	span      trace.Span
+	from      time.Time // the LLM request's start: earlier actions are not its
+	answered  time.Time // when the answer ended: the span starts here
+	until     time.Time
+	callerPID int
+	last      time.Time // the latest action linked to it
+	ended     bool
+}
+
+// action is what the linker knows of an event.
+type action struct {
+	kind    event.Kind
+	pid     int
+	lineage []int
+	t       time.Time
+}
+
+// toolLinker holds a session's tool calls and the processes their execs
+// started.
+type toolLinker struct {
+	calls   []*toolCall         // in the order the answers arrived
+	started map[int]*toolCall   // pid → the call whose exec started it
+	byID    map[string]struct{} // ids seen, so a repeated answer adds nothing
+}
+
+// link returns the call that most plausibly caused a, and the rule that
+// chose it; nil when none fits.
+func (l *toolLinker) link(a action) (*toolCall, string) {
+	if c := l.started[a.pid]; c != nil {
+		return c, "lineage"
+	}
+	for _, pid := range a.lineage {
+		if c := l.started[pid]; c != nil {
+			return c, "lineage"
+		}
+	}
+	want := actionKind(a.kind)
+	if want == toolOther {
+		return nil, ""
+	}
+	var fallback *toolCall
+	for _, c := range slices.Backward(l.calls) {
+		if a.t.Before(c.from) || a.t.After(c.until) {
+			continue
+		}
+		if c.kind == want {
+			return c, "kind"
+		}
+		if fallback == nil && a.pid != c.callerPID {
+			fallback = c
+		}
+	}
+	if fallback != nil {
+		return fallback, "recent"
+	}
+	return nil, ""
+}
+
+// linked records that a, linked to c, happened; an exec makes its process
+// (and so its descendants) c's.
+func (l *toolLinker) linked(a action, c *toolCall) {
+	if a.t.After(c.last) {
+		c.last = a.t
+	}
+	if a.kind == event.KindExec && a.pid != c.callerPID {
+		if l.started == nil {
+			l.started = map[int]*toolCall{}
+		}
+		l.started[a.pid] = c
+	}
+}
+
+// expire ends the spans of calls whose window closed before t and forgets
+// them (the lineage map keeps them for their processes).
+func (l *toolLinker) expire(t time.Time) {
+	keep := l.calls[:0]
+	for _, c := range l.calls {
+		if t.After(c.until) {
+			c.end()
+			continue
+		}
+		keep = append(keep, c)
+	}
+	clear(l.calls[len(keep):])
+	l.calls = keep
+}
+
+// endAll ends every open call's span.
+func (l *toolLinker) endAll() {
+	for _, c := range l.calls {
+		c.end()
+	}
+	l.calls = nil
+}
+
+// end ends c's span at its last linked action, or at the answer when none.
+func (c *toolCall) end() {
+	if c.ended {
+		return
+	}
+	c.ended = true
+	end := c.answered
+	if c.last.After(end) {
+		end = c.last
+	}
+	c.span.End(trace.WithTimestamp(end))
+}
