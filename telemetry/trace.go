@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,7 +72,10 @@ type sessionTrace struct {
 	start time.Time
 	last  time.Time // the latest event time seen
 	procs map[int]*procSpan
-	tools toolLinker
+	// rootPID is the session's first process: lineages are cut there,
+	// since what is above it (whoever ran Chaperone) is not the session's.
+	rootPID int
+	tools   toolLinker
 	// https holds the http spans of requests that may be LLM calls, by
 	// pid and path, until their llm event arrives.
 	https map[httpKey]trace.SpanContext
@@ -264,7 +268,11 @@ func (t *Tracer) startSession(id string, at time.Time, info *event.Session) *ses
 	ctx, span := t.tracer.Start(context.Background(), name,
 		trace.WithNewRoot(), trace.WithTimestamp(at), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attrs...))
-	return &sessionTrace{id: id, root: span, ctx: ctx, start: at, last: at, procs: map[int]*procSpan{}}
+	st := &sessionTrace{id: id, root: span, ctx: ctx, start: at, last: at, procs: map[int]*procSpan{}}
+	if info != nil {
+		st.rootPID = info.RootPID
+	}
+	return st
 }
 
 // endSession ends the session's tool, process and root spans at at (never
@@ -316,10 +324,19 @@ func (t *Tracer) process(s *sessionTrace, e *event.Event) *procSpan {
 		return nil
 	}
 	parent := s.ctx
-	// Lineage is parent first; make spans from the root down.
+	// Lineage is parent first; make spans from the root down. Ancestors
+	// above the session's root are not the session's: cut them off.
+	lineage := p.Lineage
+	if s.rootPID > 0 && p.PID != s.rootPID {
+		if i := slices.Index(lineage, s.rootPID); i >= 0 {
+			lineage = lineage[:i+1]
+		}
+	} else if p.PID == s.rootPID {
+		lineage = nil
+	}
 	names := p.LineageNames
-	for i := len(p.Lineage) - 1; i >= 0; i-- {
-		pid := p.Lineage[i]
+	for i := len(lineage) - 1; i >= 0; i-- {
+		pid := lineage[i]
 		if pid <= 0 || pid == p.PID {
 			continue
 		}
@@ -331,12 +348,12 @@ func (t *Tracer) process(s *sessionTrace, e *event.Event) *procSpan {
 			name := "process"
 			// LineageNames runs root → this process, so the ancestor
 			// i steps above is at len-2-i when the lengths agree.
-			if j := len(names) - 2 - i; len(names) == len(p.Lineage)+1 && j >= 0 {
+			if j := len(names) - 2 - i; len(names) == len(lineage)+1 && j >= 0 {
 				name += " " + names[j]
 			}
 			ppid := 0
-			if i+1 < len(p.Lineage) {
-				ppid = p.Lineage[i+1]
+			if i+1 < len(lineage) {
+				ppid = lineage[i+1]
 			}
 			attrs := []attribute.KeyValue{attribute.Int(keyPID, pid), attribute.Bool(keyPlaceholder, true)}
 			if ppid > 0 {
@@ -348,7 +365,7 @@ func (t *Tracer) process(s *sessionTrace, e *event.Event) *procSpan {
 		}
 		parent = ps.ctx
 	}
-	if len(p.Lineage) == 0 && p.PPID > 0 {
+	if len(lineage) == 0 && p.PPID > 0 && p.PID != s.rootPID {
 		if ps := s.procs[p.PPID]; ps != nil {
 			parent = ps.ctx
 		}

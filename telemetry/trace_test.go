@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -457,5 +458,39 @@ func TestArgs(t *testing.T) {
 				t.Errorf("args (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// What runs above the session's root (the shell and tools that started
+// Chaperone) is not the session's: lineages are cut at the root.
+func TestTracerCutsLineageAtRoot(t *testing.T) {
+	start := &event.Event{Time: at(0), Kind: event.KindSessionStart, Session: "s9", Verdict: allow(),
+		SessionInfo: &event.Session{ID: "s9", Agent: "sh", RootPID: 100}}
+	// curl (300), child of python3 (200), child of the root sh (100), whose
+	// own ancestors 50 (make) and 1 (init) are outside.
+	open := &event.Event{Time: at(time.Second), Kind: event.KindFile, Session: "s9", Verdict: allow(),
+		Process: &event.Process{PID: 300, PPID: 200, Exe: "/usr/bin/curl", Lineage: []int{200, 100, 50, 1},
+			LineageNames: []string{"sh", "python3", "curl"}},
+		File: &event.File{Path: "/etc/hosts", Access: event.FileRead}}
+	end := &event.Event{Time: at(2 * time.Second), Kind: event.KindSessionEnd, Session: "s9", Verdict: allow(),
+		SessionInfo: &event.Session{ID: "s9", Agent: "sh", RootPID: 100}}
+	spans := record(t, false, []*event.Event{start, open, end})
+	got := keys(spans)
+	slices.Sort(got)
+	if d := cmp.Diff([]string{"invoke_agent sh", "process curl", "process python3", "process sh"}, got); d != "" {
+		t.Fatalf("spans (-want +got):\n%s", d)
+	}
+	parent := func(name string) string {
+		for n, s := range spans {
+			if s.SpanContext().SpanID() == spans[name].Parent().SpanID() {
+				return n
+			}
+		}
+		return ""
+	}
+	for child, want := range map[string]string{"process curl": "process python3", "process python3": "process sh", "process sh": "invoke_agent sh"} {
+		if got := parent(child); got != want {
+			t.Errorf("parent of %s = %q, want %q", child, got, want)
+		}
 	}
 }
