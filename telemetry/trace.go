@@ -76,10 +76,23 @@ type sessionTrace struct {
 	// since what is above it (whoever ran Chaperone) is not the session's.
 	rootPID int
 	tools   toolLinker
+	// unlinked holds the latest actions no tool call claimed: the llm event
+	// that names a call is published when the proxy has passed its whole
+	// answer on, and the agent may act on it before that.
+	unlinked []pendingAction
 	// https holds the http spans of requests that may be LLM calls, by
 	// pid and path, until their llm event arrives.
 	https map[httpKey]trace.SpanContext
 }
+
+// pendingAction is an action that may yet be linked to a tool call.
+type pendingAction struct {
+	a  action
+	ps *procSpan
+}
+
+// maxUnlinked bounds the actions kept for late tool calls.
+const maxUnlinked = 256
 
 type procSpan struct {
 	span     trace.Span
@@ -583,6 +596,46 @@ func (t *Tracer) onLLM(s *sessionTrace, e *event.Event) {
 			callerPID: pidOf(e),
 		})
 	}
+	if len(l.ToolCalls) > 0 {
+		s.relink(e.Time)
+	}
+}
+
+// linkProcess links ps's span to the tool call c (once).
+func linkProcess(ps *procSpan, c *toolCall, how string) {
+	if ps == nil {
+		return
+	}
+	if _, ok := ps.links[c.sc.SpanID().String()]; ok {
+		return
+	}
+	if ps.links == nil {
+		ps.links = map[string]struct{}{}
+	}
+	ps.links[c.sc.SpanID().String()] = struct{}{}
+	ps.span.AddLink(trace.Link{SpanContext: c.sc, Attributes: []attribute.KeyValue{
+		attribute.String(keyToolCallID, c.id), attribute.String(keyToolMatch, how),
+	}})
+}
+
+// relink gives the actions no call had claimed a second chance, now that
+// calls whose requests began at or after from have arrived: the agent may
+// act on an answer before its llm event is published.
+func (s *sessionTrace) relink(from time.Time) {
+	kept := s.unlinked[:0]
+	for _, p := range s.unlinked {
+		if p.a.t.Before(from) {
+			kept = append(kept, p)
+			continue
+		}
+		if c, how := s.tools.link(p.a); c != nil {
+			s.tools.linked(p.a, c)
+			linkProcess(p.ps, c, how+" (late)")
+			continue
+		}
+		kept = append(kept, p)
+	}
+	s.unlinked = kept
 }
 
 // onAction records a connect, dns, tls, file or exec event as an event on
@@ -598,17 +651,12 @@ func (t *Tracer) onAction(s *sessionTrace, e *event.Event) {
 			attribute.String(keyToolCallID, c.id),
 			attribute.String(keyToolSpan, c.sc.SpanID().String()),
 			attribute.String(keyToolMatch, how))
-		if ps != nil {
-			if _, ok := ps.links[c.sc.SpanID().String()]; !ok {
-				if ps.links == nil {
-					ps.links = map[string]struct{}{}
-				}
-				ps.links[c.sc.SpanID().String()] = struct{}{}
-				ps.span.AddLink(trace.Link{SpanContext: c.sc, Attributes: []attribute.KeyValue{
-					attribute.String(keyToolCallID, c.id), attribute.String(keyToolMatch, how),
-				}})
-			}
+		linkProcess(ps, c, how)
+	} else if actionKind(a.kind) != toolOther {
+		if len(s.unlinked) == maxUnlinked {
+			s.unlinked = slices.Delete(s.unlinked, 0, 1)
 		}
+		s.unlinked = append(s.unlinked, pendingAction{a: a, ps: ps})
 	}
 	span := s.root
 	if ps != nil {

@@ -494,3 +494,34 @@ func TestTracerCutsLineageAtRoot(t *testing.T) {
 		}
 	}
 }
+
+// The agent may run the tool before the llm event that asked for it is
+// published (the proxy publishes it once the whole answer is passed on):
+// the action is linked when the call arrives.
+func TestTracerLinksActionsBeforeTheirCall(t *testing.T) {
+	sess := &event.Session{ID: "s8", Agent: "claude", RootPID: 10}
+	agent := &event.Process{PID: 10, Exe: "/usr/bin/claude"}
+	ls := &event.Process{PID: 11, PPID: 10, Exe: "/usr/bin/ls", Lineage: []int{10}, LineageNames: []string{"claude", "ls"}}
+	events := []*event.Event{
+		{Time: at(0), Kind: event.KindSessionStart, Session: "s8", Verdict: allow(), SessionInfo: sess},
+		// The exec happens at 3s; the llm event whose request began at 1s
+		// arrives after it.
+		{Time: at(3 * time.Second), Kind: event.KindExec, Session: "s8", Verdict: allow(), Process: ls,
+			Exec: &event.Exec{Path: "/usr/bin/ls", Argv: []string{"ls"}}},
+		{Time: at(1 * time.Second), Kind: event.KindLLM, Session: "s8", Verdict: allow(), Process: agent,
+			LLM: &event.LLM{Provider: "anthropic", Model: "m", Status: 200, ToolCalls: []event.ToolCall{{ID: "toolu_9", Name: "Bash"}}}},
+		{Time: at(5 * time.Second), Kind: event.KindSessionEnd, Session: "s8", Verdict: allow(), SessionInfo: sess},
+	}
+	spans := record(t, false, events)
+	tool, proc := spans["execute_tool Bash"], spans["process ls"]
+	if tool == nil || proc == nil {
+		t.Fatalf("spans %v", keys(spans))
+	}
+	var linked bool
+	for _, l := range proc.Links() {
+		linked = linked || l.SpanContext.SpanID() == tool.SpanContext().SpanID()
+	}
+	if !linked {
+		t.Error("the exec that came before its call's llm event is not linked to the call")
+	}
+}

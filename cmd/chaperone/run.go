@@ -680,6 +680,13 @@ func describeProcess(procs *attribution.Table, pid, root int) (*event.Process, e
 		return nil, err
 	}
 	p.LineageNames = procs.LineageNames(p, root)
+	// Lineage ends at the session's root: what started Chaperone is not
+	// the session's.
+	if pid == root {
+		p.Lineage = nil
+	} else if i := slices.Index(p.Lineage, root); i >= 0 {
+		p.Lineage = p.Lineage[: i+1 : i+1]
+	}
 	if d, err := procs.ExeDigest(pid); err == nil {
 		p.ExeDigest = d
 	}

@@ -84,10 +84,7 @@ func TestSessionTrace(t *testing.T) {
 		"--resolve", "api.anthropic.com:"+ant.Addr.Addr().String(),
 		"--resolve", "api.e2e.test:"+w.api.Addr.Addr().String(),
 		"--log", w.log, "--",
-		// The llm event is published when the proxy has passed the whole answer
-		// on, which can be just after the agent acts on it: the pause keeps
-		// this test about the span model, not that race (a known gap).
-		"sh", "-c", `"$1" anthropic "$2" "list the files; my token is $4" >/dev/null && sleep 0.3 && ls >/dev/null && curl -sS "$3/x?token=$4" >/dev/null`,
+		"sh", "-c", `"$1" anthropic "$2" "list the files; my token is $4" >/dev/null && ls >/dev/null && curl -sS "$3/x?token=$4" >/dev/null`,
 		"sh", sdkAgent, fmt.Sprintf("https://api.anthropic.com:%d/", ant.Addr.Port()), w.api.URL, tok)
 	mustSucceed(t, r)
 
@@ -140,9 +137,17 @@ func TestSessionTrace(t *testing.T) {
 		}
 		s = parent
 	}
+	// The span of the process that exec'd ls (named after its program at
+	// first sight, which may be the shell it forked from) links the call.
 	var lsLinked bool
 	for _, s := range spans {
-		if !strings.HasPrefix(s.Name, "process ls") {
+		execsLs := false
+		for _, ev := range s.Events {
+			for _, a := range ev.Attributes {
+				execsLs = execsLs || ev.Name == "exec" && strings.HasSuffix(a.Value.GetStringValue(), "/ls")
+			}
+		}
+		if !execsLs {
 			continue
 		}
 		for _, l := range s.Links {
