@@ -324,6 +324,15 @@ func (t *Tracer) process(s *sessionTrace, e *event.Event) *procSpan {
 		exe, argv = e.Exec.Path, e.Exec.Argv
 	}
 	if ps := s.procs[p.PID]; ps != nil {
+		if e.Kind == event.KindExec && e.Exec != nil && e.Verdict.Allowed() {
+			// The pid runs a new program now: the span is named after
+			// what the process became (a shell forks, then execs curl).
+			ps.inferred = false
+			ps.span.SetName("process " + processName(exe, argv))
+			ps.span.SetAttributes(t.processAttrs(p, exe, argv)...)
+			ps.span.SetAttributes(attribute.Bool(keyPlaceholder, false))
+			return ps
+		}
 		if ps.inferred {
 			// A descendant made it; now it has an event of its own.
 			ps.inferred = false

@@ -525,3 +525,22 @@ func TestTracerLinksActionsBeforeTheirCall(t *testing.T) {
 		t.Error("the exec that came before its call's llm event is not linked to the call")
 	}
 }
+
+// A shell forks and the child execs curl: the child's span is named after
+// curl, whatever the child did before.
+func TestTracerNamesProcessAfterExec(t *testing.T) {
+	sess := &event.Session{ID: "s7", Agent: "sh", RootPID: 10}
+	child := &event.Process{PID: 20, PPID: 10, Exe: "/usr/bin/dash", Lineage: []int{10}, LineageNames: []string{"dash", "dash"}}
+	events := []*event.Event{
+		{Time: at(0), Kind: event.KindSessionStart, Session: "s7", Verdict: allow(), SessionInfo: sess},
+		{Time: at(time.Second), Kind: event.KindFile, Session: "s7", Verdict: allow(), Process: child,
+			File: &event.File{Path: "/etc/passwd", Access: event.FileRead}},
+		{Time: at(2 * time.Second), Kind: event.KindExec, Session: "s7", Verdict: allow(), Process: child,
+			Exec: &event.Exec{Path: "/usr/bin/curl", Argv: []string{"curl", "https://x"}}},
+		{Time: at(3 * time.Second), Kind: event.KindSessionEnd, Session: "s7", Verdict: allow(), SessionInfo: sess},
+	}
+	spans := record(t, false, events)
+	if _, ok := spans["process curl"]; !ok {
+		t.Errorf("spans %v: want the child named after curl", keys(spans))
+	}
+}

@@ -79,12 +79,13 @@ func TestSessionTrace(t *testing.T) {
 	ant := startUpstream(t, upstream.Options{Name: "api.anthropic.com", Addr: "127.0.0.4:0", CA: w.ca, Handler: upstream.LLMHandler(5)})
 	rcv := newOTLPReceiver(t)
 	tok := upstream.FakeGitHubToken()
-	r := w.chaperone([]string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"},
+	r := w.chaperone([]string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "API=" + w.api.URL},
 		"run", "--mode", "proxy", "--upstream-ca", w.caFile,
 		"--resolve", "api.anthropic.com:"+ant.Addr.Addr().String(),
 		"--resolve", "api.e2e.test:"+w.api.Addr.Addr().String(),
 		"--log", w.log, "--",
-		"sh", "-c", `"$1" anthropic "$2" "list the files; my token is $4" >/dev/null && ls >/dev/null && curl -sS "$3/x?token=$4" >/dev/null`,
+		"sh", "-c", `"$1" anthropic "$2" "list the files; my token is $4" >/dev/null && ls >/dev/null && curl -sS "$3/x?token=$4" >/dev/null &&
+python3 -c 'import os, urllib.request; urllib.request.urlopen(os.environ["API"] + "/py").read()'`,
 		"sh", sdkAgent, fmt.Sprintf("https://api.anthropic.com:%d/", ant.Addr.Port()), w.api.URL, tok)
 	mustSucceed(t, r)
 
@@ -158,7 +159,42 @@ func TestSessionTrace(t *testing.T) {
 		// Execs are events only where they are mediated.
 		t.Error("the ls that followed the bash tool call is not linked to it")
 	}
-	if get := byName["GET"]; get == nil || !strings.Contains(attr(get, "url.full").GetStringValue(), "token=REDACTED") {
-		t.Errorf("GET span: %v", get)
+	// Both GETs: curl's, with its query value redacted, and python3's, each
+	// under its own process.
+	var curlGet, pyGet bool
+	for _, s := range spans {
+		if s.Name != "GET" {
+			continue
+		}
+		proc := byID[hex.EncodeToString(s.ParentSpanId)]
+		switch u := attr(s, "url.full").GetStringValue(); {
+		case strings.Contains(u, "/x?token=REDACTED"):
+			curlGet = proc != nil && strings.HasPrefix(proc.Name, "process curl")
+		case strings.HasSuffix(u, "/py"):
+			pyGet = proc != nil && strings.HasPrefix(proc.Name, "process python3")
+		}
+	}
+	if !curlGet || !pyGet {
+		t.Errorf("GET spans under their processes: curl %v, python3 %v", curlGet, pyGet)
+	}
+}
+
+// A collector that is down costs the trace, never the session: the agent
+// runs as it would, and the lost spans are counted in the summary.
+func TestSessionTraceCollectorDown(t *testing.T) {
+	need(t, "curl")
+	w := newWorld(t)
+	down := newOTLPReceiver(t)
+	down.Close() // the port is closed now
+	r := w.chaperone([]string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + down.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"},
+		"run", "--mode", "proxy", "--upstream-ca", w.caFile,
+		"--resolve", "api.e2e.test:"+w.api.Addr.Addr().String(), "--log", w.log, "--",
+		"curl", "-sS", w.api.URL+"/still-works")
+	mustSucceed(t, r)
+	if !strings.Contains(r.stdout, "hello from api.e2e.test") {
+		t.Errorf("agent printed %q", r.stdout)
+	}
+	if !strings.Contains(r.stderr, "trace events or spans dropped") {
+		t.Errorf("the lost spans were not reported:\n%s", r.stderr)
 	}
 }
