@@ -82,7 +82,14 @@ func (s *schema) fieldRefs(src string) ([]string, error) {
 // Opens for executing are not covered. A rule whose condition fails at
 // run time is skipped, as in Decide, and counted in Stats.EvalErrors.
 func (e *Engine) FileStatic(path string, sess *event.Session) bool {
-	if !e.fileStatic {
+	return e.FileStaticFor(path, sess, event.FileRead, event.FileWrite)
+}
+
+// FileStaticFor is FileStatic for the accesses given only: the caller
+// knows the others cannot happen (the kernel refuses a write to a file the
+// agent has no permission to write before the policy is asked).
+func (e *Engine) FileStaticFor(path string, sess *event.Session, accesses ...event.FileAccess) bool {
+	if !e.fileStatic || len(accesses) == 0 {
 		return false
 	}
 	f := event.File{Path: path}
@@ -90,7 +97,7 @@ func (e *Engine) FileStatic(path string, sess *event.Session) bool {
 	if sess != nil {
 		ev.Session = sess.ID
 	}
-	for _, a := range [...]event.FileAccess{event.FileRead, event.FileWrite} {
+	for _, a := range accesses {
 		f.Access = a
 		if !e.allowedByRules(&ev) {
 			return false

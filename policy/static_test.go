@@ -251,3 +251,28 @@ func BenchmarkFileStatic(b *testing.B) {
 		})
 	}
 }
+
+func TestFileStaticFor(t *testing.T) {
+	p, err := Parse("default.yaml", DefaultPolicyYAML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(p, EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := &event.Session{ID: "s1", Workdir: "/home/u/proj", Home: "/home/u", StateDir: "/var/lib/chaperone"}
+	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	if e.FileStatic(libc, sess) {
+		t.Error("libc static for reads and writes: a write outside the tree asks")
+	}
+	if !e.FileStaticFor(libc, sess, event.FileRead) {
+		t.Error("libc not static for reads")
+	}
+	if e.FileStaticFor("/home/u/.aws/credentials", sess, event.FileRead) {
+		t.Error("credentials static for reads")
+	}
+	if e.FileStaticFor(libc, sess) {
+		t.Error("static for no access at all")
+	}
+}

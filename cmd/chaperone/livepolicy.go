@@ -52,13 +52,14 @@ func (l *livePolicy) Decide(ctx context.Context, e *event.Event) event.Verdict {
 	return l.cur.Load().d.Decide(ctx, e)
 }
 
-// FileStatic asks the current policy whether every open of path is
-// allowed whatever the process (see policy.Engine.FileStatic).
-func (l *livePolicy) FileStatic(path string, sess *event.Session) bool {
+// FileStaticFor asks the current policy whether every open of path for
+// the accesses given is allowed whatever the process (see
+// policy.Engine.FileStaticFor).
+func (l *livePolicy) FileStaticFor(path string, sess *event.Session, accesses ...event.FileAccess) bool {
 	if fs, ok := l.cur.Load().d.(interface {
-		FileStatic(string, *event.Session) bool
+		FileStaticFor(string, *event.Session, ...event.FileAccess) bool
 	}); ok {
-		return fs.FileStatic(path, sess)
+		return fs.FileStaticFor(path, sess, accesses...)
 	}
 	return false
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,4 +167,42 @@ func (c *processCache) process(pid int) (*event.Process, error) {
 	c.m[pid] = cachedProcess{p: p, exe: exe, at: now}
 	c.mu.Unlock()
 	return p, nil
+}
+
+// ids is who the agent runs as, for permission checks.
+type ids struct {
+	uid  int
+	gids []int // primary first
+}
+
+// agentIdentity is the uid and groups the agent runs with: who's, or
+// Chaperone's own where who keeps them.
+func agentIdentity(who privdrop.Options) ids {
+	id := ids{uid: who.UID}
+	if id.uid < 0 {
+		id.uid = os.Geteuid()
+	}
+	gid := who.GID
+	if gid < 0 {
+		gid = os.Getegid()
+	}
+	id.gids = append(id.gids, gid)
+	groups := who.Groups
+	if groups == nil && who.UID < 0 {
+		groups, _ = os.Getgroups()
+	}
+	return ids{uid: id.uid, gids: append(id.gids, groups...)}
+}
+
+// modeDeniesWrite reports whether a file of this owner, group and mode
+// refuses id a write by its permission bits (as for a process without
+// capabilities, which the agent is).
+func modeDeniesWrite(uid, gid int, mode uint32, id ids) bool {
+	switch {
+	case uid == id.uid:
+		return mode&0o200 == 0
+	case slices.Contains(id.gids, gid):
+		return mode&0o020 == 0
+	}
+	return mode&0o002 == 0
 }

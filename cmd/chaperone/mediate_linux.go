@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/chaperone-dev/chaperone/fileexec"
 	"github.com/chaperone-dev/chaperone/fileexec/execs"
 )
@@ -57,4 +59,19 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		return stops, fmt.Errorf("run: exec mediation: %w", err)
 	}
 	return append(stops, func() { x.Close() }), nil
+}
+
+// writeDenied reports whether the kernel refuses the agent a write open of
+// path by the file's permission bits, before fanotify would ask. A file
+// with an access control list, or one that cannot be examined, is not
+// known to be.
+func writeDenied(path string, id ids) bool {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false
+	}
+	if _, err := unix.Getxattr(path, "system.posix_acl_access", nil); !errors.Is(err, unix.ENODATA) {
+		return false // an ACL (or xattrs we cannot read): the bits are not the whole story
+	}
+	return modeDeniesWrite(int(st.Uid), int(st.Gid), st.Mode, id)
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -40,5 +42,44 @@ func TestProcessCache(t *testing.T) {
 	c.process(7)
 	if calls != 4 {
 		t.Errorf("a pid whose exe cannot be read was served from the cache: %d calls", calls)
+	}
+}
+
+func TestModeDeniesWrite(t *testing.T) {
+	agent := ids{uid: 1000, gids: []int{1000, 27}}
+	for _, tt := range []struct {
+		name     string
+		uid, gid int
+		mode     uint32
+		want     bool
+	}{
+		{"root's library", 0, 0, 0o644, true},
+		{"own file", 1000, 1000, 0o644, false},
+		{"own read-only file", 1000, 1000, 0o444, true},
+		{"group-writable, in the group", 0, 27, 0o664, false},
+		{"group-writable, not in the group", 0, 50, 0o664, true},
+		{"world-writable", 0, 0, 0o666, false},
+		{"owner bits win over others'", 1000, 0, 0o466, true},
+	} {
+		if got := modeDeniesWrite(tt.uid, tt.gid, tt.mode, agent); got != tt.want {
+			t.Errorf("%s: modeDeniesWrite = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestWriteDenied(t *testing.T) {
+	if ok, _ := canMediateFiles(); !ok {
+		t.Skip("file mediation is not built here")
+	}
+	dir := t.TempDir()
+	ro, rw := filepath.Join(dir, "ro"), filepath.Join(dir, "rw")
+	os.WriteFile(ro, []byte("x"), 0o444)
+	os.WriteFile(rw, []byte("x"), 0o644)
+	me := ids{uid: os.Geteuid(), gids: []int{os.Getegid()}}
+	if !writeDenied(ro, me) || writeDenied(rw, me) {
+		t.Errorf("writeDenied: read-only %v, writable %v", writeDenied(ro, me), writeDenied(rw, me))
+	}
+	if writeDenied(dir, me) || writeDenied(filepath.Join(dir, "missing"), me) {
+		t.Error("a directory or a missing file counted as known")
 	}
 }

@@ -177,8 +177,9 @@ func (d engineDecider) Decide(ctx context.Context, e *event.Event) event.Verdict
 	return d.eng.Decide(ctx, e)
 }
 
-// FileStatic says whether the policy allows every open of path, read or
-// write, by any process of the session (see policy.Engine.FileStatic).
-func (d engineDecider) FileStatic(path string, sess *event.Session) bool {
-	return d.eng.FileStatic(path, sess)
+// FileStaticFor says whether the policy allows every open of path for
+// the accesses given, by any process of the session (see
+// policy.Engine.FileStaticFor).
+func (d engineDecider) FileStaticFor(path string, sess *event.Session, accesses ...event.FileAccess) bool {
+	return d.eng.FileStaticFor(path, sess, accesses...)
 }

@@ -178,7 +178,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		forward = append(forward, reloadSignal)
 	}
 	var live *livePolicy
-	var fileStatic func(path string, sess *event.Session) bool
+	var fileStatic func(path string, sess *event.Session, accesses ...event.FileAccess) bool
 	// forgetFiles, once file mediation runs, drops what it learnt of the
 	// old policy when a new one loads.
 	var forgetFiles atomic.Pointer[func()]
@@ -190,7 +190,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			return 0, err
 		}
 		defer live.Close()
-		currentPolicy, decider, fileStatic = live.Policy, live, live.FileStatic
+		currentPolicy, decider, fileStatic = live.Policy, live, live.FileStaticFor
 	} else {
 		// No policy file: the embedded default policy, after deny_hosts.
 		def, err := policy.Parse("default policy", policy.DefaultPolicyYAML())
@@ -203,7 +203,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		}
 		defer closeFn()
 		currentPolicy, decider = func() *policy.Policy { return def }, d
-		fileStatic = d.(engineDecider).FileStatic
+		fileStatic = d.(engineDecider).FileStaticFor
 	}
 	// An ask holds the action for a person: on the terminal, or through
 	// the session's control socket.
@@ -439,6 +439,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	}
 	info.Home = envValue(cmd.Env, "HOME") // as the agent's user has it
 	stopMediation := func() {}
+	agentIDs := agentIdentity(who)
 	code, runErr := runChild(ctx, cmd, forward, func(pid int) {
 		if cgroupFD != nil {
 			cgroupFD.Close()
@@ -457,8 +458,16 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 				decider: guarded, publish: bus.Publish, log: log, stderr: o.stderr,
 				static: func(path string) bool {
 					// Nothing is let past without a record while the audit
-					// log fails.
-					return audit.Err() == nil && fileStatic(path, info)
+					// log fails. A file the agent may not write is static
+					// when its reads are: the kernel refuses the write
+					// before the policy would be asked.
+					if audit.Err() != nil {
+						return false
+					}
+					if fileStatic(path, info, event.FileRead, event.FileWrite) {
+						return true
+					}
+					return writeDenied(path, agentIDs) && fileStatic(path, info, event.FileRead)
 				},
 				forget: func(f func()) { forgetFiles.Store(&f) },
 			})
