@@ -222,7 +222,10 @@ func (p *Proxy) applyRewrites(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	host := r.Host
 	if b := rw.Credentials; b != nil {
-		r.Header = r.Header.Clone() // values are changed in place; the event shares them
+		// Apply changes header values in place, and the event's header map
+		// shares them: give the request values of its own. (Identity
+		// headers and Accept-Encoding below only replace map entries.)
+		r.Header = r.Header.Clone()
 		injected, leaked := b.Apply(host, r.Header, &x.url)
 		for _, name := range b.FindPlaceholders(x.plain) {
 			if !b.Matches(name, host) {
@@ -249,9 +252,6 @@ func (p *Proxy) applyRewrites(w http.ResponseWriter, r *http.Request, x *exchang
 			id.Lineage = x.ev.Process.LineageNames
 		}
 		rand.Read(id.SpanID[:])
-		if x.rw.Credentials == nil {
-			r.Header = r.Header.Clone()
-		}
 		if names, err := inject.ApplyIdentity(r.Header, rw.IdentityPresets, id); err == nil && len(names) > 0 {
 			x.changes().Headers = names
 		}
@@ -259,9 +259,6 @@ func (p *Proxy) applyRewrites(w http.ResponseWriter, r *http.Request, x *exchang
 	if x.llm != nil {
 		// The answer is parsed (and placeholders restored): it must come
 		// uncompressed.
-		if x.rw.Credentials == nil && x.ch == nil {
-			r.Header = r.Header.Clone()
-		}
 		r.Header.Set("Accept-Encoding", "identity")
 	}
 	if x.ch != nil {
