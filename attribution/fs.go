@@ -48,7 +48,7 @@ func (d dirFS) ReadFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.ReadFile(p)
+	return readFile(p)
 }
 
 func (d dirFS) ReadDir(name string) ([]fs.DirEntry, error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 )
 
 // OSProc returns the real /proc. There is none on this system: every read
@@ -22,3 +23,5 @@ func (noProc) ReadFile(name string) ([]byte, error)       { return nil, errNoPro
 func (noProc) ReadDir(name string) ([]fs.DirEntry, error) { return nil, errNoProc(name) }
 func (noProc) Readlink(name string) (string, error)       { return "", errNoProc(name) }
 func (noProc) Open(name string) (fs.File, error)          { return nil, errNoProc(name) }
+
+func readFile(p string) ([]byte, error) { return os.ReadFile(p) }

@@ -105,6 +105,14 @@ func NewTable(fsys FS, opts ...TableOption) *Table {
 // StartTime is zero when /proc/stat has no boot time. The error wraps
 // ErrNotFound when pid does not exist.
 func (t *Table) Process(pid int) (*event.Process, error) {
+	return t.ProcessUnder(pid, 0)
+}
+
+// ProcessUnder is Process with the lineage ending at root, when root is
+// one of pid's ancestors (and nil when pid is root): the ancestors above a
+// session's root are not the session's, and not reading them saves a walk
+// to pid 1 for every new process. root 0 cuts nothing.
+func (t *Table) ProcessUnder(pid, root int) (*event.Process, error) {
 	st, err := t.stat(pid)
 	if err != nil {
 		return nil, err
@@ -138,7 +146,7 @@ func (t *Table) Process(pid int) (*event.Process, error) {
 		Argv:    slices.Clone(c.argv),
 		Cwd:     cwd,
 		UID:     c.uid,
-		Lineage: t.lineage(st),
+		Lineage: t.lineage(st, root),
 	}
 	if bt, ok := t.bootTime(); ok {
 		p.StartTime = time.Unix(bt, 0).Add(time.Duration(st.startTicks) * (time.Second / userHZ)).UTC()
@@ -209,11 +217,14 @@ func (t *Table) Descendants(root int) []int {
 }
 
 // lineage returns st's ancestors, parent first.
-func (t *Table) lineage(st procStat) []int {
+func (t *Table) lineage(st procStat, root int) []int {
+	if root > 0 && st.pid == root {
+		return nil
+	}
 	var out []int
 	t.walkAncestors(st, func(p int) bool {
 		out = append(out, p)
-		return true
+		return p != root
 	})
 	return out
 }

@@ -188,6 +188,27 @@ func TestLineage(t *testing.T) {
 			}
 		})
 	}
+	for _, tt := range []struct {
+		name      string
+		pid, root int
+		want      []int
+	}{
+		{"ends at the root", 1003, 1001, []int{1002, 1001}},
+		{"the root itself has none", 1001, 1001, nil},
+		{"root the parent", 1003, 1002, []int{1002}},
+		{"root not an ancestor: to pid 1", 1003, 70, []int{1002, 1001, 1000, 1}},
+		{"root 0 cuts nothing", 1003, 0, []int{1002, 1001, 1000, 1}},
+	} {
+		t.Run("under/"+tt.name, func(t *testing.T) {
+			p, err := tbl.ProcessUnder(tt.pid, tt.root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, p.Lineage); diff != "" {
+				t.Errorf("ProcessUnder(%d, %d).Lineage (-want +got):\n%s", tt.pid, tt.root, diff)
+			}
+		})
+	}
 }
 
 func TestPIDReuse(t *testing.T) {

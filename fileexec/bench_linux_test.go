@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/chaperone-dev/chaperone/event"
 )
 
 // BenchmarkOpen has a helper in a private mount namespace open and close one
@@ -49,7 +51,7 @@ func BenchmarkOpen(b *testing.B) {
 						o.InSession = func(int) bool { return false }
 					}
 					if tc.static {
-						o.Static = func(string) bool { return true }
+						o.Static = func(string, event.FileAccess, event.Verdict) bool { return true }
 					}
 				})
 				if got := c.do(b, "open "+path+" r"); got != "ok" { // fill the cache, mark the file

@@ -47,12 +47,15 @@ type FileOptions struct {
 	// decided nor published (for example under /dev/shm).
 	Ignore func(path string) bool
 	// Static, when set, says whether every open of path by any session
-	// process, for reading or writing, is allowed whatever the process:
-	// then Chaperone stops being asked about that file (an ignore mark on
-	// its inode) until the file is modified or Forget is called. It is
-	// called on handler goroutines after an open of path was allowed, and
-	// must return promptly.
-	Static func(path string) bool
+	// process, for reading or writing (access read or write), or for
+	// executing (access exec), is allowed whatever the process: then
+	// Chaperone stops being asked about such opens of that file (an ignore
+	// mark on its inode) until the file is modified or Forget is called.
+	// An exec is still decided by the execs package. It is called on
+	// handler goroutines after an open of path for access was allowed with
+	// v (the verdict it was given, so that access need not be decided
+	// again), and must return promptly.
+	Static func(path string, access event.FileAccess, v event.Verdict) bool
 }
 
 // FileStats counts what a Files has answered since WatchMounts.
@@ -61,6 +64,7 @@ type FileStats struct {
 	Events    uint64 // permission events answered, from any process
 	Outside   uint64 // allowed at once: the process is not in the session (or is Chaperone itself)
 	Ignored   uint64 // allowed at once: Ignore matched the path
+	ExecOpens uint64 // allowed at once: an exec's FAN_OPEN_PERM, after its FAN_OPEN_EXEC_PERM was allowed
 	CacheHits uint64 // answered from a cached verdict (or a decision another open was waiting for), not published
 	Denied    uint64 // answered with deny, for any reason
 	Static    uint64 // ignore marks added for Static (a file modified and opened again counts again)

@@ -38,8 +38,8 @@ const (
 
 	metadataLen = 24 // sizeof(struct fanotify_event_metadata)
 
-	// An ignore mark for Static: FAN_OPEN_PERM only, so execs
-	// (FAN_OPEN_EXEC_PERM) are still decided. Without
+	// An ignore mark for Static, for FAN_OPEN_PERM or FAN_OPEN_EXEC_PERM
+	// (each as its own Static answer says). Without
 	// FAN_MARK_IGNORED_SURV_MODIFY the kernel clears it when the file is
 	// modified. FAN_MARK_EVICTABLE (5.19) keeps the mark from pinning the
 	// inode in memory: an evicted inode loses its mark and is decided
@@ -87,8 +87,8 @@ type Files struct {
 	groupClosed bool
 	staticMarks atomic.Uint64
 
-	mounts                                 int
-	events, outside, ignored, hits, denied atomic.Uint64
+	mounts                                            int
+	events, outside, ignored, hits, denied, execOpens atomic.Uint64
 }
 
 // inodeKey names an inode ignore-marked for Static.
@@ -387,11 +387,18 @@ func (f *Files) answer(ev rawEvent) bool {
 	}
 	if f.o.Ignore != nil && f.o.Ignore(path) {
 		f.ignored.Add(1)
-		f.markStatic(ev, path, gen)
+		f.markStatic(ev, path, gen, nil)
 		return true
 	}
 	e.File.Path = path
 	e.File.Access = f.access(ev)
+	if e.File.Access == event.FileExec && ev.mask&unix.FAN_OPEN_EXEC_PERM == 0 {
+		// The kernel raises an exec's FAN_OPEN_PERM only after its
+		// FAN_OPEN_EXEC_PERM for the same open was allowed (decided, or
+		// let past by an ignore mark Static put): nothing left to decide.
+		f.execOpens.Add(1)
+		return true
+	}
 	if e.Process, err = f.o.Process(tgid); err != nil || e.Process == nil {
 		e.Process = nil
 		return f.fail(e, "the opening process could not be identified", err)
@@ -403,19 +410,25 @@ func (f *Files) answer(ev rawEvent) bool {
 	if !v.Allowed() {
 		return false
 	}
-	f.markStatic(ev, path, gen)
+	f.markStatic(ev, path, gen, func() bool { return f.o.Static(path, e.File.Access, v) })
 	return true
 }
 
-// markStatic puts an ignore mark for FAN_OPEN_PERM on the inode of ev's
-// allowed open when Static says path's opens are always allowed, before
-// the open is answered, so the next open of the file raises no event. Only
-// a regular file with one link is marked: the mark holds the inode, and a
-// second path to it may have another verdict. Nothing is marked when
-// Forget ran since the verdict was looked up (it may be stale). At most
-// CacheSize inodes are marked; one more removes them all first.
-func (f *Files) markStatic(ev rawEvent, path string, gen uint64) {
-	if f.o.Static == nil || ev.mask&unix.FAN_OPEN_PERM == 0 || !f.o.Static(path) {
+// markStatic puts an ignore mark on the inode of ev's allowed open, for the
+// event's kind (FAN_OPEN_PERM, or FAN_OPEN_EXEC_PERM for an exec), when
+// static says path's opens of that kind are always allowed (nil: Ignore
+// said so), before the open is answered, so the next such open of the
+// file raises no event. Only a regular file with one link is marked: the
+// mark holds the inode, and a second path to it may have another verdict.
+// Nothing is marked when Forget ran since the verdict was looked up (it
+// may be stale). At most CacheSize inodes are marked; one more removes
+// them all first.
+func (f *Files) markStatic(ev rawEvent, path string, gen uint64, static func() bool) {
+	mask := uint64(unix.FAN_OPEN_PERM)
+	if ev.mask&unix.FAN_OPEN_EXEC_PERM != 0 {
+		mask = unix.FAN_OPEN_EXEC_PERM
+	}
+	if f.o.Static == nil || ev.mask&mask == 0 || (static != nil && !static()) {
 		return
 	}
 	var st unix.Stat_t
@@ -440,10 +453,10 @@ func (f *Files) markStatic(ev rawEvent, path string, gen uint64) {
 	if f.noEvictable {
 		flags &^= unix.FAN_MARK_EVICTABLE
 	}
-	err := unix.FanotifyMark(f.fd, flags, unix.FAN_OPEN_PERM, ev.fd, "")
+	err := unix.FanotifyMark(f.fd, flags, mask, ev.fd, "")
 	if errors.Is(err, unix.EINVAL) && !f.noEvictable {
 		f.noEvictable = true // before 5.19
-		err = unix.FanotifyMark(f.fd, flags&^unix.FAN_MARK_EVICTABLE, unix.FAN_OPEN_PERM, ev.fd, "")
+		err = unix.FanotifyMark(f.fd, flags&^unix.FAN_MARK_EVICTABLE, mask, ev.fd, "")
 	}
 	if err != nil {
 		f.log.Debug("fileexec: ignore mark", "path", path, "err", err)
@@ -679,6 +692,7 @@ func (f *Files) Stats() FileStats {
 		Events:    f.events.Load(),
 		Outside:   f.outside.Load(),
 		Ignored:   f.ignored.Load(),
+		ExecOpens: f.execOpens.Load(),
 		CacheHits: f.hits.Load(),
 		Denied:    f.denied.Load(),
 		Static:    f.staticMarks.Load(),

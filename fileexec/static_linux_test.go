@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,10 +14,14 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 )
 
-// staticPaths is a Static that holds for the given paths.
-func staticPaths(paths ...string) func(*FileOptions) {
+// staticPaths is a Static that holds for the given paths. It fails the
+// test when asked about an open that was not allowed or has no access.
+func staticPaths(t *testing.T, paths ...string) func(*FileOptions) {
 	return func(o *FileOptions) {
-		o.Static = func(p string) bool {
+		o.Static = func(p string, access event.FileAccess, v event.Verdict) bool {
+			if !v.Allowed() || access == "" {
+				t.Errorf("Static(%q) asked after an open for %q given %+v", p, access, v)
+			}
 			for _, s := range paths {
 				if p == s {
 					return true
@@ -70,7 +75,7 @@ func TestStatic(t *testing.T) {
 			}
 			var opts []func(*FileOptions)
 			if tt.static {
-				opts = append(opts, staticPaths(path))
+				opts = append(opts, staticPaths(t, path))
 			}
 			c := startChild(t)
 			f, r := watch(t, c, decide, opts...)
@@ -105,7 +110,7 @@ func TestStaticModified(t *testing.T) {
 	requireRoot(t)
 	path := writeFile(t, "file")
 	c := startChild(t)
-	f, _ := watch(t, c, allowAll, staticPaths(path))
+	f, _ := watch(t, c, allowAll, staticPaths(t, path))
 	steps := []struct {
 		name   string
 		modify bool
@@ -148,7 +153,7 @@ func TestForget(t *testing.T) {
 	requireRoot(t)
 	allowed, denied := writeFile(t, "allowed"), writeFile(t, "denied")
 	c := startChild(t)
-	f, r := watch(t, c, denyPaths(denied), staticPaths(allowed, denied))
+	f, r := watch(t, c, denyPaths(denied), staticPaths(t, allowed, denied))
 	decided := func(p string) int {
 		n := 0
 		for _, d := range r.decideCalls() {
@@ -192,8 +197,11 @@ func TestForget(t *testing.T) {
 	}
 }
 
-// TestStaticExec: the ignore mark holds FAN_OPEN_PERM only; exec of a
-// marked program is still decided.
+// TestStaticExec: an allowed exec whose file Static holds for gets an
+// ignore mark of its own (FAN_OPEN_EXEC_PERM), so the next exec of it
+// raises no event; a denied one is decided (or answered from the cache)
+// every time. An exec's FAN_OPEN_PERM, which the kernel raises only after
+// its FAN_OPEN_EXEC_PERM was allowed, is never decided.
 func TestStaticExec(t *testing.T) {
 	requireRoot(t)
 	bin, err := os.ReadFile("/bin/true")
@@ -209,10 +217,17 @@ func TestStaticExec(t *testing.T) {
 	tests := []struct {
 		name   string
 		decide func(context.Context, *event.Event) event.Verdict
+		static bool
 		reply  string
+		// Events of prog that reach user space over two execs: its
+		// FAN_OPEN_EXEC_PERMs, and its FAN_OPEN_PERMs once the exec is
+		// allowed (unless read-marked).
+		wantEvents int
+		wantMarks  uint64 // prog's read mark and its exec mark
 	}{
-		{"exec allowed", allowAll, "ok"},
-		{"exec denied", denyExec, "err EPERM"},
+		{"allowed, static", allowAll, true, "ok", 1, 2},
+		{"denied, static", denyExec, true, "err EPERM", 2, 1},
+		{"allowed, not static", allowAll, false, "ok", 4, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -221,24 +236,56 @@ func TestStaticExec(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := startChild(t)
-			f, r := watch(t, c, tt.decide, staticPaths(prog))
+			static := []string{"/nothing"}
+			if tt.static {
+				static = []string{prog}
+			}
+			var mu sync.Mutex
+			progEvents := 0
+			countProg := func(o *FileOptions) {
+				o.Ignore = func(p string) bool { // asked of every event from the session
+					if p == prog {
+						mu.Lock()
+						progEvents++
+						mu.Unlock()
+					}
+					return false
+				}
+			}
+			f, r := watch(t, c, tt.decide, staticPaths(t, static...), countProg)
 			if got := c.do(t, "openn "+prog+" 100"); got != "ok" {
 				t.Fatalf("child got %q, want ok", got)
 			}
-			if st := f.Stats(); st.Events != 1 || st.Static != 1 {
-				t.Fatalf("stats %+v, want one event and one ignore mark", st)
-			}
-			if got := c.do(t, "exec "+prog); got != tt.reply {
-				t.Errorf("exec: child got %q, want %q", got, tt.reply)
-			}
-			var execs int
-			for _, d := range r.decideCalls() {
-				if d.Path == prog && d.Access == event.FileExec {
-					execs++
+			before := f.Stats()
+			mu.Lock()
+			progEvents = 0
+			mu.Unlock()
+			for i := range 2 {
+				if got := c.do(t, "exec "+prog); got != tt.reply {
+					t.Errorf("exec %d: child got %q, want %q", i, got, tt.reply)
 				}
 			}
-			if execs != 1 {
-				t.Errorf("decided the exec of %s %d times, want once", prog, execs)
+			var decided int
+			for _, d := range r.decideCalls() {
+				if d.Path == prog && d.Access == event.FileExec {
+					decided++
+				}
+			}
+			if decided != 1 {
+				t.Errorf("decided the exec of %s %d times, want once (then cached or marked)", prog, decided)
+			}
+			after := f.Stats()
+			if after.Static != tt.wantMarks {
+				t.Errorf("%d ignore marks, want %d", after.Static, tt.wantMarks)
+			}
+			// The loader's exec FAN_OPEN_PERMs count too: at least prog's.
+			if execOpens := after.ExecOpens - before.ExecOpens; !tt.static && execOpens < 2 {
+				t.Errorf("%d exec FAN_OPEN_PERMs let past, want at least prog's two", execOpens)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if progEvents != tt.wantEvents {
+				t.Errorf("%d events of %s reached user space, want %d", progEvents, prog, tt.wantEvents)
 			}
 		})
 	}
@@ -250,7 +297,7 @@ func TestStaticBounded(t *testing.T) {
 	requireRoot(t)
 	a, b, cc := writeFile(t, "a"), writeFile(t, "b"), writeFile(t, "c")
 	c := startChild(t)
-	f, _ := watch(t, c, allowAll, staticPaths(a, b, cc), func(o *FileOptions) { o.CacheSize = 2 })
+	f, _ := watch(t, c, allowAll, staticPaths(t, a, b, cc), func(o *FileOptions) { o.CacheSize = 2 })
 	steps := []struct {
 		path string
 		want delta

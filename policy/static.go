@@ -89,7 +89,39 @@ func (e *Engine) FileStatic(path string, sess *event.Session) bool {
 // knows the others cannot happen (the kernel refuses a write to a file the
 // agent has no permission to write before the policy is asked).
 func (e *Engine) FileStaticFor(path string, sess *event.Session, accesses ...event.FileAccess) bool {
-	if !e.fileStatic || len(accesses) == 0 {
+	if len(accesses) == 0 {
+		return false
+	}
+	return e.allowedForAll(path, sess, accesses)
+}
+
+// FileStaticGiven is FileStaticFor right after an open of path for decided
+// was given v, which saves evaluating the rules for that access again: v
+// counts as the rules' answer when they or the default reached it (not a
+// plugin, the judge or a person), and as a "no" otherwise. v must come
+// from this policy.
+func (e *Engine) FileStaticGiven(path string, sess *event.Session, decided event.FileAccess, v event.Verdict, accesses ...event.FileAccess) bool {
+	if len(accesses) == 0 {
+		return false
+	}
+	rest := make([]event.FileAccess, 0, len(accesses))
+	for _, a := range accesses {
+		if a != decided {
+			rest = append(rest, a)
+			continue
+		}
+		if v.Action != event.Allow || (v.DecidedBy != event.DecidedByRule && v.DecidedBy != event.DecidedByDefault) {
+			return false
+		}
+	}
+	return e.allowedForAll(path, sess, rest)
+}
+
+// allowedForAll reports whether file decisions cannot depend on the process
+// and p's rules and default allow every open of path for accesses (all of
+// them, vacuously so for none).
+func (e *Engine) allowedForAll(path string, sess *event.Session, accesses []event.FileAccess) bool {
+	if !e.fileStatic {
 		return false
 	}
 	f := event.File{Path: path}

@@ -276,3 +276,68 @@ func TestFileStaticFor(t *testing.T) {
 		t.Error("static for no access at all")
 	}
 }
+
+func TestFileStaticGiven(t *testing.T) {
+	p, err := Parse("default.yaml", DefaultPolicyYAML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(p, EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := &event.Session{ID: "s1", Workdir: "/home/u/proj", Home: "/home/u", StateDir: "/var/lib/chaperone"}
+	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	const src = "/home/u/proj/main.go"
+	byRule := event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByRule}
+	byDefault := event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByDefault}
+	read, write := event.FileRead, event.FileWrite
+	for _, tt := range []struct {
+		name     string
+		path     string
+		v        event.Verdict
+		accesses []event.FileAccess
+		want     bool
+		decided  event.FileAccess // read when empty
+	}{
+		{"read decided, only reads asked", libc, byRule, []event.FileAccess{read}, true, ""},
+		{"read decided by default", libc, byDefault, []event.FileAccess{read}, true, ""},
+		{"read decided, writes still evaluated (ask)", libc, byRule, []event.FileAccess{read, write}, false, ""},
+		{"tree file, writes evaluated and allowed", src, byRule, []event.FileAccess{read, write}, true, ""},
+		{"denied read", libc, event.Verdict{Action: event.Deny, DecidedBy: event.DecidedByRule}, []event.FileAccess{read}, false, ""},
+		{"allowed by a person", libc, event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByHuman}, []event.FileAccess{read}, false, ""},
+		{"allowed by the judge", libc, event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByJudge}, []event.FileAccess{read}, false, ""},
+		{"other access decided: read evaluated, denied", "/home/u/.aws/credentials", byRule, []event.FileAccess{read}, false, write},
+		{"no access at all", libc, byRule, nil, false, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			decided := tt.decided
+			if decided == "" {
+				decided = read
+			}
+			if got := e.FileStaticGiven(tt.path, sess, decided, tt.v, tt.accesses...); got != tt.want {
+				t.Errorf("FileStaticGiven = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	// A policy whose file decisions depend on the process is never static,
+	// whatever verdict is given.
+	p2, err := Parse("p.yaml", []byte(`
+default: allow
+rules:
+  - name: python-no-tree
+    on: [file]
+    when: process.exe.endsWith("python3")
+    action: deny
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := NewEngine(p2, EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e2.FileStaticGiven(src, sess, read, byDefault, read) {
+		t.Error("static although a rule reads process.exe")
+	}
+}

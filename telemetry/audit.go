@@ -68,6 +68,14 @@ type AuditLog struct {
 	lost atomic.Uint64
 
 	redact func(string) string // nil: records are written as they are
+
+	// The record of the last acting process, redacted, for the event
+	// process it was made from: a process's records come in runs, and
+	// clipping and redacting an argv of thousands of file names for each
+	// would cost more than the rest of the line. Events share one
+	// *event.Process per process description and never change it.
+	lastProc    *event.Process
+	lastProcRec *Process
 }
 
 // SetRedactor makes every later record pass its free text (command lines,
@@ -77,6 +85,7 @@ func (a *AuditLog) SetRedactor(redact func(string) string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.redact = redact
+	a.lastProc, a.lastProcRec = nil, nil
 }
 
 // OpenAuditLog opens path for appending, creating its parent directories
@@ -157,9 +166,11 @@ func (a *AuditLog) Write(e *event.Event) error {
 		a.lost.Add(1)
 		return a.err
 	}
-	r := RecordOf(e)
+	r := recordOf(e, a.processRecord(e.Process))
 	if a.redact != nil {
+		p := r.Process
 		r = r.redacted(a.redact)
+		r.Process = p // redacted already
 	}
 	a.buf.Reset()
 	if err := a.enc.Encode(r); err != nil {
@@ -182,6 +193,23 @@ func (a *AuditLog) Write(e *event.Event) error {
 	a.out = append(a.out, a.buf.Bytes()...)
 	a.pending++
 	return nil
+}
+
+// processRecord returns the record of p, clipped and redacted, reusing the
+// last one when p is the same description.
+func (a *AuditLog) processRecord(p *event.Process) *Process {
+	if p == nil {
+		return nil
+	}
+	if p == a.lastProc {
+		return a.lastProcRec
+	}
+	rec := processOf(p)
+	if a.redact != nil {
+		rec = rec.redacted(a.redact)
+	}
+	a.lastProc, a.lastProcRec = p, rec
+	return rec
 }
 
 // writeOut writes the buffered lines in one call: a file opened with

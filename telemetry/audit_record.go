@@ -101,6 +101,19 @@ type Process struct {
 // RecordOf flattens e into its audit record. Only the payload that matches
 // e.Kind is recorded; HTTP header values never are.
 func RecordOf(e *event.Event) Record {
+	return recordOf(e, processOf(e.Process))
+}
+
+// processOf is the record of the acting process p (nil for none).
+func processOf(p *event.Process) *Process {
+	if p == nil {
+		return nil
+	}
+	return &Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: clipArgv(p.Argv), Lineage: p.LineageNames, Digest: p.ExeDigest}
+}
+
+// recordOf is RecordOf with the process's record given.
+func recordOf(e *event.Event, p *Process) Record {
 	r := Record{
 		Time:      e.Time.UTC(),
 		Session:   e.Session,
@@ -110,9 +123,7 @@ func RecordOf(e *event.Event) Record {
 		DecidedBy: e.Verdict.DecidedBy,
 		Reason:    e.Verdict.Reason,
 	}
-	if p := e.Process; p != nil {
-		r.Process = &Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: clipArgv(p.Argv), Lineage: p.LineageNames, Digest: p.ExeDigest}
-	}
+	r.Process = p
 	switch e.Kind {
 	case event.KindConnect:
 		if c := e.Connect; c != nil {
@@ -278,29 +289,43 @@ func (r Record) truncated() Record {
 // text: process and exec argv, the session's command, URL and paths.
 // Lists are copied, never changed in place: they belong to the event.
 func (r Record) redacted(redact func(string) string) Record {
-	list := func(l []string) []string {
-		var out []string
-		for i, s := range l {
-			if t := redact(s); t != s {
-				if out == nil {
-					out = slices.Clone(l)
-				}
-				out[i] = t
-			}
-		}
-		if out == nil {
-			return l
-		}
-		return out
-	}
-	if r.Process != nil {
-		p := *r.Process
-		p.Argv = list(p.Argv)
-		r.Process = &p
-	}
-	r.Argv, r.Command = list(r.Argv), list(r.Command)
+	r.Process = r.Process.redacted(redact)
+	r.Argv, r.Command = redactList(r.Argv, redact), redactList(r.Command, redact)
 	r.URL, r.Path = redact(r.URL), redact(r.Path)
 	return r
+}
+
+// redacted returns p with its argv passed through redact (a copy when
+// anything changed).
+func (p *Process) redacted(redact func(string) string) *Process {
+	if p == nil {
+		return nil
+	}
+	argv := redactList(p.Argv, redact)
+	if len(argv) > 0 && &argv[0] == &p.Argv[0] {
+		return p
+	}
+	c := *p
+	c.Argv = argv
+	return &c
+}
+
+// redactList returns l with each element passed through redact: l itself
+// when nothing changed, else a copy.
+func redactList(l []string, redact func(string) string) []string {
+	var out []string
+	for i, s := range l {
+		if t := redact(s); t != s {
+			if out == nil {
+				out = slices.Clone(l)
+			}
+			out[i] = t
+		}
+	}
+	if out == nil {
+		return l
+	}
+	return out
 }
 
 // Bounds of the acting process's argv in a record: it says who acted, and

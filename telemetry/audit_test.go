@@ -1015,3 +1015,46 @@ func (w *recordingWriter) Write(b []byte) (int, error) {
 	w.writes = append(w.writes, bytes.Clone(b))
 	return len(b), nil
 }
+
+// A process's records reuse its clipped, redacted record; each record still
+// names its own process when processes alternate.
+func TestAuditLogProcessRecordPerProcess(t *testing.T) {
+	const secret = "s3cr3t-value"
+	var buf bytes.Buffer
+	a := newAuditLog(&buf)
+	a.SetRedactor(func(s string) string { return strings.ReplaceAll(s, secret, "[REDACTED:test:0001]") })
+	cat := &event.Process{PID: 10, Exe: "/bin/cat", Argv: []string{"cat", "--token=" + secret, "a"}}
+	sh := &event.Process{PID: 11, Exe: "/bin/sh", Argv: []string{"sh", "-c", "x"}}
+	order := []*event.Process{cat, cat, sh, cat, nil, sh}
+	for i, p := range order {
+		e := &event.Event{Kind: event.KindFile, Process: p, File: &event.File{Path: fmt.Sprintf("/f%d", i), Access: event.FileRead}}
+		if err := a.Write(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var recs []Record
+	if err := ReadRecords(&buf, Filter{}, func(r Record) error { recs = append(recs, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != len(order) {
+		t.Fatalf("%d records, want %d", len(recs), len(order))
+	}
+	for i, p := range order {
+		got := recs[i].Process
+		switch {
+		case p == nil && got != nil:
+			t.Errorf("record %d: process %+v, want none", i, got)
+		case p == nil:
+		case got == nil || got.PID != p.PID || got.Argv[0] != p.Argv[0]:
+			t.Errorf("record %d: process %+v, want pid %d %q", i, got, p.PID, p.Argv[0])
+		case p == cat && got.Argv[1] != "--token=[REDACTED:test:0001]":
+			t.Errorf("record %d: argv %q not redacted", i, got.Argv)
+		}
+	}
+	if cat.Argv[1] != "--token="+secret {
+		t.Errorf("the event's argv was changed: %q", cat.Argv)
+	}
+}

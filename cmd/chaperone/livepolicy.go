@@ -52,14 +52,14 @@ func (l *livePolicy) Decide(ctx context.Context, e *event.Event) event.Verdict {
 	return l.cur.Load().d.Decide(ctx, e)
 }
 
-// FileStaticFor asks the current policy whether every open of path for
-// the accesses given is allowed whatever the process (see
-// policy.Engine.FileStaticFor).
-func (l *livePolicy) FileStaticFor(path string, sess *event.Session, accesses ...event.FileAccess) bool {
+// FileStaticGiven asks the current policy whether every open of path for
+// the accesses given is allowed whatever the process, an open for decided
+// having just been given v (see policy.Engine.FileStaticGiven).
+func (l *livePolicy) FileStaticGiven(path string, sess *event.Session, decided event.FileAccess, v event.Verdict, accesses ...event.FileAccess) bool {
 	if fs, ok := l.cur.Load().d.(interface {
-		FileStaticFor(string, *event.Session, ...event.FileAccess) bool
+		FileStaticGiven(string, *event.Session, event.FileAccess, event.Verdict, ...event.FileAccess) bool
 	}); ok {
-		return fs.FileStaticFor(path, sess, accesses...)
+		return fs.FileStaticGiven(path, sess, decided, v, accesses...)
 	}
 	return false
 }

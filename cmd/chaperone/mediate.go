@@ -24,9 +24,10 @@ type mediationOptions struct {
 	info      *event.Session
 	inSession func(pid int) bool
 	// static says whether every open of path is allowed whatever the
-	// process: then the kernel stops asking about the file. forget is
-	// given the function that undoes that (a new policy).
-	static func(path string) bool
+	// process, an open for access having just been given v: then the
+	// kernel stops asking about the file. forget is given the function
+	// that undoes that (a new policy).
+	static func(path string, access event.FileAccess, v event.Verdict) bool
 	forget func(func())
 	// fileInSession, when set, is inSession for file opens.
 	fileInSession func(pid int) bool

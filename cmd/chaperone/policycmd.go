@@ -177,9 +177,9 @@ func (d engineDecider) Decide(ctx context.Context, e *event.Event) event.Verdict
 	return d.eng.Decide(ctx, e)
 }
 
-// FileStaticFor says whether the policy allows every open of path for
-// the accesses given, by any process of the session (see
-// policy.Engine.FileStaticFor).
-func (d engineDecider) FileStaticFor(path string, sess *event.Session, accesses ...event.FileAccess) bool {
-	return d.eng.FileStaticFor(path, sess, accesses...)
+// FileStaticGiven says whether the policy allows every open of path for
+// the accesses given, by any process of the session, an open for decided
+// having just been given v (see policy.Engine.FileStaticGiven).
+func (d engineDecider) FileStaticGiven(path string, sess *event.Session, decided event.FileAccess, v event.Verdict, accesses ...event.FileAccess) bool {
+	return d.eng.FileStaticGiven(path, sess, decided, v, accesses...)
 }

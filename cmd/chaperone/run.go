@@ -178,7 +178,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		forward = append(forward, reloadSignal)
 	}
 	var live *livePolicy
-	var fileStatic func(path string, sess *event.Session, accesses ...event.FileAccess) bool
+	var fileStatic func(path string, sess *event.Session, decided event.FileAccess, v event.Verdict, accesses ...event.FileAccess) bool
 	// forgetFiles, once file mediation runs, drops what it learnt of the
 	// old policy when a new one loads.
 	var forgetFiles atomic.Pointer[func()]
@@ -190,7 +190,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			return 0, err
 		}
 		defer live.Close()
-		currentPolicy, decider, fileStatic = live.Policy, live, live.FileStaticFor
+		currentPolicy, decider, fileStatic = live.Policy, live, live.FileStaticGiven
 	} else {
 		// No policy file: the embedded default policy, after deny_hosts.
 		def, err := policy.Parse("default policy", policy.DefaultPolicyYAML())
@@ -203,7 +203,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		}
 		defer closeFn()
 		currentPolicy, decider = func() *policy.Policy { return def }, d
-		fileStatic = d.(engineDecider).FileStaticFor
+		fileStatic = d.(engineDecider).FileStaticGiven
 	}
 	// An ask holds the action for a person: on the terminal, or through
 	// the session's control socket.
@@ -456,7 +456,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 				session: s.id, info: info, inSession: member,
 				process: newProcessCache(func(p int) (*event.Process, error) { return describeProcess(procs, p, pid) }, time.Second).process,
 				decider: guarded, publish: bus.Publish, log: log, stderr: o.stderr,
-				static: func(path string) bool {
+				static: func(path string, access event.FileAccess, v event.Verdict) bool {
 					// Nothing is let past without a record while the audit
 					// log fails. A file the agent may not write is static
 					// when its reads are: the kernel refuses the write
@@ -464,10 +464,13 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 					if audit.Err() != nil {
 						return false
 					}
-					if fileStatic(path, info, event.FileRead, event.FileWrite) {
+					if access == event.FileExec {
+						return fileStatic(path, info, access, v, event.FileExec)
+					}
+					if fileStatic(path, info, access, v, event.FileRead, event.FileWrite) {
 						return true
 					}
-					return writeDenied(path, agentIDs) && fileStatic(path, info, event.FileRead)
+					return writeDenied(path, agentIDs) && fileStatic(path, info, access, v, event.FileRead)
 				},
 				forget: func(f func()) { forgetFiles.Store(&f) },
 			})
@@ -684,18 +687,13 @@ func dnsUpstreams(cfg config.Config, stderr io.Writer) []netip.AddrPort {
 // describeProcess is what events say of pid: its details, lineage names
 // from the session's root and its executable's digest.
 func describeProcess(procs *attribution.Table, pid, root int) (*event.Process, error) {
-	p, err := procs.Process(pid)
+	// Lineage ends at the session's root: what started Chaperone is not
+	// the session's.
+	p, err := procs.ProcessUnder(pid, root)
 	if err != nil {
 		return nil, err
 	}
 	p.LineageNames = procs.LineageNames(p, root)
-	// Lineage ends at the session's root: what started Chaperone is not
-	// the session's.
-	if pid == root {
-		p.Lineage = nil
-	} else if i := slices.Index(p.Lineage, root); i >= 0 {
-		p.Lineage = p.Lineage[: i+1 : i+1]
-	}
 	if d, err := procs.ExeDigest(pid); err == nil {
 		p.ExeDigest = d
 	}
