@@ -27,6 +27,11 @@
 //   - Events are published when their verdict is applied (http events once
 //     the response status, or the error, is known); Publish is called from
 //     the data path and must not block for long.
+//   - No wait is unbounded: a client's request header (ReadHeaderTimeout),
+//     ClientHello and handshake (HandshakeTimeout) and an upstream's
+//     response header (UpstreamHeaderTimeout, then 504) each have a limit,
+//     and headers over MaxHeaderBytes get 431 (a client's) or 502 (an
+//     upstream's). A failing connection or request never stops others.
 //   - Close works after a partial start, closes listeners, tunnels and
 //     upstream connections, and leaves no goroutine behind.
 //

@@ -159,7 +159,8 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Del("Proxy-Connection")
 }
 
-// upstreamError answers 502 with the reason, which names addresses and
+// upstreamError answers 504 when the upstream did not answer in time and
+// 502 for any other failure, with the reason, which names addresses and
 // certificate problems but never a URL's query or a header.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	var ue *url.Error
@@ -167,7 +168,16 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		err = ue.Err
 	}
 	p.log.Debug("proxy: upstream error", "host", r.Host, "err", err)
-	writeText(w, http.StatusBadGateway, "chaperone: upstream error: "+err.Error()+"\n")
+	writeText(w, upstreamErrorStatus(err), "chaperone: upstream error: "+err.Error()+"\n")
+}
+
+// upstreamErrorStatus is the status a failed upstream round trip gets:
+// 504 for a timeout (dial, handshake or response header), else 502.
+func upstreamErrorStatus(err error) int {
+	if isTimeout(err) {
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
 }
 
 // statusWriter publishes the exchange's event when the response status is

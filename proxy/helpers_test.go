@@ -115,6 +115,7 @@ type envOptions struct {
 	processes   ProcessFinder
 	passthrough func(string, netip.Addr) bool
 	rewrites    *Rewrites // the test session's
+	tune        func(*Options)
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -155,6 +156,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 		Processes:   o.processes,
 		Passthrough: o.passthrough,
 		PeekTimeout: o.peekTimeout,
+	}
+	if o.tune != nil {
+		o.tune(&opts)
 	}
 	if o.rewrites != nil {
 		opts.Rewrites = func(s string) *Rewrites {

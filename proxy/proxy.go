@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -79,6 +80,26 @@ type Options struct {
 	// redacted, credentials injected, identity headers, LLM calls parsed);
 	// nil, or a nil result, changes nothing.
 	Rewrites func(session string) *Rewrites
+
+	// ReadHeaderTimeout is how long a client has to send a request's
+	// header, on the explicit-proxy port and inside tunnels; a client that
+	// trickles its header (slowloris) is disconnected after it. 30s when
+	// zero.
+	ReadHeaderTimeout time.Duration
+	// HandshakeTimeout is how long a tunnel's client has to send its
+	// ClientHello and finish the TLS handshake with the proxy; 10s when
+	// zero.
+	HandshakeTimeout time.Duration
+	// UpstreamHeaderTimeout is how long an upstream has, once a request is
+	// sent, to answer with a response header before the client gets 504.
+	// It bounds waiting for a silent upstream, not a response that is
+	// streaming; it is long because a non-streaming LLM call sends its
+	// header only once the whole answer is written. 10 minutes when zero.
+	UpstreamHeaderTimeout time.Duration
+	// MaxHeaderBytes bounds a request header from a client (a larger one
+	// gets 431) and a response header from an upstream (a larger one gets
+	// the client a 502). 1 MiB when zero.
+	MaxHeaderBytes int
 }
 
 // Tunnel describes a client connection whose connect event was allowed:
@@ -93,9 +114,13 @@ type Tunnel struct {
 }
 
 const (
-	defaultPeekTimeout = 300 * time.Millisecond
-	handshakeTimeout   = 10 * time.Second // ClientHello and TLS handshake with the client
-	dialTimeout        = 10 * time.Second
+	defaultPeekTimeout           = 300 * time.Millisecond
+	defaultReadHeaderTimeout     = 30 * time.Second
+	defaultHandshakeTimeout      = 10 * time.Second
+	defaultUpstreamHeaderTimeout = 10 * time.Minute
+	defaultMaxHeaderBytes        = 1 << 20
+	upstreamHandshakeTimeout     = 10 * time.Second
+	dialTimeout                  = 10 * time.Second
 )
 
 // Proxy is Chaperone's intercepting proxy. Its methods are safe for
@@ -108,8 +133,11 @@ type Proxy struct {
 	procs       ProcessFinder
 	now         func() time.Time
 	peekTimeout time.Duration
-	noIntercept func(string, netip.Addr) bool
-	rewrites    func(string) *Rewrites
+	// handshakeTimeout bounds a tunnel client's ClientHello and TLS
+	// handshake.
+	handshakeTimeout time.Duration
+	noIntercept      func(string, netip.Addr) bool
+	rewrites         func(string) *Rewrites
 
 	mitmTLS   *stdtls.Config
 	dialer    net.Dialer
@@ -149,24 +177,41 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Certs == nil {
 		return nil, errors.New("proxy: options: Certs is required")
 	}
-	if opts.PeekTimeout < 0 {
-		return nil, fmt.Errorf("proxy: options: negative PeekTimeout %v", opts.PeekTimeout)
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"PeekTimeout", opts.PeekTimeout},
+		{"ReadHeaderTimeout", opts.ReadHeaderTimeout},
+		{"HandshakeTimeout", opts.HandshakeTimeout},
+		{"UpstreamHeaderTimeout", opts.UpstreamHeaderTimeout},
+	} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("proxy: options: negative %s %v", d.name, d.v)
+		}
 	}
+	if opts.MaxHeaderBytes < 0 {
+		return nil, fmt.Errorf("proxy: options: negative MaxHeaderBytes %d", opts.MaxHeaderBytes)
+	}
+	readHeaderTimeout := cmp.Or(opts.ReadHeaderTimeout, defaultReadHeaderTimeout)
+	maxHeaderBytes := cmp.Or(opts.MaxHeaderBytes, defaultMaxHeaderBytes)
+	upstreamHeaderTimeout := cmp.Or(opts.UpstreamHeaderTimeout, defaultUpstreamHeaderTimeout)
 	p := &Proxy{
-		log:         opts.Logger,
-		decider:     opts.Decider,
-		publishFn:   opts.Publish,
-		resolve:     opts.Resolve,
-		procs:       opts.Processes,
-		now:         opts.Now,
-		peekTimeout: opts.PeekTimeout,
-		noIntercept: opts.Passthrough,
-		rewrites:    opts.Rewrites,
-		dialer:      net.Dialer{Timeout: dialTimeout},
-		tunnels:     make(map[*tunnel]struct{}),
-		listeners:   make(map[net.Listener]struct{}),
-		innerLn:     newChanListener(),
-		bufs:        newBufferPool(64),
+		log:              opts.Logger,
+		decider:          opts.Decider,
+		publishFn:        opts.Publish,
+		resolve:          opts.Resolve,
+		procs:            opts.Processes,
+		now:              opts.Now,
+		peekTimeout:      opts.PeekTimeout,
+		noIntercept:      opts.Passthrough,
+		handshakeTimeout: cmp.Or(opts.HandshakeTimeout, defaultHandshakeTimeout),
+		rewrites:         opts.Rewrites,
+		dialer:           net.Dialer{Timeout: dialTimeout},
+		tunnels:          make(map[*tunnel]struct{}),
+		listeners:        make(map[net.Listener]struct{}),
+		innerLn:          newChanListener(),
+		bufs:             newBufferPool(64),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -179,8 +224,8 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.sessions.Store(&sessionTable{})
 	p.mitmTLS = chtls.ServerConfig(tunnelCerts{opts.Certs})
-	p.transport = p.newTransport(opts.UpstreamRoots, false)
-	p.transportH1 = p.newTransport(opts.UpstreamRoots, true)
+	p.transport = p.newTransport(opts.UpstreamRoots, false, upstreamHeaderTimeout, maxHeaderBytes)
+	p.transportH1 = p.newTransport(opts.UpstreamRoots, true, upstreamHeaderTimeout, maxHeaderBytes)
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
@@ -195,7 +240,8 @@ func New(opts Options) (*Proxy, error) {
 	p.front = &http.Server{
 		Handler:           http.HandlerFunc(p.serveFront),
 		ConnContext:       p.frontConnContext,
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          errLog,
 		Protocols:         frontProtos,
@@ -207,7 +253,8 @@ func New(opts Options) (*Proxy, error) {
 	p.inner = &http.Server{
 		Handler:           http.HandlerFunc(p.serveInner),
 		ConnContext:       innerConnContext,
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          errLog,
 		Protocols:         innerProtos,
@@ -217,8 +264,9 @@ func New(opts Options) (*Proxy, error) {
 
 // newTransport returns an upstream transport: keep-alive, no environment
 // proxy, upstreams verified against roots, HTTP/2 when offered unless
-// h1Only.
-func (p *Proxy) newTransport(roots *x509.CertPool, h1Only bool) *http.Transport {
+// h1Only, a response header awaited at most headerTimeout and read up to
+// maxHeader bytes.
+func (p *Proxy) newTransport(roots *x509.CertPool, h1Only bool, headerTimeout time.Duration, maxHeader int) *http.Transport {
 	protos := new(http.Protocols)
 	protos.SetHTTP1(true)
 	protos.SetHTTP2(!h1Only)
@@ -227,16 +275,18 @@ func (p *Proxy) newTransport(roots *x509.CertPool, h1Only bool) *http.Transport 
 		tlsConf.NextProtos = []string{"http/1.1"} // as an HTTP/1 client offers it
 	}
 	return &http.Transport{
-		Proxy:                 nil, // never an environment proxy: Chaperone is the last hop
-		DialContext:           p.dialUpstream,
-		TLSClientConfig:       tlsConf,
-		Protocols:             protos,
-		DisableCompression:    true, // pass the client's Accept-Encoding through untouched
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   handshakeTimeout,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil, // never an environment proxy: Chaperone is the last hop
+		DialContext:            p.dialUpstream,
+		TLSClientConfig:        tlsConf,
+		Protocols:              protos,
+		DisableCompression:     true, // pass the client's Accept-Encoding through untouched
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    64,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    upstreamHandshakeTimeout,
+		ResponseHeaderTimeout:  headerTimeout,
+		MaxResponseHeaderBytes: int64(maxHeader),
+		ExpectContinueTimeout:  time.Second,
 	}
 }
 

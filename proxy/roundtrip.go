@@ -52,8 +52,10 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) {
 	x.rtDone = true
 	x.mu.Unlock()
 	if x.llm != nil {
-		status := http.StatusBadGateway
-		if err == nil {
+		var status int
+		if err != nil {
+			status = upstreamErrorStatus(err)
+		} else {
 			status = res.StatusCode
 			x.wrapLLMResponse(res)
 		}

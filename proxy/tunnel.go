@@ -26,6 +26,7 @@ const (
 	protoHTTP
 	protoOther  // client-first, neither TLS nor HTTP: passed through
 	protoSilent // no bytes within PeekTimeout: server-first, passed through
+	protoSSLv2  // an SSL 2.0-compatible ClientHello: it cannot be inspected, so refused
 )
 
 // serveTunnel runs the tunnel logic on c and returns when the tunnel is
@@ -56,6 +57,11 @@ func (p *Proxy) serveProtocol(ctx context.Context, tc *tunnelConn, proto protoco
 	case protoHTTP:
 		tc.t.setScheme("http")
 		p.serveInnerConn(tc, tc)
+	case protoSSLv2:
+		p.publish(&event.Event{
+			Time: p.now(), Kind: event.KindTLS, Session: tc.t.session, Process: tc.t.process, TLS: &event.TLS{},
+			Verdict: proxyVerdict(ruleMalformedHello, "SSL 2.0-compatible ClientHello: it names no server and is not supported"),
+		})
 	case protoOther, protoSilent:
 		if tc.t.denied != nil {
 			return // nothing to answer in: close
@@ -85,6 +91,14 @@ func (p *Proxy) classify(tc *tunnelConn, firstWait time.Duration) protocol {
 		return protoTLS // no text protocol starts with 0x16; Sniff decides the rest
 	}
 	c.SetReadDeadline(time.Now().Add(p.peekTimeout))
+	if b[0]&0x80 != 0 {
+		// Neither text nor a TLS record: perhaps a TLS hello in the
+		// SSL 2.0 format, which names no server.
+		if b, _ := tc.r.Peek(5); chtls.LooksLikeSSLv2Hello(b) {
+			return protoSSLv2
+		}
+		return protoOther
+	}
 	for {
 		b, _ := tc.r.Peek(tc.r.Buffered())
 		switch httpStart(b) {
@@ -142,7 +156,7 @@ func isTimeout(err error) bool {
 // terminates TLS and hands the connection to the inner server.
 func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) {
 	t := tc.t
-	tc.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	tc.Conn.SetDeadline(time.Now().Add(p.handshakeTimeout))
 	hello, err := chtls.Sniff(tc.r)
 	e := &event.Event{Time: p.now(), Kind: event.KindTLS, Session: t.session, Process: t.process, TLS: &event.TLS{}}
 	if err != nil {
@@ -229,7 +243,7 @@ func (p *Proxy) passthrough(ctx context.Context, tc *tunnelConn, serverFirst boo
 			up.Close()
 			<-downDone
 			return
-		case (proto == protoTLS || proto == protoHTTP) && gate.CompareAndSwap(0, 2):
+		case (proto == protoTLS || proto == protoHTTP || proto == protoSSLv2) && gate.CompareAndSwap(0, 2):
 			t.mu.Lock()
 			t.upstream = nil
 			t.mu.Unlock()

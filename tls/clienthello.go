@@ -80,6 +80,22 @@ func LooksLikeTLS(first []byte) bool {
 	return len(first) >= 3 && first[0] == recordTypeHandshake && first[1] == 3 && first[2] <= 4
 }
 
+// LooksLikeSSLv2Hello reports whether first, the first bytes a client
+// sent, start an SSL 2.0-compatible ClientHello (RFC 5246 appendix E.2):
+// a two-byte record header with the high bit set, message type 1 and
+// version 2.0, 3.0 or a TLS version. Such a hello carries no extensions,
+// so no server name, and no current server accepts it. It needs five
+// bytes.
+func LooksLikeSSLv2Hello(first []byte) bool {
+	if len(first) < 5 || first[0]&0x80 == 0 || first[2] != 1 {
+		return false
+	}
+	if n := int(first[0]&0x7f)<<8 | int(first[1]); n < 9 { // type, version and three lengths
+		return false
+	}
+	return first[3] == 0 && first[4] == 2 || first[3] == 3 && first[4] <= 4
+}
+
 // ParseClientHello parses the ClientHello at the start of data, the raw
 // bytes of one or more TLS handshake records. Bytes after the ClientHello
 // are ignored. It does not retain data.

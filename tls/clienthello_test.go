@@ -200,6 +200,36 @@ func TestLooksLikeTLS(t *testing.T) {
 	}
 }
 
+func TestLooksLikeSSLv2Hello(t *testing.T) {
+	real := captureHello(t, &stdtls.Config{ServerName: "a.test"})
+	tests := []struct {
+		name  string
+		first []byte
+		want  bool
+	}{
+		{"tls 1.0 in sslv2 format", []byte{0x80, 0x2e, 0x01, 0x03, 0x01}, true},
+		{"ssl 3.0 in sslv2 format", []byte{0x80, 0x2e, 0x01, 0x03, 0x00}, true},
+		{"ssl 2.0", []byte{0x80, 0x2e, 0x01, 0x00, 0x02}, true},
+		{"four bytes", []byte{0x80, 0x2e, 0x01, 0x03}, false},
+		{"tls record", real, false},
+		{"high bit clear", []byte{0x00, 0x2e, 0x01, 0x03, 0x01}, false},
+		{"not a client hello", []byte{0x80, 0x2e, 0x04, 0x03, 0x01}, false},
+		{"version 3.9", []byte{0x80, 0x2e, 0x01, 0x03, 0x09}, false},
+		{"version 1.0", []byte{0x80, 0x2e, 0x01, 0x01, 0x00}, false},
+		{"too short for a hello", []byte{0x80, 0x08, 0x01, 0x03, 0x01}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := LooksLikeSSLv2Hello(tt.first); got != tt.want {
+				t.Errorf("LooksLikeSSLv2Hello(% x) = %v, want %v", tt.first, got, tt.want)
+			}
+			if LooksLikeSSLv2Hello(tt.first) && LooksLikeTLS(tt.first) {
+				t.Errorf("% x looks like both an SSLv2 hello and a TLS record", tt.first)
+			}
+		})
+	}
+}
+
 // TestSniffThenHandshake checks that Sniff consumes nothing: a TLS server
 // reading from the same bufio.Reader afterwards completes the handshake.
 func TestSniffThenHandshake(t *testing.T) {
@@ -338,9 +368,13 @@ func FuzzParseClientHello(f *testing.F) {
 	f.Add(buildHello(sniExt("a.test"), ext{16, []byte{0, 3, 2, 'h', '2'}}, ext{43, []byte{2, 3, 4}}))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Add([]byte{0x16, 3, 1, 0, 4, 1, 0, 0, 0})
+	f.Add([]byte{0x80, 0x2e, 0x01, 0x03, 0x01, 0x00, 0x15, 0x00, 0x00, 0x00, 0x10})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		orig := bytes.Clone(data)
 		ch, err := ParseClientHello(data)
+		if LooksLikeSSLv2Hello(data) && (err == nil || LooksLikeTLS(data)) {
+			t.Fatalf("an SSLv2-format hello was taken for TLS: %v", err)
+		}
 		if !bytes.Equal(data, orig) {
 			t.Fatal("input modified")
 		}
