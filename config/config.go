@@ -38,6 +38,11 @@ type Config struct {
 	// "refuse" (the default: clients fall back to TCP, which the proxy
 	// sees) or "allow" (QUIC passes unmediated).
 	QUIC string `mapstructure:"quic" yaml:"quic"`
+	// UDP says what a transparent session does with UDP to ports other
+	// than 53 (DNS, which its resolver answers) and 443 (QUIC): "refuse"
+	// (the default: EPERM, and a denied connect event) or "allow" (it
+	// passes unmediated and unseen).
+	UDP string `mapstructure:"udp" yaml:"udp"`
 	// DNSUpstreams are the resolvers a transparent session's resolver
 	// forwards to (IP or IP:port); empty means the system's, from
 	// /etc/resolv.conf.
@@ -126,6 +131,12 @@ const (
 	QUICAllow  = "allow"
 )
 
+// What transparent sessions do with UDP other than DNS and QUIC.
+const (
+	UDPRefuse = "refuse"
+	UDPAllow  = "allow"
+)
+
 // Modes accepted by Validate.
 const (
 	ModeAuto        = "auto"
@@ -169,6 +180,7 @@ var keys = []key{
 	{name: "resolve", flag: "resolve", kind: kindList, help: "pin HOST:ADDR or HOST:PORT:ADDR, like curl --resolve (repeatable)"},
 	{name: "tls_passthrough", flag: "tls-passthrough", kind: kindList, help: "do not intercept TLS to this host (certificate pinning): a name, *.domain or IP (repeatable)"},
 	{name: "quic", flag: "quic", help: `transparent mode: "refuse" UDP to port 443 so clients fall back to TCP through the proxy, or "allow" it unmediated`},
+	{name: "udp", flag: "udp", help: `transparent mode: "refuse" UDP to ports other than 53 (DNS) and 443 (QUIC), reported as denied connect events, or "allow" it unmediated`},
 	{name: "dns_upstreams", flag: "dns-upstream", kind: kindList, help: "transparent mode: forward the session's DNS to this resolver, IP or IP:port (repeatable; default: the system's)"},
 	{name: "log_level", flag: "log-level", help: "debug, info, warn or error"},
 	{name: "llm_hosts", flag: "llm-host", kind: kindList, help: "treat this gateway or local server as an LLM API, recognised by path: a name, *.domain or IP, optionally with :port (repeatable)"},
@@ -222,6 +234,7 @@ func Default(env func(string) string, euid int) Config {
 		StateDir:        defaultStateDir(env, euid),
 		Mode:            ModeAuto,
 		QUIC:            QUICRefuse,
+		UDP:             UDPRefuse,
 		Listen:          DefaultListen,
 		LogLevel:        "info",
 		IdentityHeaders: []string{"chaperone", "w3c"},

@@ -26,7 +26,7 @@ func TestDefault(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default(envMap(tt.env), tt.euid)
-			want := Config{StateDir: tt.want, Mode: "auto", Listen: "127.0.0.1:0", LogLevel: "info", QUIC: "refuse",
+			want := Config{StateDir: tt.want, Mode: "auto", Listen: "127.0.0.1:0", LogLevel: "info", QUIC: "refuse", UDP: "refuse",
 				IdentityHeaders: []string{"chaperone", "w3c"}, RestoreSecrets: true, MediateFiles: true}
 			if diff := cmp.Diff(want, c); diff != "" {
 				t.Errorf("Default (-want +got):\n%s", diff)
@@ -137,9 +137,10 @@ func TestValidateReportsAll(t *testing.T) {
 		UpstreamCA: []string{"/nonexistent/ca.pem"},
 		Resolve:    []string{"x"},
 		QUIC:       "sometimes",
+		UDP:        "maybe",
 		LogLevel:   "loud",
 	}
-	want := []string{"mode", "listen", "deny_hosts[0]", "deny_hosts[2]", "upstream_ca[0]", "resolve[0]", "quic", "log_level"}
+	want := []string{"mode", "listen", "deny_hosts[0]", "deny_hosts[2]", "upstream_ca[0]", "resolve[0]", "quic", "udp", "log_level"}
 	err := c.Validate()
 	if diff := cmp.Diff(want, fieldKeys(err)); diff != "" {
 		t.Errorf("error keys (-want +got):\n%s", diff)

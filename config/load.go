@@ -196,6 +196,8 @@ func defaultValue(c Config, name string) any {
 		return c.Resolve
 	case "quic":
 		return c.QUIC
+	case "udp":
+		return c.UDP
 	case "tls_passthrough":
 		return c.TLSPassthrough
 	case "dns_upstreams":
@@ -447,7 +449,7 @@ func editDistance(a, b string) int {
 
 // BindFlags registers a flag for every key set by flags on fs: --state-dir,
 // --mode, --listen, --log, --policy, --deny-host, --upstream-ca, --resolve,
-// --tls-passthrough, --quic, --dns-upstream, --log-level, --llm-host,
+// --tls-passthrough, --quic, --udp, --dns-upstream, --log-level, --llm-host,
 // --identity-header, --identity-host, --restore-secrets. The list flags are
 // repeatable. Flags carry no defaults of their own: Load applies defaults
 // only for flags the user did not set.

@@ -232,6 +232,7 @@ func TestYAMLRoundTrip(t *testing.T) {
 		StateDir:   filepath.Join(dir, "state"),
 		Mode:       "proxy",
 		QUIC:       "allow",
+		UDP:        "allow",
 		Listen:     "127.0.0.1:9999",
 		DenyHosts:  []string{"a.com", "*.b.org"},
 		UpstreamCA: []string{ca},

@@ -101,6 +101,11 @@ func (c *Config) Validate() error {
 	default:
 		add("quic", c.QUIC, `is not "refuse" or "allow"`)
 	}
+	switch c.UDP {
+	case UDPRefuse, UDPAllow:
+	default:
+		add("udp", c.UDP, `is not "refuse" or "allow"`)
+	}
 
 	for i, h := range c.TLSPassthrough {
 		if p := denyHostProblem(h); p != "" {

@@ -1,7 +1,9 @@
 // Package redirect sends every TCP connection made inside a session's cgroup
 // v2 to Chaperone's transparent proxy and its DNS queries to the session's
-// resolver, refuses its QUIC, and tells the proxy and the resolver where
-// each connection or query was going and which process made it.
+// resolver, refuses its QUIC, its other UDP and the sockets it cannot
+// mediate, and tells the proxy and the resolver where each connection or
+// query was going, and Chaperone what it refused, and which process did
+// it.
 //
 // On Linux it owns eBPF programs (C in bpf/, bpf2go output committed next to
 // this file, so building needs no clang) attached to the session's cgroup:
@@ -25,7 +27,15 @@
 // and dig drop replies from elsewhere); getpeername4/6 do the same for a
 // connected UDP socket. UDP to port 443 (QUIC) fails with EPERM unless
 // Config.AllowQUIC, so clients fall back to TCP through the proxy;
-// QUICRefused counts the refusals. Other UDP passes unchanged for now.
+// QUICRefused counts the refusals. UDP to other ports fails with EPERM
+// unless Config.AllowUDP, but for datagrams to the resolver's own address.
+//
+// cgroup/sock_create lets the session create TCP and MPTCP stream sockets
+// and UDP datagram sockets only; UDP-Lite, ICMP ping, SCTP and raw sockets
+// fail with EPERM at socket() (MPTCP's first subflow is connected through
+// connect4/6 like TCP). Each refusal (these, QUIC, UDP, and connections
+// refused to fail closed) goes to a ring buffer with the task that made it;
+// Refusals reads them.
 //
 // The cgroup v2 session leaves themselves are made by the Cgroup* and
 // Session* types.
@@ -34,7 +44,8 @@
 //   - Fail closed. A connect() that cannot be redirected (no proxy address
 //     for its family, no room for its record) fails with EPERM; it never goes
 //     out directly. So does a DNS query with no resolver for its family,
-//     once a resolver is configured; with none at all, DNS is left alone.
+//     once a resolver is configured; with none at all, DNS is UDP like any
+//     other (refused unless Config.AllowUDP).
 //     The programs stay attached to the cgroup if Chaperone dies, so the
 //     session's connections and queries then fail against the dead proxy
 //     and resolver.
@@ -52,12 +63,16 @@
 //
 // Limits: a UDP socket's record describes its latest redirected datagram,
 // so an unconnected socket querying two servers at once may have a reply
-// shown from, or a query attributed to, the other one. UDP-Lite and other
-// datagram protocols are not touched. MPTCP sockets are redirected but
-// their subflows publish no record, so the proxy refuses them.
+// shown from, or a query attributed to, the other one. MPTCP sockets are
+// redirected but their additional subflows publish no record, so the proxy
+// refuses them. Only inet sockets are seen: sock_create does not run for
+// other families (AF_PACKET needs CAP_NET_RAW), nor for sockets made
+// outside the cgroup and passed in, whose connect() and sendmsg() still go
+// through the hooks. A refusal report is dropped (and counted) when the
+// ring buffer is full; the call is refused all the same.
 //
 // redirect imports cilium/ebpf and the standard library only; it must not
 // import policy, proxy or any other Chaperone package but event.
 package redirect
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -type config -type origin -type local_key redirect bpf/redirect.c -- -O2 -g -Wall -Werror -I./bpf
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -type config -type origin -type local_key -type refusal redirect bpf/redirect.c -- -O2 -g -Wall -Werror -I./bpf

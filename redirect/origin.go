@@ -25,6 +25,10 @@ type Config struct {
 	// with EPERM (and is counted, see QUICRefused), so clients fall back to
 	// TCP, which the proxy sees.
 	AllowQUIC bool
+	// AllowUDP lets UDP to ports other than 53 and 443 through unchanged
+	// and unseen; by default it fails with EPERM and is reported (see
+	// Refusals). Datagrams to DNSV4 or DNSV6 themselves always pass.
+	AllowUDP bool
 }
 
 // Origin is what a redirected connection or DNS query asked for, and who

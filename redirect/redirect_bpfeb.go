@@ -28,7 +28,8 @@ type redirectConfig struct {
 	Dns4Port   uint16
 	Dns6Port   uint16
 	AllowQuic  uint8
-	Pad        [3]uint8
+	AllowUdp   uint8
+	Pad        [2]uint8
 }
 
 type redirectLocalKey struct {
@@ -56,24 +57,45 @@ type redirectOrigin struct {
 	Comm     [16]int8
 }
 
+type redirectRefusal struct {
+	_        structs.HostLayout
+	DstIp6   [4]uint32
+	CgroupId uint64
+	Pid      uint32
+	Tid      uint32
+	Uid      uint32
+	Gid      uint32
+	DstPort  uint16
+	Protocol uint16
+	Kind     uint8
+	Call     uint8
+	Family   uint8
+	Type     uint8
+	Comm     [16]int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	redirectMapConfigMap      = "config_map"
-	redirectMapOriginByLocal  = "origin_by_local"
-	redirectMapQuicRefused    = "quic_refused"
-	redirectMapSkOrigin       = "sk_origin"
-	redirectProgConnect4      = "connect4"
-	redirectProgConnect6      = "connect6"
-	redirectProgGetpeername4  = "getpeername4"
-	redirectProgGetpeername6  = "getpeername6"
-	redirectProgPublishOrigin = "publish_origin"
-	redirectProgPublishUdp    = "publish_udp"
-	redirectProgRecvmsg4      = "recvmsg4"
-	redirectProgRecvmsg6      = "recvmsg6"
-	redirectProgSendmsg4      = "sendmsg4"
-	redirectProgSendmsg6      = "sendmsg6"
+	redirectMapConfigMap       = "config_map"
+	redirectMapOriginByLocal   = "origin_by_local"
+	redirectMapQuicRefused     = "quic_refused"
+	redirectMapRefusals        = "refusals"
+	redirectMapRefusalsDropped = "refusals_dropped"
+	redirectMapSkOrigin        = "sk_origin"
+	redirectProgConnect4       = "connect4"
+	redirectProgConnect6       = "connect6"
+	redirectProgGetpeername4   = "getpeername4"
+	redirectProgGetpeername6   = "getpeername6"
+	redirectProgPublishOrigin  = "publish_origin"
+	redirectProgPublishUdp     = "publish_udp"
+	redirectProgRecvmsg4       = "recvmsg4"
+	redirectProgRecvmsg6       = "recvmsg6"
+	redirectProgSendmsg4       = "sendmsg4"
+	redirectProgSendmsg6       = "sendmsg6"
+	redirectProgSockCreate     = "sock_create"
+	redirectVarUnusedRefusal   = "unused_refusal"
 )
 
 // loadRedirect returns the embedded CollectionSpec for redirect.
@@ -128,22 +150,26 @@ type redirectProgramSpecs struct {
 	Recvmsg6      *ebpf.ProgramSpec `ebpf:"recvmsg6"`
 	Sendmsg4      *ebpf.ProgramSpec `ebpf:"sendmsg4"`
 	Sendmsg6      *ebpf.ProgramSpec `ebpf:"sendmsg6"`
+	SockCreate    *ebpf.ProgramSpec `ebpf:"sock_create"`
 }
 
 // redirectMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type redirectMapSpecs struct {
-	ConfigMap     *ebpf.MapSpec `ebpf:"config_map"`
-	OriginByLocal *ebpf.MapSpec `ebpf:"origin_by_local"`
-	QuicRefused   *ebpf.MapSpec `ebpf:"quic_refused"`
-	SkOrigin      *ebpf.MapSpec `ebpf:"sk_origin"`
+	ConfigMap       *ebpf.MapSpec `ebpf:"config_map"`
+	OriginByLocal   *ebpf.MapSpec `ebpf:"origin_by_local"`
+	QuicRefused     *ebpf.MapSpec `ebpf:"quic_refused"`
+	Refusals        *ebpf.MapSpec `ebpf:"refusals"`
+	RefusalsDropped *ebpf.MapSpec `ebpf:"refusals_dropped"`
+	SkOrigin        *ebpf.MapSpec `ebpf:"sk_origin"`
 }
 
 // redirectVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type redirectVariableSpecs struct {
+	UnusedRefusal *ebpf.VariableSpec `ebpf:"unused_refusal"`
 }
 
 // redirectObjects contains all objects after they have been loaded into the kernel.
@@ -166,10 +192,12 @@ func (o *redirectObjects) Close() error {
 //
 // It can be passed to loadRedirectObjects or ebpf.CollectionSpec.LoadAndAssign.
 type redirectMaps struct {
-	ConfigMap     *ebpf.Map `ebpf:"config_map"`
-	OriginByLocal *ebpf.Map `ebpf:"origin_by_local"`
-	QuicRefused   *ebpf.Map `ebpf:"quic_refused"`
-	SkOrigin      *ebpf.Map `ebpf:"sk_origin"`
+	ConfigMap       *ebpf.Map `ebpf:"config_map"`
+	OriginByLocal   *ebpf.Map `ebpf:"origin_by_local"`
+	QuicRefused     *ebpf.Map `ebpf:"quic_refused"`
+	Refusals        *ebpf.Map `ebpf:"refusals"`
+	RefusalsDropped *ebpf.Map `ebpf:"refusals_dropped"`
+	SkOrigin        *ebpf.Map `ebpf:"sk_origin"`
 }
 
 func (m *redirectMaps) Close() error {
@@ -177,6 +205,8 @@ func (m *redirectMaps) Close() error {
 		m.ConfigMap,
 		m.OriginByLocal,
 		m.QuicRefused,
+		m.Refusals,
+		m.RefusalsDropped,
 		m.SkOrigin,
 	)
 }
@@ -185,6 +215,7 @@ func (m *redirectMaps) Close() error {
 //
 // It can be passed to loadRedirectObjects or ebpf.CollectionSpec.LoadAndAssign.
 type redirectVariables struct {
+	UnusedRefusal *ebpf.Variable `ebpf:"unused_refusal"`
 }
 
 // redirectPrograms contains all programs after they have been loaded into the kernel.
@@ -201,6 +232,7 @@ type redirectPrograms struct {
 	Recvmsg6      *ebpf.Program `ebpf:"recvmsg6"`
 	Sendmsg4      *ebpf.Program `ebpf:"sendmsg4"`
 	Sendmsg6      *ebpf.Program `ebpf:"sendmsg6"`
+	SockCreate    *ebpf.Program `ebpf:"sock_create"`
 }
 
 func (p *redirectPrograms) Close() error {
@@ -215,6 +247,7 @@ func (p *redirectPrograms) Close() error {
 		p.Recvmsg6,
 		p.Sendmsg4,
 		p.Sendmsg6,
+		p.SockCreate,
 	)
 }
 

@@ -3,6 +3,8 @@
 package redirect
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
@@ -30,6 +33,8 @@ type Redirector struct {
 
 	mu       sync.Mutex
 	attached map[*attachment]struct{}
+	refusals *ringbuf.Reader // once Refusals is called
+	closing  chan struct{}   // closed by Close: the reader stops delivering
 	closed   bool
 }
 
@@ -46,7 +51,7 @@ func Load(cfg Config) (*Redirector, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, loadError("remove memlock limit", err)
 	}
-	r := &Redirector{attached: make(map[*attachment]struct{})}
+	r := &Redirector{attached: make(map[*attachment]struct{}), closing: make(chan struct{})}
 	if err := loadRedirectObjects(&r.objs, nil); err != nil {
 		return nil, loadError("load programs", err)
 	}
@@ -110,6 +115,9 @@ func (c Config) kernel() (redirectConfig, error) {
 	if c.AllowQUIC {
 		k.AllowQuic = 1
 	}
+	if c.AllowUDP {
+		k.AllowUdp = 1
+	}
 	return k, nil
 }
 
@@ -167,6 +175,7 @@ func (r *Redirector) hooks() []hook {
 		{"sendmsg6", p.Sendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
 		{"connect4", p.Connect4, ebpf.AttachCGroupInet4Connect},
 		{"connect6", p.Connect6, ebpf.AttachCGroupInet6Connect},
+		{"sock_create", p.SockCreate, ebpf.AttachCGroupInetSockCreate},
 	}
 }
 
@@ -316,6 +325,105 @@ func (r *Redirector) QUICRefused() (uint64, error) {
 	return n, nil
 }
 
+// RefusalsDropped counts the refusals that were not reported because the
+// ring buffer was full (the reader fell behind), since Load. The calls were
+// refused all the same.
+func (r *Redirector) RefusalsDropped() (uint64, error) {
+	var perCPU []uint64
+	if err := r.objs.RefusalsDropped.Lookup(uint32(0), &perCPU); err != nil {
+		return 0, fmt.Errorf("redirect: read dropped refusals: %w", err)
+	}
+	var n uint64
+	for _, c := range perCPU {
+		n += c
+	}
+	return n, nil
+}
+
+// Refusals reports every call the programs refuse, in every cgroup r is
+// attached to, in the order they were made. When ctx is done, the reports
+// already made are still delivered, then the channel is closed: read it
+// until then. Close closes it at once, dropping what was not delivered.
+// Reports wait in a bounded kernel ring buffer (256 KiB, some 3,600
+// reports) until read: when the reader falls that far behind, new ones are
+// dropped and counted (RefusalsDropped), and the refused calls still fail.
+// Only one reader may exist: a second call fails.
+func (r *Redirector) Refusals(ctx context.Context) (<-chan Refusal, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errors.New("redirect: refusals: redirector closed")
+	}
+	if r.refusals != nil {
+		return nil, errors.New("redirect: refusals: already being read")
+	}
+	rd, err := ringbuf.NewReader(r.objs.Refusals)
+	if err != nil {
+		return nil, fmt.Errorf("redirect: refusals: %w", err)
+	}
+	r.refusals = rd
+	ch := make(chan Refusal, 64)
+	// Flush makes the reads return what is pending, then ErrFlushed.
+	stop := context.AfterFunc(ctx, func() { rd.Flush() })
+	go func() {
+		defer close(ch)
+		defer stop()
+		var rec ringbuf.Record
+		for {
+			if err := rd.ReadInto(&rec); err != nil {
+				// Flushed (ctx) or closed (Close); nothing else fails a
+				// blocking read.
+				return
+			}
+			var v redirectRefusal
+			if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &v); err != nil {
+				continue // shorter than a report: not one of ours
+			}
+			select {
+			case ch <- v.refusal():
+			case <-r.closing:
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+func (v *redirectRefusal) refusal() Refusal {
+	ref := Refusal{
+		Kind:     RefusalKind(v.Kind),
+		Call:     Call(v.Call),
+		Family:   int(v.Family),
+		Type:     int(v.Type),
+		Protocol: int(v.Protocol),
+		PID:      v.Pid,
+		TID:      v.Tid,
+		UID:      v.Uid,
+		GID:      v.Gid,
+		CgroupID: v.CgroupId,
+		Comm:     commString(v.Comm),
+	}
+	if ref.Call != CallSocket {
+		addr := netip.AddrFrom16(unwords(v.DstIp6))
+		if v.Family == afInet {
+			addr = addr.Unmap()
+		}
+		ref.Dst = netip.AddrPortFrom(addr, v.DstPort)
+	}
+	return ref
+}
+
+func commString(c [16]int8) string {
+	b := make([]byte, 0, len(c))
+	for _, ch := range c {
+		if ch == 0 {
+			break
+		}
+		b = append(b, byte(ch))
+	}
+	return string(b)
+}
+
 func localKey(client netip.AddrPort, proto uint8) redirectLocalKey {
 	// As16 maps an IPv4 address, which is how the programs store it.
 	return redirectLocalKey{
@@ -334,13 +442,6 @@ func (v *redirectOrigin) origin() Origin {
 	if v.Family == afInet {
 		addr = addr.Unmap()
 	}
-	comm := make([]byte, 0, len(v.Comm))
-	for _, c := range v.Comm {
-		if c == 0 {
-			break
-		}
-		comm = append(comm, byte(c))
-	}
 	return Origin{
 		Dst:      netip.AddrPortFrom(addr, v.DstPort),
 		PID:      v.Pid,
@@ -349,7 +450,7 @@ func (v *redirectOrigin) origin() Origin {
 		GID:      v.Gid,
 		CgroupID: v.CgroupId,
 		Cookie:   v.Cookie,
-		Comm:     string(comm),
+		Comm:     commString(v.Comm),
 	}
 }
 
@@ -385,9 +486,14 @@ func (r *Redirector) Close() error {
 		return nil
 	}
 	r.closed = true
+	close(r.closing)
 	var errs []error
 	for a := range r.attached {
 		errs = append(errs, a.detachLocked())
+	}
+	if r.refusals != nil {
+		// Ends the reading goroutine; Close waits for a Read in progress.
+		errs = append(errs, r.refusals.Close())
 	}
 	errs = append(errs, r.objs.Close())
 	return errors.Join(errs...)

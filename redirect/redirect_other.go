@@ -3,6 +3,7 @@
 package redirect
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/netip"
@@ -34,6 +35,16 @@ func (*Redirector) LookupUDP(netip.AddrPort) (Origin, error) {
 // QUICRefused fails with an error wrapping ErrNotSupported.
 func (*Redirector) QUICRefused() (uint64, error) {
 	return 0, fmt.Errorf("redirect: read quic refusals: %w", ErrNotSupported)
+}
+
+// Refusals fails with an error wrapping ErrNotSupported.
+func (*Redirector) Refusals(context.Context) (<-chan Refusal, error) {
+	return nil, fmt.Errorf("redirect: refusals: %w", ErrNotSupported)
+}
+
+// RefusalsDropped fails with an error wrapping ErrNotSupported.
+func (*Redirector) RefusalsDropped() (uint64, error) {
+	return 0, fmt.Errorf("redirect: read dropped refusals: %w", ErrNotSupported)
 }
 
 // MapLen fails with an error wrapping ErrNotSupported.

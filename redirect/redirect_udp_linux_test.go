@@ -300,14 +300,14 @@ func TestUDP(t *testing.T) {
 			refused: 1,
 		},
 		{
-			name: "other port", inside: true,
+			name: "other port refused", inside: true,
 			args: []string{"4", "sendto", upstreamUDPHost, other},
-			want: want{Src: upstreamUDPHost + "|" + other, Data: "u"},
+			want: want{Err: "EPERM"},
 		},
 		{
-			name: "other port connected", inside: true,
+			name: "other port connected refused", inside: true,
 			args: []string{"4", "connect", upstreamUDPHost, other},
-			want: want{Peer: upstreamUDPHost + "|" + other, Src: upstreamUDPHost + "|" + other, Data: "u"},
+			want: want{Err: "EPERM"},
 		},
 		{
 			name: "DNS outside the cgroup", inside: false,
@@ -368,7 +368,8 @@ func TestUDP(t *testing.T) {
 }
 
 // TestUDPConfig covers what the configuration changes: DNS without a
-// resolver, DNS with a resolver for one family only, and QUIC allowed.
+// resolver, DNS with a resolver for one family only, and QUIC allowed
+// (TestRefusalsConfig covers UDP allowed).
 func TestUDPConfig(t *testing.T) {
 	python := lookPath(t, "python3")
 	res := newResolverStandIn(t)
@@ -386,7 +387,8 @@ func TestUDPConfig(t *testing.T) {
 		args     []string
 		wantData string // "r", "u", or the errno
 	}{
-		{"no resolver: DNS untouched", Config{}, []string{"4", "sendto", upstreamUDPHost, "53"}, "u"},
+		{"no resolver, UDP allowed: DNS untouched", Config{AllowUDP: true}, []string{"4", "sendto", upstreamUDPHost, "53"}, "u"},
+		{"no resolver: DNS refused as UDP", Config{}, []string{"4", "sendto", upstreamUDPHost, "53"}, "EPERM"},
 		{"no resolver: QUIC still refused", Config{}, []string{"4", "sendto", upstreamUDPHost, "443"}, "EPERM"},
 		{"v4 resolver only: v4 DNS", Config{DNSV4: dns4}, []string{"4", "sendto", upstreamUDPHost, "53"}, "r"},
 		{"v4 resolver only: v6 DNS refused", Config{DNSV4: dns4}, []string{"6", "sendto", "::1", "53"}, "EPERM"},

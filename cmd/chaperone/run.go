@@ -357,7 +357,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		ts, err = startTransparent(s.id, transparentOptions{
 			procs: procs, decider: guarded, publish: bus.Publish, log: log,
 			static: staticNames(resolves), upstreams: dnsUpstreams(cfg, o.stderr),
-			allowQUIC: cfg.QUIC == config.QUICAllow,
+			allowQUIC: cfg.QUIC == config.QUICAllow, allowUDP: cfg.UDP == config.UDPAllow,
 		})
 		switch {
 		case err == nil:

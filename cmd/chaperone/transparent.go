@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/chaperone-dev/chaperone/attribution"
 	"github.com/chaperone-dev/chaperone/dns"
@@ -30,7 +31,9 @@ type transparentOptions struct {
 	static    map[string][]netip.Addr // --resolve names, answered by the session's resolver
 	upstreams []netip.AddrPort        // where its resolver forwards the rest
 	allowQUIC bool                    // let UDP to port 443 through, unmediated
+	allowUDP  bool                    // let UDP to other ports than 53 and 443 through, unmediated
 	log       *slog.Logger
+	now       func() time.Time // the refusal events' clock; nil means time.Now
 }
 
 // transparentSession is the kernel side of a transparent session: its
@@ -56,6 +59,13 @@ type transparentSession struct {
 	// rootPID is the session's first process, once started: lineages are
 	// named from it.
 	rootPID atomic.Int64
+	// What the hooks refused is published as denied connect events until
+	// stopRefusals; refusalsDone is closed once the last one is.
+	publish      func(*event.Event)
+	now          func() time.Time
+	log          *slog.Logger
+	stopRefusals context.CancelFunc
+	refusalsDone chan struct{}
 }
 
 // startTransparent creates the session's cgroup, listens for redirected
@@ -65,7 +75,10 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 	if os.Geteuid() != 0 {
 		return nil, errors.New("transparent mode needs root: attaching eBPF programs to a cgroup takes CAP_BPF and CAP_SYS_ADMIN (use sudo, or --mode proxy)")
 	}
-	ts := &transparentSession{id: id, procs: o.procs}
+	ts := &transparentSession{id: id, procs: o.procs, publish: o.publish, now: o.now, log: o.log}
+	if ts.now == nil {
+		ts.now = time.Now
+	}
 	defer func() {
 		if err != nil {
 			ts.Close()
@@ -111,9 +124,23 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 		}
 	}
 	cfg.AllowQUIC = o.allowQUIC
+	cfg.AllowUDP = o.allowUDP
 	if ts.red, err = redirect.Load(cfg); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	refusals, err := ts.red.Refusals(ctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("transparent mode: %w", err)
+	}
+	ts.stopRefusals, ts.refusalsDone = cancel, make(chan struct{})
+	go func() {
+		defer close(ts.refusalsDone)
+		for rf := range refusals {
+			ts.publishRefusal(rf)
+		}
+	}()
 	if ts.hooks, err = ts.red.Attach(ts.cg.Path); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
 	}
@@ -176,6 +203,52 @@ func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error
 	return proxy.Tunnel{Session: ts.id, Host: host, Dst: o.Dst, Process: proc, Via: "transparent"}, nil
 }
 
+// publishRefusal publishes what the hooks refused as a denied connect
+// event of the process that tried.
+func (ts *transparentSession) publishRefusal(rf redirect.Refusal) {
+	if ts.publish == nil {
+		return
+	}
+	proc, err := describeProcess(ts.procs, int(rf.PID), int(ts.rootPID.Load()))
+	if err != nil {
+		// Gone already: keep what the kernel saw.
+		proc = &event.Process{PID: int(rf.PID), UID: int(rf.UID), Argv: []string{rf.Comm}}
+	}
+	v := event.Verdict{Action: event.Deny, DecidedBy: event.DecidedByRule}
+	switch rf.Kind {
+	case redirect.RefusalQUIC:
+		v.Rule, v.Reason = "quic_refused", "UDP to port 443 (QUIC) is refused in transparent mode, so clients fall back to TCP through the proxy (--quic allow lets it through, unmediated)"
+	case redirect.RefusalUDP:
+		v.Rule, v.Reason = "udp_refused", "UDP other than DNS is refused in transparent mode: the proxy cannot see it (--udp allow lets it through, unmediated)"
+	case redirect.RefusalSocket:
+		v.Rule, v.Reason = "socket_refused", fmt.Sprintf("a %s cannot be mediated: refused at %s()", rf.SocketName(), rf.Call)
+	default:
+		v.Rule, v.Reason = "fail_closed", "cannot be redirected: no proxy or resolver for its address family"
+	}
+	c := &event.Connect{Transport: event.Transport(rf.ProtocolName()), Via: "transparent"}
+	if rf.Dst.IsValid() {
+		c.Dst, c.Port = rf.Dst, rf.Dst.Port()
+		c.Host, _ = ts.dns.NameFor(rf.Dst.Addr().Unmap())
+	}
+	ts.publish(&event.Event{
+		Time: ts.now(), Kind: event.KindConnect, Session: ts.id, Process: proc,
+		Verdict: v, Connect: c,
+	})
+}
+
+// flushRefusals publishes the refusals still pending and stops: the
+// session's processes are gone.
+func (ts *transparentSession) flushRefusals() {
+	if ts.stopRefusals == nil {
+		return
+	}
+	ts.stopRefusals()
+	<-ts.refusalsDone
+	if n, err := ts.red.RefusalsDropped(); err == nil && n > 0 && ts.log != nil {
+		ts.log.Warn("refusals not recorded: the reader fell behind (the calls were refused all the same)", "dropped", n)
+	}
+}
+
 // quicRefused is how many QUIC datagrams the session was refused (its
 // clients fall back to TCP, which the proxy sees).
 func (ts *transparentSession) quicRefused() uint64 {
@@ -186,6 +259,7 @@ func (ts *transparentSession) quicRefused() uint64 {
 // end kills what is left of the session (killOnExit) or waits for it to
 // exit by itself.
 func (ts *transparentSession) end(ctx context.Context, killOnExit bool) error {
+	defer ts.flushRefusals()
 	if killOnExit {
 		return ts.cg.Kill()
 	}
@@ -202,6 +276,9 @@ func (ts *transparentSession) Close() error {
 	}
 	if ts.red != nil {
 		errs = append(errs, ts.red.Close())
+	}
+	if ts.refusalsDone != nil {
+		<-ts.refusalsDone // the reader stops at Close
 	}
 	if ts.dnsTCP != nil {
 		ts.dnsTCP.Close()

@@ -21,8 +21,13 @@
  *   cgroup/sendmsg4, cgroup/sendmsg6 (and connect4/6 for UDP)
  *       UDP to port 53 goes to the session's resolver, its origin into
  *       sk_origin; UDP to port 443 (QUIC) is refused unless allowed, and
- *       counted in quic_refused; other UDP passes. A dual-stack socket's
- *       datagram to ::ffff:a.b.c.d comes through sendmsg4.
+ *       counted in quic_refused; other UDP is refused unless allowed, but
+ *       for datagrams to the resolver's own address. A dual-stack
+ *       socket's datagram to ::ffff:a.b.c.d comes through sendmsg4.
+ *   cgroup/sock_create
+ *       Only TCP (and MPTCP) stream sockets and UDP datagram sockets may be
+ *       created: UDP-Lite, ICMP ping, SCTP and raw sockets fail with EPERM
+ *       at socket(), as the hooks above would not see their traffic.
  *   cgroup_skb/egress
  *       Publishes a DNS socket's record under the datagram's source
  *       (address, port): only the packet has the source address of a
@@ -37,6 +42,10 @@
  * (or, with DNS redirected, no resolver) address, or when the record cannot
  * be stored, connect() and sendmsg() fail with EPERM instead of going out
  * directly.
+ *
+ * Every refusal is reported to user space through the refusals ring buffer,
+ * with the task that made it; a full buffer drops the report, never blocks
+ * the call, and counts the drop in refusals_dropped.
  */
 #include "uapi.h"
 #include <bpf/bpf_helpers.h>
@@ -72,7 +81,8 @@ struct config {
 	__u16 dns4_port;  /* host byte order */
 	__u16 dns6_port;  /* host byte order */
 	__u8 allow_quic;
-	__u8 pad[3];
+	__u8 allow_udp; /* UDP to ports other than 53 and 443 */
+	__u8 pad[2];
 };
 
 /* What the application asked for, and who asked. */
@@ -89,6 +99,34 @@ struct origin {
 	__u8 proto;     /* IPPROTO_TCP or IPPROTO_UDP */
 	__u8 flags;     /* ORIGIN_F_* */
 	__u8 pad[3];
+	char comm[16];
+};
+
+/* refusal.kind */
+#define REFUSAL_QUIC 1        /* UDP to port 443 */
+#define REFUSAL_UDP 2         /* UDP to another port */
+#define REFUSAL_SOCKET 3      /* a socket of a kind the hooks cannot mediate */
+#define REFUSAL_FAIL_CLOSED 4 /* no proxy or resolver for the family, or no room for the record */
+
+/* refusal.call */
+#define CALL_CONNECT 1
+#define CALL_SENDMSG 2
+#define CALL_SOCKET 3
+
+/* A refused connect(), datagram or socket(), and who tried. */
+struct refusal {
+	__u32 dst_ip6[4]; /* network byte order; IPv4 as ::ffff:a.b.c.d; zero for socket() */
+	__u64 cgroup_id;
+	__u32 pid; /* process (kernel tgid) */
+	__u32 tid; /* thread (kernel pid) */
+	__u32 uid;
+	__u32 gid;
+	__u16 dst_port; /* host byte order */
+	__u16 protocol; /* the socket's IPPROTO_* (MPTCP is 262) */
+	__u8 kind;      /* REFUSAL_* */
+	__u8 call;      /* CALL_* */
+	__u8 family;    /* the socket's */
+	__u8 type;      /* the socket's SOCK_* */
 	char comm[16];
 };
 
@@ -134,6 +172,66 @@ struct {
 	__type(value, __u64);
 } quic_refused SEC(".maps");
 
+/* Refusals for user space; bounded, a full buffer drops. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} refusals SEC(".maps");
+
+/* Puts struct refusal in the BTF, for bpf2go. */
+const struct refusal *unused_refusal __attribute__((unused));
+
+/* Refusal reports dropped because the ring buffer was full, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} refusals_dropped SEC(".maps");
+
+/* Fills r's task fields and sends it; never fails the caller. */
+static __always_inline void report(struct refusal *r)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 uid_gid = bpf_get_current_uid_gid();
+
+	r->cgroup_id = bpf_get_current_cgroup_id();
+	r->pid = pid_tgid >> 32;
+	r->tid = (__u32)pid_tgid;
+	r->uid = (__u32)uid_gid;
+	r->gid = uid_gid >> 32;
+	bpf_get_current_comm(r->comm, sizeof(r->comm));
+	if (bpf_ringbuf_output(&refusals, r, sizeof(*r), 0)) {
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&refusals_dropped, &zero);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
+}
+
+/* Reports a refused connect() or datagram to ip6 (IPv4 as ::ffff:a.b.c.d). */
+static __always_inline void report_addr(struct bpf_sock_addr *ctx, __u8 kind, __u8 call, const __u32 ip6[4], __u16 port)
+{
+	struct refusal r = {};
+	r.dst_ip6[0] = ip6[0];
+	r.dst_ip6[1] = ip6[1];
+	r.dst_ip6[2] = ip6[2];
+	r.dst_ip6[3] = ip6[3];
+	r.dst_port = port;
+	r.kind = kind;
+	r.call = call;
+	r.family = (__u8)ctx->family;
+	r.type = (__u8)ctx->type;
+	r.protocol = (__u16)ctx->protocol;
+	report(&r);
+}
+
+static __always_inline void report_addr4(struct bpf_sock_addr *ctx, __u8 kind, __u8 call, __u32 ip, __u16 port)
+{
+	__u32 ip6[4] = {0, 0, bpf_htonl(0x0000ffff), ip};
+	report_addr(ctx, kind, call, ip6, port);
+}
+
 static __always_inline const struct config *config_get(void)
 {
 	__u32 zero = 0;
@@ -167,33 +265,52 @@ static __always_inline void origin_fill(struct origin *o, struct bpf_sock_addr *
 	bpf_get_current_comm(o->comm, sizeof(o->comm));
 }
 
-/* What happens to a datagram, or a datagram socket's connect(). */
-enum udp_verdict {
-	UDP_PASS,
-	UDP_DNS,
-	UDP_REJECT,
-};
+/*
+ * What happens to a datagram, or a datagram socket's connect(): passed,
+ * sent to the resolver, or refused (the REFUSAL_* kind).
+ */
+#define UDP_PASS 0
+#define UDP_DNS 255
 
-static __always_inline enum udp_verdict udp_verdict(const struct config *cfg, __u16 port, int v4)
+/*
+ * v4: the destination is IPv4 (or v4-mapped); to_resolver: it is the
+ * session's resolver itself, which decides what it receives.
+ */
+static __always_inline int udp_verdict(const struct config *cfg, __u16 port, int v4, int to_resolver)
 {
+	if (!cfg)
+		return REFUSAL_FAIL_CLOSED;
+	if (to_resolver)
+		return UDP_PASS;
 	if (port == QUIC_PORT) {
-		if (cfg && cfg->allow_quic)
+		if (cfg->allow_quic)
 			return UDP_PASS;
 		__u32 zero = 0;
 		__u64 *n = bpf_map_lookup_elem(&quic_refused, &zero);
 		if (n)
 			__sync_fetch_and_add(n, 1);
-		return UDP_REJECT;
+		return REFUSAL_QUIC;
 	}
-	if (port != DNS_PORT)
+	if (port == DNS_PORT && (cfg->has_dns4 || cfg->has_dns6)) {
+		if (v4 ? cfg->has_dns4 : cfg->has_dns6)
+			return UDP_DNS;
+		return REFUSAL_FAIL_CLOSED; /* no resolver for this family */
+	}
+	if (cfg->allow_udp)
 		return UDP_PASS;
-	if (!cfg)
-		return UDP_REJECT;
-	if (!cfg->has_dns4 && !cfg->has_dns6)
-		return UDP_PASS; /* DNS is not redirected at all */
-	if (v4 ? cfg->has_dns4 : cfg->has_dns6)
-		return UDP_DNS;
-	return UDP_REJECT; /* no resolver for this family */
+	return REFUSAL_UDP;
+}
+
+/* The resolver's own addresses: a datagram there is not redirected. */
+static __always_inline int is_resolver4(const struct config *cfg, __u32 ip, __u16 port)
+{
+	return cfg && cfg->has_dns4 && ip == cfg->dns4_ip && port == cfg->dns4_port;
+}
+
+static __always_inline int is_resolver6(const struct config *cfg, const __u32 ip6[4], __u16 port)
+{
+	return cfg && cfg->has_dns6 && ip6[0] == cfg->dns6_ip[0] && ip6[1] == cfg->dns6_ip[1] &&
+	       ip6[2] == cfg->dns6_ip[2] && ip6[3] == cfg->dns6_ip[3] && port == cfg->dns6_port;
 }
 
 /*
@@ -207,24 +324,29 @@ static __always_inline int udp4(struct bpf_sock_addr *ctx, int is_connect)
 	const struct config *cfg = bpf_map_lookup_elem(&config_map, &zero);
 	__u32 ip = ctx->user_ip4;
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
+	__u8 call = is_connect ? CALL_CONNECT : CALL_SENDMSG;
 
-	switch (udp_verdict(cfg, port, 1)) {
-	case UDP_PASS:
+	int v = udp_verdict(cfg, port, 1, is_resolver4(cfg, ip, port));
+	if (v == UDP_PASS) {
 		/* A reconnected socket must not keep a stale record. */
 		if (is_connect)
 			bpf_sk_storage_delete(&sk_origin, ctx->sk);
 		return SOCK_ADDR_ALLOW;
-	case UDP_REJECT:
+	}
+	if (v == UDP_DNS && !cfg)
+		v = REFUSAL_FAIL_CLOSED; /* udp_verdict saw to it; for the verifier */
+	if (v != UDP_DNS) {
+		report_addr4(ctx, (__u8)v, call, ip, port);
 		return SOCK_ADDR_REJECT;
-	default:
-		break;
 	}
 	if (!cfg)
-		return SOCK_ADDR_REJECT; /* for the verifier: udp_verdict saw to it */
+		return SOCK_ADDR_REJECT;
 
 	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!o)
+	if (!o) {
+		report_addr4(ctx, REFUSAL_FAIL_CLOSED, call, ip, port);
 		return SOCK_ADDR_REJECT;
+	}
 	__u8 family = ctx->family == AF_INET6 ? AF_INET6 : AF_INET;
 	origin_fill(o, ctx, family, IPPROTO_UDP);
 	if (family == AF_INET6)
@@ -256,23 +378,29 @@ static __always_inline int udp6(struct bpf_sock_addr *ctx, int is_connect)
 	ip6[3] = ctx->user_ip6[3];
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
 	int mapped = is_v4mapped(ip6);
+	__u8 call = is_connect ? CALL_CONNECT : CALL_SENDMSG;
 
-	switch (udp_verdict(cfg, port, mapped)) {
-	case UDP_PASS:
+	int to_resolver = mapped ? is_resolver4(cfg, ip6[3], port) : is_resolver6(cfg, ip6, port);
+	int v = udp_verdict(cfg, port, mapped, to_resolver);
+	if (v == UDP_PASS) {
 		if (is_connect)
 			bpf_sk_storage_delete(&sk_origin, ctx->sk);
 		return SOCK_ADDR_ALLOW;
-	case UDP_REJECT:
-		return SOCK_ADDR_REJECT;
-	default:
-		break;
 	}
-	if (!cfg || (mapped && !is_connect))
+	if (v == UDP_DNS && (!cfg || (mapped && !is_connect)))
+		v = REFUSAL_FAIL_CLOSED;
+	if (v != UDP_DNS) {
+		report_addr(ctx, (__u8)v, call, ip6, port);
 		return SOCK_ADDR_REJECT;
+	}
+	if (!cfg)
+		return SOCK_ADDR_REJECT; /* for the verifier: handled above */
 
 	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!o)
+	if (!o) {
+		report_addr(ctx, REFUSAL_FAIL_CLOSED, call, ip6, port);
 		return SOCK_ADDR_REJECT;
+	}
 	origin_fill(o, ctx, AF_INET6, IPPROTO_UDP);
 	o->dst_ip6[0] = ip6[0];
 	o->dst_ip6[1] = ip6[1];
@@ -308,15 +436,21 @@ int connect4(struct bpf_sock_addr *ctx)
 {
 	if (is_udp(ctx))
 		return udp4(ctx, 1);
-	if (ctx->type != SOCK_STREAM)
-		return CONNECT_ALLOW;
-
-	const struct config *cfg = config_get();
-	if (!cfg || !cfg->has4)
-		return CONNECT_REJECT;
 
 	__u32 ip = ctx->user_ip4;
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
+
+	if (ctx->type != SOCK_STREAM) {
+		/* UDP-Lite, ping, raw: refused at socket(), unless made elsewhere. */
+		report_addr4(ctx, REFUSAL_SOCKET, CALL_CONNECT, ip, port);
+		return CONNECT_REJECT;
+	}
+
+	const struct config *cfg = config_get();
+	if (!cfg || !cfg->has4) {
+		report_addr4(ctx, REFUSAL_FAIL_CLOSED, CALL_CONNECT, ip, port);
+		return CONNECT_REJECT;
+	}
 
 	if (ip == cfg->proxy4_ip && port == cfg->proxy4_port) {
 		/* A reused socket must not keep a stale record. */
@@ -325,8 +459,10 @@ int connect4(struct bpf_sock_addr *ctx)
 	}
 
 	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!o)
+	if (!o) {
+		report_addr4(ctx, REFUSAL_FAIL_CLOSED, CALL_CONNECT, ip, port);
 		return CONNECT_REJECT;
+	}
 	origin_fill(o, ctx, AF_INET, IPPROTO_TCP);
 	o->dst_ip6[0] = 0;
 	o->dst_ip6[1] = 0;
@@ -344,12 +480,6 @@ int connect6(struct bpf_sock_addr *ctx)
 {
 	if (is_udp(ctx))
 		return udp6(ctx, 1);
-	if (ctx->type != SOCK_STREAM)
-		return CONNECT_ALLOW;
-
-	const struct config *cfg = config_get();
-	if (!cfg)
-		return CONNECT_REJECT;
 
 	__u32 ip6[4];
 	ip6[0] = ctx->user_ip6[0];
@@ -359,20 +489,35 @@ int connect6(struct bpf_sock_addr *ctx)
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
 	int mapped = is_v4mapped(ip6);
 
+	if (ctx->type != SOCK_STREAM) {
+		report_addr(ctx, REFUSAL_SOCKET, CALL_CONNECT, ip6, port);
+		return CONNECT_REJECT;
+	}
+
+	const struct config *cfg = config_get();
+	if (!cfg) {
+		report_addr(ctx, REFUSAL_FAIL_CLOSED, CALL_CONNECT, ip6, port);
+		return CONNECT_REJECT;
+	}
+
 	if (mapped) {
 		/*
 		 * A dual-stack socket reaching an IPv4 host: send it to the
 		 * IPv4 proxy in mapped form, which such a socket can reach.
 		 */
-		if (!cfg->has4)
+		if (!cfg->has4) {
+			report_addr(ctx, REFUSAL_FAIL_CLOSED, CALL_CONNECT, ip6, port);
 			return CONNECT_REJECT;
+		}
 		if (ip6[3] == cfg->proxy4_ip && port == cfg->proxy4_port) {
 			bpf_sk_storage_delete(&sk_origin, ctx->sk);
 			return CONNECT_ALLOW;
 		}
 	} else {
-		if (!cfg->has6)
+		if (!cfg->has6) {
+			report_addr(ctx, REFUSAL_FAIL_CLOSED, CALL_CONNECT, ip6, port);
 			return CONNECT_REJECT;
+		}
 		if (ip6[0] == cfg->proxy6_ip[0] && ip6[1] == cfg->proxy6_ip[1] &&
 		    ip6[2] == cfg->proxy6_ip[2] && ip6[3] == cfg->proxy6_ip[3] &&
 		    port == cfg->proxy6_port) {
@@ -382,8 +527,10 @@ int connect6(struct bpf_sock_addr *ctx)
 	}
 
 	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!o)
+	if (!o) {
+		report_addr(ctx, REFUSAL_FAIL_CLOSED, CALL_CONNECT, ip6, port);
 		return CONNECT_REJECT;
+	}
 	origin_fill(o, ctx, AF_INET6, IPPROTO_TCP);
 	o->dst_ip6[0] = ip6[0];
 	o->dst_ip6[1] = ip6[1];
@@ -544,17 +691,52 @@ int getpeername6(struct bpf_sock_addr *ctx)
 SEC("cgroup/sendmsg4")
 int sendmsg4(struct bpf_sock_addr *ctx)
 {
-	if (ctx->protocol != IPPROTO_UDP)
-		return SOCK_ADDR_ALLOW;
+	if (ctx->protocol != IPPROTO_UDP) {
+		/* UDP-Lite: refused at socket(), unless made elsewhere. */
+		report_addr4(ctx, REFUSAL_SOCKET, CALL_SENDMSG, ctx->user_ip4, bpf_ntohs((__u16)ctx->user_port));
+		return SOCK_ADDR_REJECT;
+	}
 	return udp4(ctx, 0);
 }
 
 SEC("cgroup/sendmsg6")
 int sendmsg6(struct bpf_sock_addr *ctx)
 {
-	if (ctx->protocol != IPPROTO_UDP)
-		return SOCK_ADDR_ALLOW;
+	if (ctx->protocol != IPPROTO_UDP) {
+		__u32 ip6[4];
+		ip6[0] = ctx->user_ip6[0];
+		ip6[1] = ctx->user_ip6[1];
+		ip6[2] = ctx->user_ip6[2];
+		ip6[3] = ctx->user_ip6[3];
+		report_addr(ctx, REFUSAL_SOCKET, CALL_SENDMSG, ip6, bpf_ntohs((__u16)ctx->user_port));
+		return SOCK_ADDR_REJECT;
+	}
 	return udp6(ctx, 0);
+}
+
+/*
+ * The socket kinds whose traffic the hooks above mediate. socket() with
+ * protocol 0 arrives here with the protocol the kernel chose (TCP, UDP).
+ */
+SEC("cgroup/sock_create")
+int sock_create(struct bpf_sock *ctx)
+{
+	__u32 type = ctx->type;
+	__u32 protocol = ctx->protocol;
+
+	if (type == SOCK_STREAM && (protocol == IPPROTO_TCP || protocol == IPPROTO_MPTCP))
+		return 1;
+	if (type == SOCK_DGRAM && protocol == IPPROTO_UDP)
+		return 1;
+
+	struct refusal r = {};
+	r.kind = REFUSAL_SOCKET;
+	r.call = CALL_SOCKET;
+	r.family = (__u8)ctx->family;
+	r.type = (__u8)type;
+	r.protocol = (__u16)protocol;
+	report(&r);
+	return 0;
 }
 
 SEC("cgroup/recvmsg4")

@@ -32,6 +32,7 @@ enum {
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_SK_STORAGE = 24,
+	BPF_MAP_TYPE_RINGBUF = 27,
 };
 
 enum {
@@ -50,6 +51,7 @@ enum {
 #define SOCK_DGRAM 2
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
+#define IPPROTO_MPTCP 262
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
 
