@@ -418,6 +418,8 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	}
 
 	var gate *privdrop.Gate
+	// In every mode: read-only cgroup mounts and the session's filter.
+	who.Confine = os.Geteuid() == 0
 	mediate := cfg.MediateFiles
 	if ok, why := canMediateFiles(); mediate && !ok {
 		fmt.Fprintf(o.stderr, "chaperone: %s; only the network is mediated\n", why)
@@ -432,6 +434,11 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		// Most often: the command is not on PATH. Report it as a shell
 		// would, after the session's start and end are recorded.
 		cmd.Err = err
+	}
+	if undo, err := privdrop.ProtectSelf(who); err != nil {
+		cmd.Err = err
+	} else {
+		defer undo()
 	}
 	if cmd.Err != nil && gate != nil {
 		gate.Close()

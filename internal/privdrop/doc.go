@@ -21,6 +21,17 @@
 // step fails, the program is not started: the shim prints
 // "chaperone: <reason>" and exits 126 (127 when the program does not exist).
 //
+// With [Options.Confine] (chaperone runs as root) the program also starts
+// in a private mount namespace whose cgroup mounts are all read-only, under
+// a seccomp filter that refuses new namespaces and clone3, and, when it
+// runs as uid 0, signals, ptrace, pidfd_open and prlimit aimed at
+// chaperone's pid or process group; [ProtectSelf] makes chaperone
+// non-dumpable meanwhile. A uid-0 program without capabilities then cannot
+// leave the session's cgroup, nor trace or read chaperone. It can still
+// signal chaperone's other threads by their ids, and every other root
+// process of the machine: the kernel allows it within one uid, and no
+// filter knows those ids. Run the agent as an ordinary user.
+//
 // [FromSudo] and [ForUser] turn the invoking sudo user or a named user into
 // [Options]. Other systems than Linux get a Wrap that returns an error
 // wrapping errors.ErrUnsupported.

@@ -15,15 +15,16 @@ func unsafePointer(p *unix.SockFprog) unsafe.Pointer { return unsafe.Pointer(p) 
 const (
 	offNR    = 0
 	offArch  = 4
-	offArg0  = 16         // low half on little-endian machines, which amd64 and arm64 are
-	retAllow = 0x7fff0000 // SECCOMP_RET_ALLOW
+	offArg0  = 16          // low half on little-endian machines, which amd64 and arm64 are
+	offArg1  = offArg0 + 8 // args are 64 bits each
+	retAllow = 0x7fff0000  // SECCOMP_RET_ALLOW
 	// SECCOMP_RET_USER_NOTIF
 	retUserNotif  = 0x7fc00000
 	retErrnoEPERM = 0x00050000 | uint32(unix.EPERM)
 	retErrnoNOSYS = 0x00050000 | uint32(unix.ENOSYS)
 	// nsFlags are the namespaces a program may not enter or make: a new
 	// mount namespace (alone, or inside a new user namespace) would give
-	// it mounts that no mark watches.
+	// it mounts that no mark watches, and writable cgroup mounts.
 	nsFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS
 )
 
@@ -34,19 +35,32 @@ type abi struct {
 	execve, execveat      uint32
 	unshare, clone, setns uint32
 	clone3                uint32
-	x32                   bool // refuse the x32 ABI's calls (x86-64 only)
+	// Calls that name a process in their first argument (ptrace: its
+	// second), which the guard rules check against chaperone's pid.
+	kill, tkill, tgkill, sigqueue, tgsigqueue uint32
+	pidfdOpen, pidfdSend, ptrace              uint32
+	vmReadv, vmWritev, prlimit, setpgid       uint32
+	x32                                       bool // refuse the x32 ABI's calls (x86-64 only)
 }
 
 // abis lists the ABIs the kernel runs on each machine: a 32-bit binary
 // must not exec unseen either.
 var abis = map[string][]abi{
 	"amd64": {
-		{arch: unix.AUDIT_ARCH_X86_64, execve: 59, execveat: 322, unshare: 272, clone: 56, setns: 308, clone3: 435, x32: true},
-		{arch: unix.AUDIT_ARCH_I386, execve: 11, execveat: 358, unshare: 310, clone: 120, setns: 346, clone3: 435},
+		{arch: unix.AUDIT_ARCH_X86_64, execve: 59, execveat: 322, unshare: 272, clone: 56, setns: 308, clone3: 435,
+			kill: 62, tkill: 200, tgkill: 234, sigqueue: 129, tgsigqueue: 297, pidfdOpen: 434, pidfdSend: 424, ptrace: 101,
+			vmReadv: 310, vmWritev: 311, prlimit: 302, setpgid: 109, x32: true},
+		{arch: unix.AUDIT_ARCH_I386, execve: 11, execveat: 358, unshare: 310, clone: 120, setns: 346, clone3: 435,
+			kill: 37, tkill: 238, tgkill: 270, sigqueue: 178, tgsigqueue: 335, pidfdOpen: 434, pidfdSend: 424, ptrace: 26,
+			vmReadv: 347, vmWritev: 348, prlimit: 340, setpgid: 57},
 	},
 	"arm64": {
-		{arch: unix.AUDIT_ARCH_AARCH64, execve: 221, execveat: 281, unshare: 97, clone: 220, setns: 268, clone3: 435},
-		{arch: unix.AUDIT_ARCH_ARM, execve: 11, execveat: 387, unshare: 337, clone: 120, setns: 375, clone3: 435},
+		{arch: unix.AUDIT_ARCH_AARCH64, execve: 221, execveat: 281, unshare: 97, clone: 220, setns: 268, clone3: 435,
+			kill: 129, tkill: 130, tgkill: 131, sigqueue: 138, tgsigqueue: 240, pidfdOpen: 434, pidfdSend: 424, ptrace: 117,
+			vmReadv: 270, vmWritev: 271, prlimit: 261, setpgid: 154},
+		{arch: unix.AUDIT_ARCH_ARM, execve: 11, execveat: 387, unshare: 337, clone: 120, setns: 375, clone3: 435,
+			kill: 37, tkill: 238, tgkill: 268, sigqueue: 178, tgsigqueue: 363, pidfdOpen: 434, pidfdSend: 424, ptrace: 26,
+			vmReadv: 376, vmWritev: 377, prlimit: 369, setpgid: 57},
 	},
 }
 
@@ -99,16 +113,35 @@ func (p *program) resolve() ([]unix.SockFilter, error) {
 	return p.ins, nil
 }
 
-// execFilter is the classic BPF program of the session's filter for
-// goarch: execve and execveat of every known ABI go to the listener;
-// setns, and unshare or clone asking for a new user or mount namespace,
-// get EPERM; clone3 (whose flags a filter cannot read) gets ENOSYS, so
-// that the C library falls back to clone; unknown ABIs get EPERM; the
-// rest is allowed.
-func execFilter(goarch string) ([]unix.SockFilter, error) {
+// filterSpec says what the session's filter does beyond refusing new
+// namespaces.
+type filterSpec struct {
+	// notify hands execve and execveat to the listener.
+	notify bool
+	// guard, when not 0, is chaperone's pid: the guard rules refuse
+	// (EPERM) kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo,
+	// pidfd_open, ptrace, process_vm_readv/writev and prlimit64 aimed at
+	// it; kill of chaperone's process group (-pgid), of the caller's own
+	// (0) and of every process (-1); setpgid into chaperone's group; and
+	// pidfd_send_signal (ENOSYS), whose target (a pidfd or a /proc/<pid>
+	// directory) a filter cannot see. For a program of chaperone's uid:
+	// the kernel lets same-uid processes signal each other.
+	guard int
+	// pgid is chaperone's process group, with guard.
+	pgid int
+}
+
+// sessionFilter is the classic BPF program of the session's filter for
+// goarch: with f.notify, execve and execveat of every known ABI go to the
+// listener; setns, and unshare or clone asking for a new user or mount
+// namespace, get EPERM; clone3 (whose flags, CLONE_INTO_CGROUP among
+// them, a filter cannot read) gets ENOSYS, so that the C library falls
+// back to clone; with f.guard, the guard rules; unknown ABIs get EPERM;
+// the rest is allowed.
+func sessionFilter(goarch string, f filterSpec) ([]unix.SockFilter, error) {
 	list, ok := abis[goarch]
 	if !ok {
-		return nil, fmt.Errorf("exec notification is not built for %s", goarch)
+		return nil, fmt.Errorf("the session's seccomp filter is not built for %s", goarch)
 	}
 	p := &program{labels: map[string]int{}}
 	for i, a := range list {
@@ -120,15 +153,60 @@ func execFilter(goarch string) ([]unix.SockFilter, error) {
 		if a.x32 {
 			p.jump(unix.BPF_JGE, x32SyscallBit, "eperm", "")
 		}
-		p.jump(unix.BPF_JEQ, a.execve, "notify", "")
-		p.jump(unix.BPF_JEQ, a.execveat, "notify", "")
+		if f.notify {
+			p.jump(unix.BPF_JEQ, a.execve, "notify", "")
+			p.jump(unix.BPF_JEQ, a.execveat, "notify", "")
+		}
 		p.jump(unix.BPF_JEQ, a.setns, "eperm", "")
 		p.jump(unix.BPF_JEQ, a.clone3, "enosys", "")
 		p.jump(unix.BPF_JEQ, a.unshare, "nsflags", "")
-		p.jump(unix.BPF_JEQ, a.clone, "nsflags", "allow")
+		if f.guard == 0 {
+			p.jump(unix.BPF_JEQ, a.clone, "nsflags", "allow")
+			continue
+		}
+		p.jump(unix.BPF_JEQ, a.clone, "nsflags", "")
+		p.jump(unix.BPF_JEQ, a.kill, "kill", "")
+		for _, nr := range []uint32{a.tkill, a.tgkill, a.sigqueue, a.tgsigqueue, a.pidfdOpen, a.vmReadv, a.vmWritev, a.prlimit} {
+			p.jump(unix.BPF_JEQ, nr, "pid0", "")
+		}
+		p.jump(unix.BPF_JEQ, a.ptrace, "pid1", "")
+		if f.pgid > 0 {
+			p.jump(unix.BPF_JEQ, a.setpgid, "pgid1", "")
+		}
+		p.jump(unix.BPF_JEQ, a.pidfdSend, "enosys", "allow")
 	}
 	p.label(fmt.Sprintf("abi%d", len(list)))
 	p.stmt(unix.BPF_RET|unix.BPF_K, retErrnoEPERM) // no known ABI
+	if f.guard != 0 {
+		// pid_t is 32 bits: the kernel reads the low half of the
+		// argument, and so does the filter.
+		guard := uint32(int32(f.guard))
+		p.label("kill")
+		p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArg0)
+		p.jump(unix.BPF_JEQ, guard, "eperm", "")
+		if f.pgid > 0 {
+			p.jump(unix.BPF_JEQ, uint32(-int32(f.pgid)), "eperm", "")
+		}
+		// 0 (the caller's group, which may be chaperone's) and -1
+		// (every process the caller may signal), unless the signal is 0
+		// (a probe that changes nothing).
+		p.jump(unix.BPF_JEQ, 0, "sig", "")
+		p.jump(unix.BPF_JEQ, 0xffffffff, "sig", "allow")
+		p.label("sig")
+		p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArg1)
+		p.jump(unix.BPF_JEQ, 0, "allow", "eperm")
+		p.label("pid0")
+		p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArg0)
+		p.jump(unix.BPF_JEQ, guard, "eperm", "allow")
+		p.label("pid1")
+		p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArg1)
+		p.jump(unix.BPF_JEQ, guard, "eperm", "allow")
+		if f.pgid > 0 {
+			p.label("pgid1")
+			p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArg1)
+			p.jump(unix.BPF_JEQ, uint32(int32(f.pgid)), "eperm", "allow")
+		}
+	}
 	p.label("nsflags")
 	p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArg0)
 	p.jump(unix.BPF_JSET, nsFlags, "eperm", "allow")

@@ -32,12 +32,6 @@ const (
 // set up around it (o.MountNS, o.ExecNotify). After cmd.Start, call Ready,
 // then Open (or Close to abort).
 func WrapGated(cmd *exec.Cmd, o Options) (*Gate, error) {
-	if o.MountNS {
-		if cmd.SysProcAttr == nil {
-			cmd.SysProcAttr = &unix.SysProcAttr{}
-		}
-		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNS
-	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("privdrop: gate: %w", err)
@@ -150,20 +144,26 @@ func makeMountsPrivate() error {
 	return nil
 }
 
-// installExecFilter installs the seccomp filter that sends execve and
-// execveat to a new listener, and returns the listener. no_new_privs must
-// be set.
-func installExecFilter() (int, error) {
-	prog, err := execFilter(runtime.GOARCH)
+// installFilter installs the session's seccomp filter and returns its
+// listener, or -1 when f does not notify. no_new_privs must be set.
+func installFilter(f filterSpec) (int, error) {
+	prog, err := sessionFilter(runtime.GOARCH, f)
 	if err != nil {
 		return -1, err
 	}
+	var flags uintptr
+	if f.notify {
+		flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	fd, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafePointer(&fprog)))
+		flags, uintptr(unsafePointer(&fprog)))
 	runtime.KeepAlive(prog)
 	if errno != 0 {
-		return -1, fmt.Errorf("install exec filter: %w", errno)
+		return -1, fmt.Errorf("install the session's filter: %w", errno)
+	}
+	if !f.notify {
+		return -1, nil
 	}
 	return int(fd), nil
 }

@@ -158,7 +158,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 func TestExecFilterShape(t *testing.T) {
 	for _, arch := range []string{"amd64", "arm64"} {
-		p, err := execFilter(arch)
+		p, err := sessionFilter(arch, filterSpec{notify: true, guard: 4242, pgid: 4240})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func TestExecFilterShape(t *testing.T) {
 			}
 		}
 	}
-	if _, err := execFilter("mips"); err == nil {
+	if _, err := sessionFilter("mips", filterSpec{}); err == nil {
 		t.Error("a filter for an unknown architecture")
 	}
 }

@@ -35,6 +35,19 @@ type Options struct {
 	// which Gate.Ready returns. The program's own first exec is the first
 	// notification. Only with WrapGated.
 	ExecNotify bool
+	// Confine keeps the program inside the session when chaperone runs as
+	// root. It starts in a mount namespace of its own, a private copy of
+	// chaperone's (as MountNS), where every cgroup and cgroup2 mount is
+	// read-only, so that it cannot move itself or any process out of the
+	// session's cgroup even as uid 0. It runs under a seccomp filter that
+	// refuses new user and mount namespaces, setns and clone3 (whose
+	// CLONE_INTO_CGROUP a filter cannot see). When the program runs as
+	// uid 0, which the kernel lets signal and limit every process of that
+	// uid, the filter also refuses what aims at chaperone by its pid or
+	// process group (see filterSpec.guard), and [ProtectSelf] keeps it from
+	// reading chaperone's memory. Needs CAP_SYS_ADMIN; with Wrap or
+	// WrapGated. With ExecNotify, the two filters are one.
+	Confine bool
 }
 
 // Keep returns the Options that keep chaperone's uid, gid and groups.

@@ -25,6 +25,7 @@ const selfExe = "/proc/self/exe"
 // UseCgroupFD starts it in the session's cgroup, Setsid/Setpgid/Setctty keep,
 // and Pdeathsig is re-armed after the uid change would clear it.
 // SysProcAttr.Credential and AmbientCaps are refused: Options replaces them.
+// With o.Confine (or o.MountNS), Cloneflags gains CLONE_NEWNS.
 // When o.Name is set, USER, LOGNAME and HOME in cmd.Env are set for that
 // user. Wrap returns cmd.Err if exec.Command could not find the program.
 // Call Wrap once, before Start; main must call RunShim first.
@@ -64,7 +65,7 @@ func wrap(cmd *exec.Cmd, o Options, gate int) error {
 		argv = []string{cmd.Path}
 	}
 	spec := shimSpec{UID: o.UID, GID: o.GID, Groups: o.Groups, Path: cmd.Path, Argv: argv,
-		Gate: gate, MountNS: o.MountNS, Notify: o.ExecNotify}
+		Gate: gate, MountNS: o.MountNS, Notify: o.ExecNotify, Confine: o.Confine}
 	if spec.Groups == nil && (o.UID >= 0 || o.GID >= 0) {
 		spec.Groups = []int{} // never leave chaperone's groups to another identity
 	}
@@ -73,6 +74,12 @@ func wrap(cmd *exec.Cmd, o Options, gate int) error {
 	}
 	if o.Name != "" {
 		cmd.Env = o.environ(cmd.Environ())
+	}
+	if o.MountNS || o.Confine {
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &unix.SysProcAttr{}
+		}
+		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNS
 	}
 	cmd.Path = selfExe
 	cmd.Args = append([]string{"chaperone", ShimArg}, spec.args()...)
@@ -107,8 +114,13 @@ func shim(args []string) (int, error) {
 	if s.Gate >= 0 {
 		unix.CloseOnExec(s.Gate)
 	}
-	if s.MountNS {
+	if s.MountNS || s.Confine {
 		if err := makeMountsPrivate(); err != nil {
+			return 126, err
+		}
+	}
+	if s.Confine {
+		if err := readOnlyCgroups(); err != nil {
 			return 126, err
 		}
 	}
@@ -116,8 +128,17 @@ func shim(args []string) (int, error) {
 		return 126, fmt.Errorf("drop privileges: %w", err)
 	}
 	listener := -1
-	if s.Notify {
-		if listener, err = installExecFilter(); err != nil {
+	if s.Notify || s.Confine {
+		f := filterSpec{notify: s.Notify}
+		if s.Confine && (unix.Getuid() == 0 || unix.Geteuid() == 0) {
+			// Same uid as chaperone: the kernel would let the program
+			// signal it, limit it and name it to pidfd_open.
+			f.guard = ppid
+			if f.pgid, err = unix.Getpgid(ppid); err != nil {
+				return 126, fmt.Errorf("chaperone's process group: %w", err)
+			}
+		}
+		if listener, err = installFilter(f); err != nil {
 			return 126, err
 		}
 	}

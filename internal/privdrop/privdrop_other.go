@@ -28,6 +28,9 @@ func RunShim() bool {
 	return true
 }
 
+// ProtectSelf does nothing on this system, where Wrap starts nothing.
+func ProtectSelf(o Options) (undo func(), err error) { return func() {}, nil }
+
 // Gate is not supported on this system.
 type Gate struct{}
 

@@ -20,12 +20,14 @@ const maxGroups = 65536
 
 // shimSpec is what the shim does, as carried on its command line:
 //
-//	__chaperone-exec [--uid N] [--gid N] [--groups a,b] [--pdeathsig N] -- path argv0 [args...]
+//	__chaperone-exec [--uid N] [--gid N] [--groups a,b] [--pdeathsig N] [--gate N]
+//	    [--mountns 1] [--exec-notify 1] [--confine 1] -- path argv0 [args...]
 type shimSpec struct {
 	UID, GID  int   // -1 keeps the current id
 	Gate      int   // fd of the gate socket; -1 for none
 	MountNS   bool  // make "/" recursively private (the namespace is new)
 	Notify    bool  // install the exec notification filter
+	Confine   bool  // private mounts, read-only cgroups, the session's filter
 	Groups    []int // nil keeps the supplementary groups; empty clears them
 	Pdeathsig int   // 0 for none; re-armed after the uid change clears it
 	Path      string
@@ -59,6 +61,9 @@ func (s shimSpec) args() []string {
 	}
 	if s.Notify {
 		a = append(a, "--exec-notify", "1")
+	}
+	if s.Confine {
+		a = append(a, "--confine", "1")
 	}
 	a = append(a, "--", s.Path)
 	return append(a, s.Argv...)
@@ -106,14 +111,17 @@ func parseShimArgs(args []string) (shimSpec, error) {
 			if err == nil && s.Gate < 3 {
 				err = errors.New("not an inherited extra file")
 			}
-		case "--mountns", "--exec-notify":
+		case "--mountns", "--exec-notify", "--confine":
 			if val != "1" {
 				err = errors.New("want 1")
 			}
-			if flag == "--mountns" {
+			switch flag {
+			case "--mountns":
 				s.MountNS = true
-			} else {
+			case "--exec-notify":
 				s.Notify = true
+			default:
+				s.Confine = true
 			}
 		case "--pdeathsig":
 			s.Pdeathsig, err = parseNum(val, 64)
