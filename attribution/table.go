@@ -402,15 +402,25 @@ func normalize(ap netip.AddrPort) netip.AddrPort {
 }
 
 // holdsFD reports whether pid has an open fd whose link is target. Threads
-// share the fd table of their process, so pid/fd is the whole of it.
+// share the fd table of their process, so pid/fd is the whole of it. The
+// fds are tried newest (highest) first: the socket looked up was usually
+// just opened, and a process holding thousands of connections would
+// otherwise cost a readlink of each for every new one.
 func (t *Table) holdsFD(pid int, target string) bool {
 	dir := strconv.Itoa(pid) + "/fd"
 	entries, err := t.fsys.ReadDir(dir)
 	if err != nil {
 		return false // gone, or not ours to read
 	}
+	fds := make([]int, 0, len(entries))
 	for _, e := range entries {
-		link, err := t.fsys.Readlink(dir + "/" + e.Name())
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			fds = append(fds, n)
+		}
+	}
+	slices.Sort(fds)
+	for _, fd := range slices.Backward(fds) {
+		link, err := t.fsys.Readlink(dir + "/" + strconv.Itoa(fd))
 		if err == nil && link == target {
 			return true
 		}

@@ -547,3 +547,38 @@ func TestTableConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// fdLinkCounter counts Readlink calls under fd directories.
+type fdLinkCounter struct {
+	FS
+	fdReadlinks *int
+}
+
+func (c fdLinkCounter) Readlink(name string) (string, error) {
+	if strings.Contains(name, "/fd/") {
+		*c.fdReadlinks++
+	}
+	return c.FS.Readlink(name)
+}
+
+// A process holding thousands of sockets: the newest, looked up, is found
+// with one readlink, not one per fd.
+func TestSocketOwnerNewestFDFirst(t *testing.T) {
+	f := newFakeProc(t)
+	fds := map[int]string{0: "/dev/null"}
+	for fd := 3; fd < 2003; fd++ {
+		fds[fd] = "socket:[" + strconv.Itoa(10000+fd) + "]"
+	}
+	f.add(fakeProcess{pid: 100, ppid: 1, comm: "loadgen", startTicks: 10, fds: fds})
+	n := 0
+	tbl := NewTable(fdLinkCounter{DirFS(f.root), &n})
+	if !tbl.holdsFD(100, "socket:[12002]") {
+		t.Fatal("the newest socket not found")
+	}
+	if n != 1 {
+		t.Errorf("%d readlinks to find the newest fd, want 1", n)
+	}
+	if !tbl.holdsFD(100, "socket:[10003]") || tbl.holdsFD(100, "socket:[9]") {
+		t.Error("oldest fd not found, or a socket it does not hold found")
+	}
+}
