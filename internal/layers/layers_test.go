@@ -42,6 +42,15 @@ var allowed = map[string]struct{ project, external []string }{
 
 	"plugin":                   {project: []string{"event"}},
 	"examples/denyhost-plugin": {project: []string{"plugin", "event"}},
+
+	// Benchmarks and soak: programs of their own, apart from Chaperone's.
+	"bench/loadgen":     {},
+	"bench/origin":      {},
+	"bench/report":      {},
+	"bench/cmd/loadgen": {project: []string{"bench/loadgen"}},
+	"bench/cmd/origin":  {project: []string{"bench/origin"}},
+	"bench/cmd/bench":   {project: []string{"bench/loadgen", "bench/origin", "bench/report"}},
+	"bench/soak":        {project: []string{"internal/upstream"}},
 }
 
 func TestImportRules(t *testing.T) {

@@ -1,0 +1,113 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+)
+
+// Check is one target applied to one proxy.
+type Check struct {
+	Target string `json:"target"`
+	Proxy  string `json:"proxy"`
+	Got    string `json:"got"`
+	// Status is "meets", "misses", or "unknown" (a figure is missing).
+	Status string `json:"status"`
+}
+
+// Mitmproxy is the name the comparison with mitmproxy looks for.
+const Mitmproxy = "mitmproxy"
+
+// Targets checks every proxy whose name starts with "chaperone" against
+// Chaperone's performance targets.
+func Targets(r Run) []Check {
+	var out []Check
+	for _, p := range r.Proxies {
+		if !strings.HasPrefix(p.Name, "chaperone") {
+			continue
+		}
+		add := func(target, got string, pass, known bool) {
+			status := "unknown"
+			if !known {
+				got = "–"
+			}
+			switch {
+			case known && pass:
+				status = "meets"
+			case known:
+				status = "misses"
+			}
+			out = append(out, Check{Target: target, Proxy: p.Name, Got: got, Status: status})
+		}
+		ratio := func(target, key string, min float64) {
+			v, ok := r.Ratio(p.Name, key)
+			add(target, fmt.Sprintf("%.2f×", v), v >= min, ok)
+		}
+		for _, k := range []struct{ key, what string }{
+			{KeepAliveH1C1RPS, "h1 c=1"}, {KeepAliveH1C64RPS, "h1 c=64"},
+			{KeepAliveH2C1RPS, "h2 c=1"}, {KeepAliveH2C64RPS, "h2 c=64"},
+		} {
+			ratio("keep-alive req/s ≥ 0.5× direct, "+k.what, k.key, 0.5)
+		}
+		for _, k := range []struct{ key, what string }{{KeepAliveH1C64RPS, "h1"}, {KeepAliveH2C64RPS, "h2"}} {
+			v, vok := r.value(p.Name, k.key).OK()
+			m, mok := r.value(Mitmproxy, k.key).OK()
+			got := "no mitmproxy figure"
+			if vok && mok && m > 0 {
+				got = fmt.Sprintf("%.1f×", v/m)
+			}
+			add("keep-alive req/s ≥ 10× mitmproxy, "+k.what+" c=64", got, vok && mok && m > 0 && v >= 10*m, vok && mok && m > 0)
+		}
+		for _, k := range []struct{ key, what string }{{KeepAliveH1C1P50, "h1"}, {KeepAliveH2C1P50, "h2"}} {
+			v, vok := r.value(p.Name, k.key).OK()
+			d, dok := r.value(Direct, k.key).OK()
+			add("added p50 latency ≤ 0.25 ms, c=1 "+k.what, fmt.Sprintf("%+.3f ms", v-d), v-d <= 0.25, vok && dok)
+		}
+		ratio("new connections/s ≥ 0.5× direct", NewConnsPerSec, 0.5)
+		ratio("100 MB download ≥ 0.45× direct", DownloadMBps, 0.45)
+		for _, k := range []struct{ key, what string }{{CPUKeepAliveH1, "h1"}, {CPUKeepAliveH2, "h2"}} {
+			v, ok := r.value(p.Name, k.key).OK()
+			add("proxy CPU ≤ 70 µs per keep-alive request, "+k.what+" c=64", fmt.Sprintf("%.1f µs", v), v <= 70, ok)
+		}
+		per, pok := r.value(p.Name, IdleRSSPer1000MB).OK()
+		held, hok := r.value(p.Name, IdleHeld).OK()
+		got := fmt.Sprintf("%.0f MB for 10,000", per*10)
+		if hok && held < 10000 {
+			got += fmt.Sprintf(" (extrapolated from %.0f held)", held)
+		}
+		add("10,000 idle connections < 300 MB RSS", got, per*10 < 300, pok && hok && held > 0)
+	}
+	return out
+}
+
+// WriteTargets writes the checks as a Markdown table.
+func WriteTargets(w io.Writer, checks []Check) error {
+	rows := [][]string{{"target", "proxy", "got", "status"}}
+	for _, c := range checks {
+		rows = append(rows, []string{c.Target, c.Proxy, c.Got, c.Status})
+	}
+	widths := make([]int, 4)
+	for _, row := range rows {
+		for i, c := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	for n, row := range rows {
+		for i, c := range row {
+			b.WriteString("| " + c + strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)) + " ")
+		}
+		b.WriteString("|\n")
+		if n == 0 {
+			for _, wd := range widths {
+				b.WriteString("|" + strings.Repeat("-", wd+2))
+			}
+			b.WriteString("|\n")
+		}
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("report: targets: %w", err)
+	}
+	return nil
+}
