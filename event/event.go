@@ -131,7 +131,8 @@ type TLS struct {
 	Intercepted bool     // Chaperone terminated TLS with a minted leaf
 }
 
-// HTTP is one request and, once known, the status of its response.
+// HTTP is one request and, once known, the status of its response and how
+// it ended.
 type HTTP struct {
 	Method string
 	URL    string // never with credentials: userinfo and secret query values are removed
@@ -151,6 +152,13 @@ type HTTP struct {
 	// Rewrite says what Chaperone changed in the request; nil when
 	// nothing.
 	Rewrite *Changes
+	// Error says why the exchange did not complete, in one line a person
+	// can read: the upstream failed (before its response, or while its
+	// body was copied: Status is then what it had sent), the client went
+	// away ("client closed …"), or it never sent a whole request header.
+	// Empty when the response was sent in full, refusals included: their
+	// verdict says why.
+	Error string
 }
 
 // Changes is what Chaperone changed in a request and its response. It

@@ -34,6 +34,9 @@ type tunnel struct {
 	authority string // URL host of forwarded requests
 
 	conn *tunnelConn
+	// watch is the connection the inner server reads HTTP/1 from: conn,
+	// or TLS over it.
+	watch watchedTLS
 
 	mu       sync.Mutex
 	closed   bool
@@ -256,14 +259,17 @@ func tunnelFrom(ctx context.Context) *tunnel {
 }
 
 // innerConnContext attaches a connection's tunnel to its requests. The
-// inner server sees either a *tunnelConn (plain HTTP) or the *tls.Conn
-// wrapping one, so no lookup table is needed.
+// inner server sees a *tunnelConn (plain HTTP) or the *tls.Conn wrapping
+// one, watched (for HTTP/1) or not, so no lookup table is needed.
 func innerConnContext(ctx context.Context, c net.Conn) context.Context {
-	if tc, ok := c.(*stdtls.Conn); ok {
-		c = tc.NetConn()
+	switch w := c.(type) {
+	case *watchedConn:
+		c = w.Conn
+	case *watchedTLS:
+		c = w.Conn
 	}
-	if tc, ok := c.(*tunnelConn); ok {
-		return context.WithValue(ctx, tunnelKey{}, tc.t)
+	if t := tunnelOf(c); t != nil {
+		return context.WithValue(ctx, tunnelKey{}, t)
 	}
 	return ctx
 }

@@ -24,14 +24,20 @@
 //     refused with 421.
 //   - Upstream certificates are always verified against Options.UpstreamRoots
 //     (or the system roots); verification is never turned off.
-//   - Events are published when their verdict is applied (http events once
-//     the response status, or the error, is known); Publish is called from
-//     the data path and must not block for long.
+//   - Events are published when their verdict is applied. An allowed
+//     request's http event waits for the end of its response (body copied,
+//     or failed: HTTP.Error says which side, after how many bytes), then
+//     its llm event follows; a protocol switch's is published at the 101.
+//     Publish is called from the data path and must not block for long.
 //   - No wait is unbounded: a client's request header (ReadHeaderTimeout),
 //     ClientHello and handshake (HandshakeTimeout) and an upstream's
 //     response header (UpstreamHeaderTimeout, then 504) each have a limit,
 //     and headers over MaxHeaderBytes get 431 (a client's) or 502 (an
-//     upstream's). A failing connection or request never stops others.
+//     upstream's). A client's header that times out or is refused gets an
+//     http event (rules header_timeout, header_too_large), also when
+//     net/http ends the connection before any handler runs; an HTTP/2
+//     header over twice the limit is the exception. A failing connection
+//     or request never stops others.
 //   - Close works after a partial start, closes listeners, tunnels and
 //     upstream connections, and leaves no goroutine behind.
 //

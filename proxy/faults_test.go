@@ -122,6 +122,7 @@ func TestFaultUpstreamResetMidResponse(t *testing.T) {
 						rawConn(conn).SetLinger(0) // Close sends RST
 					})})
 				c, _ := e.client(cp.h2)
+				start := time.Now()
 				resp, err := c.Get(up.URL + "/reset")
 				if err != nil {
 					t.Fatal(err)
@@ -133,6 +134,12 @@ func TestFaultUpstreamResetMidResponse(t *testing.T) {
 				}
 				// The response is half sent and its upstream still open.
 				e.mustServe(t, ok)
+				for _, ev := range e.rec.kinds(event.KindHTTP) {
+					if strings.HasSuffix(ev.HTTP.URL, "/reset") {
+						t.Errorf("event published before the response ended: status %d error %q", ev.HTTP.Status, ev.HTTP.Error)
+					}
+				}
+				resetAt := time.Now()
 				close(reset)
 				rest, err := io.ReadAll(resp.Body)
 				if err == nil {
@@ -142,8 +149,62 @@ func TestFaultUpstreamResetMidResponse(t *testing.T) {
 				if !ev.Verdict.Allowed() || ev.HTTP.Status != 200 {
 					t.Errorf("event verdict %s status %d, want allowed with the status the upstream sent", ev.Verdict, ev.HTTP.Status)
 				}
+				if !strings.HasPrefix(ev.HTTP.Error, "upstream ") || !strings.HasSuffix(ev.HTTP.Error, " after 10 bytes of the body") {
+					t.Errorf("event error %q, want the upstream's failure after 10 bytes of the body", ev.HTTP.Error)
+				}
+				if !ev.Time.After(start) || ev.Time.After(resetAt) {
+					t.Errorf("event time %v, want the request's (between %v and the reset at %v)", ev.Time, start, resetAt)
+				}
 			})
 		}
+	}
+}
+
+// TestFaultClientGoneMidResponse: the client goes away while the response
+// body streams. The upstream request is cancelled, and the event says the
+// client closed, after how much of the body.
+func TestFaultClientGoneMidResponse(t *testing.T) {
+	for _, cp := range clientProtos {
+		t.Run(cp.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{})
+			ok := e.healthy()
+			cancelled := make(chan struct{})
+			up := e.upstream(upstream.Options{Name: "gone.example.test", CA: e.upCA,
+				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					io.WriteString(w, "first ten.")
+					http.NewResponseController(w).Flush()
+					select {
+					case <-r.Context().Done():
+						close(cancelled)
+					case <-time.After(faultWait):
+					}
+				})})
+			c, tr := e.client(cp.h2)
+			resp, err := c.Get(up.URL + "/gone")
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := make([]byte, 10)
+			if _, err := io.ReadFull(resp.Body, first); err != nil {
+				t.Fatalf("first bytes %q, %v", first, err)
+			}
+			resp.Body.Close() // before the end: the connection (h1) or stream (h2) is dropped
+			tr.CloseIdleConnections()
+			select {
+			case <-cancelled:
+			case <-time.After(faultWait):
+				t.Fatal("the upstream request outlived its client")
+			}
+			ev := e.httpEvent(t, "/gone")
+			want := "client closed the connection after 10 bytes of the body"
+			if cp.h2 {
+				want = "client closed the stream after 10 bytes of the body"
+			}
+			if !ev.Verdict.Allowed() || ev.HTTP.Status != 200 || ev.HTTP.Error != want {
+				t.Errorf("event verdict %s status %d error %q, want allowed 200 %q", ev.Verdict, ev.HTTP.Status, ev.HTTP.Error, want)
+			}
+			e.mustServe(t, ok)
+		})
 	}
 }
 
@@ -195,8 +256,9 @@ func TestFaultSlowUpstream(t *testing.T) {
 				t.Errorf("silent upstream: %d %q %v, want 504 saying timeout", res.status, res.body, res.err)
 			}
 			ev := e.httpEvent(t, "/silent")
-			if !ev.Verdict.Allowed() || ev.HTTP.Status != http.StatusGatewayTimeout {
-				t.Errorf("event verdict %s status %d, want allowed 504", ev.Verdict, ev.HTTP.Status)
+			if !ev.Verdict.Allowed() || ev.HTTP.Status != http.StatusGatewayTimeout || !strings.HasPrefix(ev.HTTP.Error, "upstream: ") ||
+				!strings.Contains(ev.HTTP.Error, "timeout") {
+				t.Errorf("event verdict %s status %d error %q, want allowed 504 with the upstream's timeout", ev.Verdict, ev.HTTP.Status, ev.HTTP.Error)
 			}
 
 			resp, err := c.Get(up.URL + "/slow")
@@ -212,48 +274,53 @@ func TestFaultSlowUpstream(t *testing.T) {
 	}
 }
 
+// clientConns are the ways a client reaches the proxy's HTTP servers with
+// HTTP/1: open returns the connection and the reader of what comes back.
+// target is the CONNECT authority (ignored on the proxy port).
+var clientConns = []struct {
+	name   string
+	tunnel bool
+	tls    bool
+	open   func(t *testing.T, e *env, target, serverName string) (net.Conn, io.Reader)
+}{
+	{"proxy port", false, false, func(t *testing.T, e *env, target, serverName string) (net.Conn, io.Reader) {
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, c
+	}},
+	{"plain http in tunnel", true, false, func(t *testing.T, e *env, target, serverName string) (net.Conn, io.Reader) {
+		c, br, resp := e.connect(target, basicAuth(proxyUser, testToken))
+		if resp != nil {
+			t.Fatalf("CONNECT: %s", resp.Status)
+		}
+		return c, br
+	}},
+	{"intercepted tls tunnel", true, true, func(t *testing.T, e *env, target, serverName string) (net.Conn, io.Reader) {
+		c, _, resp := e.connect(target, basicAuth(proxyUser, testToken))
+		if resp != nil {
+			t.Fatalf("CONNECT: %s", resp.Status)
+		}
+		tc := stdtls.Client(c, &stdtls.Config{RootCAs: e.caPool, ServerName: serverName, NextProtos: []string{"http/1.1"}})
+		if err := tc.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		return tc, tc
+	}},
+}
+
 // TestFaultSlowlorisClient: a client that sends its request header one byte
 // at a time is disconnected after ReadHeaderTimeout, on the proxy port and
-// inside tunnels, while other clients are served.
+// inside tunnels, with an http event that says so, while other clients are
+// served.
 func TestFaultSlowlorisClient(t *testing.T) {
-	tests := []struct {
-		name string
-		// open returns the connection to trickle a header into, and the
-		// header's host.
-		open func(t *testing.T, e *env, up *upstream.Server) (net.Conn, io.Reader)
-	}{
-		{"proxy port", func(t *testing.T, e *env, up *upstream.Server) (net.Conn, io.Reader) {
-			c, err := net.Dial("tcp", e.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			return c, c
-		}},
-		{"plain http in tunnel", func(t *testing.T, e *env, up *upstream.Server) (net.Conn, io.Reader) {
-			c, br, resp := e.connect(hostPort(up), basicAuth(proxyUser, testToken))
-			if resp != nil {
-				t.Fatalf("CONNECT: %s", resp.Status)
-			}
-			return c, br
-		}},
-		{"intercepted tls tunnel", func(t *testing.T, e *env, up *upstream.Server) (net.Conn, io.Reader) {
-			c, _, resp := e.connect(hostPort(up), basicAuth(proxyUser, testToken))
-			if resp != nil {
-				t.Fatalf("CONNECT: %s", resp.Status)
-			}
-			tc := stdtls.Client(c, &stdtls.Config{RootCAs: e.caPool, ServerName: up.Name, NextProtos: []string{"http/1.1"}})
-			if err := tc.Handshake(); err != nil {
-				t.Fatal(err)
-			}
-			return tc, tc
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, cc := range clientConns {
+		t.Run(cc.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{tune: func(o *Options) { o.ReadHeaderTimeout = time.Second }})
 			ok := e.healthy()
-			c, r := tt.open(t, e, ok)
+			c, r := cc.open(t, e, hostPort(ok), ok.Name)
 			head := "GET " + ok.URL + "/slowloris HTTP/1.1\r\nHost: " + hostPort(ok) +
 				"\r\nProxy-Authorization: " + basicAuth(proxyUser, testToken) + "\r\nX-Slow: " + strings.Repeat("s", 40) + "\r\n\r\n"
 			stop := make(chan struct{})
@@ -287,14 +354,87 @@ func TestFaultSlowlorisClient(t *testing.T) {
 					t.Errorf("a trickled request was read and decided: %s", ev.Verdict)
 				}
 			}
+			ev := e.rec.wait(t, "header timeout", func(ev *event.Event) bool {
+				return ev.Kind == event.KindHTTP && ev.Verdict.Rule == ruleHeaderTimeout
+			})
+			const msg = "client sent no complete request header within 1s"
+			if ev.Verdict.Allowed() || ev.HTTP.Error != msg || ev.Verdict.Reason != msg {
+				t.Errorf("event verdict %s error %q, want a %s refusal with error %q", ev.Verdict, ev.HTTP.Error, ruleHeaderTimeout, msg)
+			}
+			// On the proxy port no request authenticated: outside any session.
+			wantSession, wantHost := "", ""
+			if cc.tunnel {
+				wantSession, wantHost = testSession, hostPort(ok)
+			}
+			if ev.Session != wantSession || ev.HTTP.Host != wantHost || ev.HTTP.URL != "" {
+				t.Errorf("event session %q host %q url %q, want session %q host %q and no URL", ev.Session, ev.HTTP.Host, ev.HTTP.URL, wantSession, wantHost)
+			}
+			if n := len(e.rec.kinds(event.KindHTTP)); n != 2 { // the fault's and the healthy request's
+				t.Errorf("%d http events, want 2:%s", n, describe(e.rec.all()))
+			}
 			e.mustServe(t, ok)
 		})
 	}
 }
 
+// TestFaultIdleKeepAlive: a keep-alive connection that served a request
+// and then stays idle until the server closes it (IdleTimeout), or that
+// the client closes, is no fault: the request's event is the only one.
+func TestFaultIdleKeepAlive(t *testing.T) {
+	for _, cc := range clientConns {
+		for _, closer := range []string{"server", "client"} {
+			t.Run(cc.name+"/"+closer+" closes", func(t *testing.T) {
+				e := newEnv(t, envOptions{
+					tune: func(o *Options) { o.ReadHeaderTimeout = time.Second },
+					servers: func(front, inner *http.Server) {
+						front.IdleTimeout = 300 * time.Millisecond
+						inner.IdleTimeout = 300 * time.Millisecond
+					},
+				})
+				up := e.healthy()
+				if !cc.tls {
+					up = e.upstream(upstream.Options{Name: "plain.example.test"})
+				}
+				c, r := cc.open(t, e, hostPort(up), up.Name)
+				br := bufio.NewReader(r)
+				line := "GET /idle HTTP/1.1"
+				if !cc.tunnel {
+					line = "GET " + up.URL + "/idle HTTP/1.1"
+				}
+				io.WriteString(c, line+"\r\nHost: "+hostPort(up)+"\r\nProxy-Authorization: "+basicAuth(proxyUser, testToken)+"\r\n\r\n")
+				c.SetReadDeadline(time.Now().Add(faultWait))
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("no response: %v", err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("status %d", resp.StatusCode)
+				}
+				e.httpEvent(t, "/idle")
+				if closer == "server" {
+					waitClosed(t, br, c)
+				} else {
+					c.Close()
+				}
+				// A fault would be published as the server closes the
+				// connection: give it the time a healthy request takes.
+				e.mustServe(t, up)
+				time.Sleep(100 * time.Millisecond)
+				for _, ev := range e.rec.kinds(event.KindHTTP) {
+					if ev.Verdict.Rule == ruleHeaderTimeout || ev.Verdict.Rule == ruleHeaderTooLarge {
+						t.Errorf("an idle connection made a fault event: %s (%s)", ev.Verdict, ev.HTTP.Error)
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestFaultHugeHeaders: a request header over MaxHeaderBytes gets 431 on
-// the proxy port and inside tunnels (HTTP/1.1 and HTTP/2); a response
-// header over it gets 502.
+// the proxy port and inside tunnels (HTTP/1.1 and HTTP/2), with an http
+// event refusing it; a response header over it gets 502.
 func TestFaultHugeHeaders(t *testing.T) {
 	const limit = 4 << 10
 	big := strings.Repeat("b", 4*limit) // beyond the limit and net/http's slack
@@ -302,40 +442,72 @@ func TestFaultHugeHeaders(t *testing.T) {
 		e := newEnv(t, envOptions{tune: func(o *Options) { o.MaxHeaderBytes = limit }})
 		return e, e.healthy()
 	}
-	t.Run("request on the proxy port", func(t *testing.T) {
-		e, ok := newHugeEnv(t)
-		plain := e.upstream(upstream.Options{Name: "plain.example.test"})
-		c, _ := e.client(false)
-		req, _ := http.NewRequest("GET", "http://"+hostPort(plain)+"/huge", nil)
-		req.Header.Set("X-Huge", big)
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
+	// tooLarge checks the event of a refused header: with the request
+	// when the proxy read it, without when the header was too large even
+	// to read (beyond the servers' hard limit).
+	tooLarge := func(t *testing.T, e *env, path, session string, read bool) {
+		t.Helper()
+		ev := e.rec.wait(t, "header too large", func(ev *event.Event) bool {
+			return ev.Kind == event.KindHTTP && ev.Verdict.Rule == ruleHeaderTooLarge
+		})
+		if ev.Verdict.Allowed() || ev.HTTP.Status != http.StatusRequestHeaderFieldsTooLarge || ev.HTTP.Error != "" {
+			t.Errorf("event verdict %s status %d error %q, want a %s refusal with 431", ev.Verdict, ev.HTTP.Status, ev.HTTP.Error, ruleHeaderTooLarge)
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-			t.Errorf("status %d, want 431", resp.StatusCode)
+		if gotPath := strings.HasSuffix(ev.HTTP.URL, path); gotPath != read || ev.Session != session {
+			t.Errorf("event url %q session %q, want the url ending in %s: %v, session %q", ev.HTTP.URL, ev.Session, path, read, session)
 		}
-		e.mustServe(t, ok)
-		if n := len(plain.Requests()); n != 0 {
-			t.Errorf("upstream got %d requests", n)
-		}
-	})
-	t.Run("request in a tls tunnel", func(t *testing.T) {
-		e, ok := newHugeEnv(t)
-		c, _ := e.client(false)
-		req, _ := http.NewRequest("GET", ok.URL+"/huge", nil)
-		req.Header.Set("X-Huge", big)
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-			t.Errorf("status %d, want 431", resp.StatusCode)
-		}
-		e.mustServe(t, ok)
-	})
+	}
+	sizes := []struct {
+		name string
+		n    int
+		read bool // under the servers' hard limit: the handler refuses it
+	}{
+		{"over the limit", limit + limit/2, true},
+		{"beyond the hard limit", 4 * limit, false},
+	}
+	for _, sz := range sizes {
+		t.Run("request on the proxy port/"+sz.name, func(t *testing.T) {
+			e, ok := newHugeEnv(t)
+			plain := e.upstream(upstream.Options{Name: "plain.example.test"})
+			c, _ := e.client(false)
+			req, _ := http.NewRequest("GET", "http://"+hostPort(plain)+"/huge", nil)
+			req.Header.Set("X-Huge", strings.Repeat("b", sz.n))
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+				t.Errorf("status %d, want 431", resp.StatusCode)
+			}
+			e.mustServe(t, ok)
+			if n := len(plain.Requests()); n != 0 {
+				t.Errorf("upstream got %d requests", n)
+			}
+			// Unread, the header authenticated no session.
+			session := ""
+			if sz.read {
+				session = testSession
+			}
+			tooLarge(t, e, "/huge", session, sz.read)
+		})
+		t.Run("request in a tls tunnel/"+sz.name, func(t *testing.T) {
+			e, ok := newHugeEnv(t)
+			c, _ := e.client(false)
+			req, _ := http.NewRequest("GET", ok.URL+"/huge", nil)
+			req.Header.Set("X-Huge", strings.Repeat("b", sz.n))
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+				t.Errorf("status %d, want 431", resp.StatusCode)
+			}
+			e.mustServe(t, ok)
+			tooLarge(t, e, "/huge", testSession, sz.read)
+		})
+	}
 	t.Run("request in an h2 tunnel", func(t *testing.T) {
 		// Go's HTTP/2 client refuses to send a header list over the peer's
 		// limit, so the frames are written by hand.
@@ -390,6 +562,7 @@ func TestFaultHugeHeaders(t *testing.T) {
 			t.Errorf("status %s, want 431", status)
 		}
 		e.mustServe(t, ok)
+		tooLarge(t, e, "/huge", testSession, true)
 	})
 	t.Run("response", func(t *testing.T) {
 		for _, cp := range clientProtos {

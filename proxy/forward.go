@@ -22,6 +22,9 @@ func (p *Proxy) serveInner(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusInternalServerError, "chaperone: request without a tunnel\n")
 		return
 	}
+	if r.ProtoMajor == 1 {
+		t.watch.served()
+	}
 	p.forward(w, r, t)
 }
 
@@ -60,17 +63,67 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *tunnel) {
 		return
 	}
 	x.sw = statusWriter{ResponseWriter: w, p: p, ev: &x.ev}
+	abort := false
 	if _, ok := r.Header["Upgrade"]; ok {
 		// Protocol switches (WebSocket) are rare and long: ReverseProxy's
 		// upgrade handling serves them.
-		p.rp.ServeHTTP(&x.sw, r)
+		p.serveUpgrade(x, r)
 	} else {
-		p.roundTrip(x, r)
+		abort = p.roundTrip(x, r)
 	}
-	if !x.sw.published { // the handler ended without a status (client gone mid-request)
-		x.sw.publish(http.StatusBadGateway)
+	p.finish(x, r)
+	if abort {
+		// The status is sent: all that is left is to abort the response
+		// so the client sees it truncated.
+		panic(http.ErrAbortHandler)
 	}
-	x.sw.ResponseWriter = nil // the event may outlive the request; the writer must not
+}
+
+// serveUpgrade serves a request that asks to switch protocols. Its event
+// is published at the switch (101), or once the response has ended.
+func (p *Proxy) serveUpgrade(x *exchange, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			// ReverseProxy aborts a response whose body copy failed.
+			if x.http.Error == "" {
+				if x.sw.clientGone || r.Context().Err() != nil {
+					x.http.Error = clientClosed(r)
+				} else {
+					x.http.Error = "upstream body failed"
+				}
+			}
+			p.finish(x, r)
+			panic(v)
+		}
+	}()
+	p.rp.ServeHTTP(&x.sw, r)
+}
+
+// finish publishes the http event of an exchange whose response has ended
+// (unless published at a protocol switch), then its llm event.
+func (p *Proxy) finish(x *exchange, r *http.Request) {
+	sw := &x.sw
+	if !sw.published {
+		if sw.status == 0 { // the handler ended without a status
+			sw.status = http.StatusBadGateway
+			if x.http.Error == "" && r.Context().Err() != nil {
+				x.http.Error = clientClosed(r)
+			}
+		}
+		sw.publish()
+	}
+	sw.ResponseWriter = nil // the event may outlive the request; the writer must not
+	if x.llm != nil {
+		p.finishLLM(x, sw.status)
+	}
+}
+
+// clientClosed is the error of an exchange whose client went away.
+func clientClosed(r *http.Request) string {
+	if r.ProtoMajor == 2 {
+		return "client closed the stream"
+	}
+	return "client closed the connection"
 }
 
 // newExchange starts the exchange of r and its http event.
@@ -101,7 +154,10 @@ func (p *Proxy) newExchange(r *http.Request, t *tunnel) *exchange {
 // request goes upstream, with the session's rewrites made.
 func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, x *exchange) bool {
 	e := &x.ev
-	switch {
+	switch size := headerSize(r); {
+	case size > p.maxHeaderBytes:
+		p.refuseHeaderTooLarge(w, e, size)
+		return false
 	case t.denied != nil:
 		p.refuse(w, e, http.StatusForbidden, *t.denied)
 		return false
@@ -168,6 +224,13 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		err = ue.Err
 	}
 	p.log.Debug("proxy: upstream error", "host", r.Host, "err", err)
+	if sw, ok := w.(*statusWriter); ok {
+		if r.Context().Err() != nil {
+			sw.ev.HTTP.Error = clientClosed(r) + " before the response"
+		} else {
+			sw.ev.HTTP.Error = "upstream: " + err.Error()
+		}
+	}
 	writeText(w, upstreamErrorStatus(err), "chaperone: upstream error: "+err.Error()+"\n")
 }
 
@@ -180,40 +243,51 @@ func upstreamErrorStatus(err error) int {
 	return http.StatusBadGateway
 }
 
-// statusWriter publishes the exchange's event when the response status is
-// known: at WriteHeader (or the first Write), or at Hijack for a protocol
-// switch.
+// statusWriter notes the response status for the exchange's event, and
+// whether writing to the client failed. The event is published once the
+// response has ended (finish), or at the switch for a protocol switch,
+// which may last for hours.
 type statusWriter struct {
 	http.ResponseWriter
-	p         *Proxy
-	ev        *event.Event
-	published bool
+	p          *Proxy
+	ev         *event.Event
+	status     int
+	published  bool
+	clientGone bool // a write to the client failed
 }
 
-func (w *statusWriter) publish(status int) {
+func (w *statusWriter) publish() {
 	w.published = true
-	w.ev.HTTP.Status = status
+	w.ev.HTTP.Status = w.status
 	w.p.publish(w.ev)
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if !w.published && (code >= 200 || code == http.StatusSwitchingProtocols) {
-		w.publish(code)
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+		if code == http.StatusSwitchingProtocols {
+			w.publish()
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
-	if !w.published {
-		w.publish(http.StatusOK)
+	if w.status == 0 {
+		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	if err != nil {
+		w.clientGone = true
+	}
+	return n, err
 }
 
 // Hijack is reached only when the upstream switched protocols (101).
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if !w.published {
-		w.publish(http.StatusSwitchingProtocols)
+		w.status = http.StatusSwitchingProtocols
+		w.publish()
 	}
 	return http.NewResponseController(w.ResponseWriter).Hijack()
 }

@@ -184,10 +184,18 @@ func TestForwardStreams(t *testing.T) {
 							t.Fatal("the first part was held until the body was complete")
 						}
 					}
+					// The event says how the response ended: not yet.
+					for _, ev := range e.rec.kinds(event.KindHTTP) {
+						t.Errorf("http event published before the response ended: %s status %d", ev.HTTP.URL, ev.HTTP.Status)
+					}
 					close(release)
 					rest, err := io.ReadAll(res.resp.Body)
 					if err != nil || string(rest) != tt.rest {
 						t.Errorf("rest %q, %v; want %q", rest, err, tt.rest)
+					}
+					ev := e.rec.wait(t, "http", func(ev *event.Event) bool { return ev.Kind == event.KindHTTP })
+					if ev.HTTP.Status != http.StatusOK || ev.HTTP.Error != "" {
+						t.Errorf("event status %d error %q, want 200 and none", ev.HTTP.Status, ev.HTTP.Error)
 					}
 				})
 			}

@@ -11,10 +11,11 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 )
 
-// frontConn is what the explicit front knows about one client connection.
-// net/http runs one request at a time per HTTP/1 connection, so its fields
-// need no lock.
+// frontConn is one client connection of the explicit front, and what the
+// front knows about it. net/http runs one request at a time per HTTP/1
+// connection, so the fields after watchedConn need no lock.
 type frontConn struct {
+	watchedConn
 	client, local netip.AddrPort
 
 	procSession string // the session proc was looked up for
@@ -26,8 +27,27 @@ type frontConn struct {
 
 type frontConnKey struct{}
 
+// frontListener makes each accepted connection a frontConn.
+type frontListener struct{ net.Listener }
+
+func (l frontListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return newFrontConn(c), nil
+}
+
+func newFrontConn(c net.Conn) *frontConn {
+	return &frontConn{watchedConn: watchedConn{Conn: c}, client: addrPortOf(c.RemoteAddr()), local: addrPortOf(c.LocalAddr())}
+}
+
 func (p *Proxy) frontConnContext(ctx context.Context, c net.Conn) context.Context {
-	return context.WithValue(ctx, frontConnKey{}, &frontConn{client: addrPortOf(c.RemoteAddr()), local: addrPortOf(c.LocalAddr())})
+	fc, ok := c.(*frontConn)
+	if !ok { // not accepted through Serve's listener: unwatched
+		fc = newFrontConn(c)
+	}
+	return context.WithValue(ctx, frontConnKey{}, fc)
 }
 
 // process attributes the client connection once per session.
@@ -55,7 +75,23 @@ func (p *Proxy) serveFront(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusInternalServerError, "chaperone: no connection state\n")
 		return
 	}
+	fc.served()
 	session, ok := p.authenticate(r.Header["Proxy-Authorization"])
+	if size := headerSize(r); size > p.maxHeaderBytes {
+		var proc *event.Process
+		if ok {
+			proc = fc.process(p, session)
+		}
+		e := &event.Event{
+			Time: p.now(), Kind: event.KindHTTP, Session: session, Process: proc,
+			HTTP: &event.HTTP{Method: r.Method, Host: r.Host, Proto: r.Proto},
+		}
+		if r.Method != http.MethodConnect {
+			e.HTTP.URL = RedactURL(r.URL)
+		}
+		p.refuseHeaderTooLarge(w, e, size)
+		return
+	}
 	if !ok {
 		p.refuseAuth(w, r)
 		return
@@ -163,6 +199,11 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, fc *frontCo
 	if err != nil {
 		p.log.Debug("proxy: hijack failed", "err", err)
 		return
+	}
+	if c, ok := conn.(*frontConn); ok {
+		// The tunnel watches for itself, and passthrough splices from the
+		// TCP connection itself.
+		conn = c.Conn
 	}
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ := brw.Reader.Peek(n)

@@ -116,6 +116,8 @@ type envOptions struct {
 	passthrough func(string, netip.Addr) bool
 	rewrites    *Rewrites // the test session's
 	tune        func(*Options)
+	// servers changes the proxy's HTTP servers before they start.
+	servers func(front, inner *http.Server)
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -173,6 +175,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.p = p
+	if o.servers != nil {
+		o.servers(p.front, p.inner)
+	}
 	p.AddSession(testSession, testToken)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -97,8 +97,10 @@ type Options struct {
 	// header only once the whole answer is written. 10 minutes when zero.
 	UpstreamHeaderTimeout time.Duration
 	// MaxHeaderBytes bounds a request header from a client (a larger one
-	// gets 431) and a response header from an upstream (a larger one gets
-	// the client a 502). 1 MiB when zero.
+	// gets 431, with an http event refusing it by rule header_too_large)
+	// and a response header from an upstream (a larger one gets the client
+	// a 502). A request header is measured as HTTP/1.1 sends it: request
+	// line and header fields, for HTTP/2 requests too. 1 MiB when zero.
 	MaxHeaderBytes int
 }
 
@@ -138,6 +140,11 @@ type Proxy struct {
 	handshakeTimeout time.Duration
 	noIntercept      func(string, netip.Addr) bool
 	rewrites         func(string) *Rewrites
+	// readHeaderTimeout and maxHeaderBytes are the limits on a client's
+	// request header; the servers enforce the first, the handlers the
+	// second (the servers' limit is headerHardLimit).
+	readHeaderTimeout time.Duration
+	maxHeaderBytes    int
 
 	mitmTLS   *stdtls.Config
 	dialer    net.Dialer
@@ -197,21 +204,23 @@ func New(opts Options) (*Proxy, error) {
 	maxHeaderBytes := cmp.Or(opts.MaxHeaderBytes, defaultMaxHeaderBytes)
 	upstreamHeaderTimeout := cmp.Or(opts.UpstreamHeaderTimeout, defaultUpstreamHeaderTimeout)
 	p := &Proxy{
-		log:              opts.Logger,
-		decider:          opts.Decider,
-		publishFn:        opts.Publish,
-		resolve:          opts.Resolve,
-		procs:            opts.Processes,
-		now:              opts.Now,
-		peekTimeout:      opts.PeekTimeout,
-		noIntercept:      opts.Passthrough,
-		handshakeTimeout: cmp.Or(opts.HandshakeTimeout, defaultHandshakeTimeout),
-		rewrites:         opts.Rewrites,
-		dialer:           net.Dialer{Timeout: dialTimeout},
-		tunnels:          make(map[*tunnel]struct{}),
-		listeners:        make(map[net.Listener]struct{}),
-		innerLn:          newChanListener(),
-		bufs:             newBufferPool(64),
+		log:               opts.Logger,
+		decider:           opts.Decider,
+		publishFn:         opts.Publish,
+		resolve:           opts.Resolve,
+		procs:             opts.Processes,
+		now:               opts.Now,
+		peekTimeout:       opts.PeekTimeout,
+		noIntercept:       opts.Passthrough,
+		handshakeTimeout:  cmp.Or(opts.HandshakeTimeout, defaultHandshakeTimeout),
+		rewrites:          opts.Rewrites,
+		readHeaderTimeout: readHeaderTimeout,
+		maxHeaderBytes:    maxHeaderBytes,
+		dialer:            net.Dialer{Timeout: dialTimeout},
+		tunnels:           make(map[*tunnel]struct{}),
+		listeners:         make(map[net.Listener]struct{}),
+		innerLn:           newChanListener(),
+		bufs:              newBufferPool(64),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -240,8 +249,9 @@ func New(opts Options) (*Proxy, error) {
 	p.front = &http.Server{
 		Handler:           http.HandlerFunc(p.serveFront),
 		ConnContext:       p.frontConnContext,
+		ConnState:         p.frontConnState,
 		ReadHeaderTimeout: readHeaderTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
+		MaxHeaderBytes:    headerHardLimit(maxHeaderBytes),
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          errLog,
 		Protocols:         frontProtos,
@@ -253,8 +263,9 @@ func New(opts Options) (*Proxy, error) {
 	p.inner = &http.Server{
 		Handler:           http.HandlerFunc(p.serveInner),
 		ConnContext:       innerConnContext,
+		ConnState:         p.innerConnState,
 		ReadHeaderTimeout: readHeaderTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
+		MaxHeaderBytes:    headerHardLimit(maxHeaderBytes),
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          errLog,
 		Protocols:         innerProtos,
@@ -325,7 +336,7 @@ func (p *Proxy) RemoveSession(id string) {
 // Serve accepts explicit-proxy connections on l until Close, after which
 // it returns nil. l is closed when Serve returns.
 func (p *Proxy) Serve(l net.Listener) error {
-	err := p.front.Serve(l)
+	err := p.front.Serve(frontListener{l})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -460,6 +471,8 @@ const (
 	ruleUnknownSession  = "unknown_session"
 	ruleNestedConnect   = "nested_connect"
 	ruleNotProxyRequest = "not_a_proxy_request"
+	ruleHeaderTooLarge  = "header_too_large"
+	ruleHeaderTimeout   = "header_timeout"
 )
 
 func writeText(w http.ResponseWriter, status int, body string) {

@@ -10,9 +10,11 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -38,7 +40,11 @@ const headerFlushDelay = time.Millisecond
 //     it, which the handler's return sends together with the header, and
 //     its header is flushed alone if the body is slower than
 //     headerFlushDelay.
-func (p *Proxy) roundTrip(x *exchange, r *http.Request) {
+//
+// A failure while copying the body is recorded in the event's Error;
+// abort then says the response must be aborted, once the event is
+// published.
+func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	out := x.outgoing(r)
 	if out.Body != nil {
 		defer x.body.Close()
@@ -51,30 +57,21 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) {
 	x.mu.Lock()
 	x.rtDone = true
 	x.mu.Unlock()
-	if x.llm != nil {
-		var status int
-		if err != nil {
-			status = upstreamErrorStatus(err)
-		} else {
-			status = res.StatusCode
-			x.wrapLLMResponse(res)
-		}
-		defer p.finishLLM(x, status)
-	}
 	if err != nil {
 		p.upstreamError(&x.sw, out, err)
-		return
+		return false
+	}
+	if x.llm != nil {
+		x.wrapLLMResponse(res)
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		p.refuseSwitch(&x.sw, out, res)
-		return
+		return false
 	}
 	announced := x.writeHeader(r, res)
-	if err := p.copyBody(x, res); err != nil {
+	if err := p.copyBody(x, r, res); err != nil {
 		res.Body.Close()
-		// The status is sent: all that is left is to abort the response
-		// so the client sees it truncated.
-		panic(http.ErrAbortHandler)
+		return true
 	}
 	res.Body.Close() // now, to populate res.Trailer
 	if len(res.Trailer) > 0 {
@@ -83,6 +80,7 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) {
 		x.fw.flush()
 		copyTrailers(x.sw.Header(), res.Trailer, announced)
 	}
+	return false
 }
 
 // outgoing returns the request to send upstream for r, made of r and x.
@@ -180,8 +178,8 @@ func copyTrailers(h, trailer http.Header, announced int) {
 }
 
 // copyBody copies the response body to the client, flushing as roundTrip
-// describes.
-func (p *Proxy) copyBody(x *exchange, res *http.Response) error {
+// describes. When it fails, the event's Error says which side failed.
+func (p *Proxy) copyBody(x *exchange, r *http.Request, res *http.Response) error {
 	fw := &x.fw
 	fw.w = &x.sw
 	fw.f, _ = x.sw.ResponseWriter.(http.Flusher)
@@ -196,6 +194,7 @@ func (p *Proxy) copyBody(x *exchange, res *http.Response) error {
 	}
 	buf := p.bufs.Get()
 	defer p.bufs.Put(buf)
+	var sent int64
 	for {
 		n, rerr := res.Body.Read(buf)
 		if n > 0 {
@@ -204,15 +203,24 @@ func (p *Proxy) copyBody(x *exchange, res *http.Response) error {
 				remaining -= int64(n)
 			}
 			if err := fw.write(buf[:n], !last); err != nil {
+				x.http.Error = bodyError(r, nil, sent)
 				return err
 			}
+			sent += int64(n)
 		}
 		switch {
 		case rerr == io.EOF:
+			if r.Context().Err() != nil {
+				// The upstream's body ended, but the client had already
+				// gone (and the transport may not have said so).
+				x.http.Error = bodyError(r, nil, sent)
+				return r.Context().Err()
+			}
 			return nil
 		case rerr == nil:
 		default:
 			p.bodyReadFailed(rerr)
+			x.http.Error = bodyError(r, rerr, sent)
 			return rerr
 		}
 	}
@@ -222,6 +230,24 @@ func (p *Proxy) bodyReadFailed(err error) {
 	if !errors.Is(err, context.Canceled) {
 		p.log.Debug("proxy: upstream body read failed", "err", err)
 	}
+}
+
+// bodyError says why a response body stopped after n bytes: the client
+// went away (a write to it failed, readErr nil, or its request ended), or
+// reading from the upstream failed with readErr.
+func bodyError(r *http.Request, readErr error, n int64) string {
+	at := " after " + strconv.FormatInt(n, 10) + " bytes of the body"
+	switch {
+	case readErr == nil || r.Context().Err() != nil:
+		return clientClosed(r) + at
+	case errors.Is(readErr, syscall.ECONNRESET):
+		return "upstream reset the connection" + at
+	case errors.Is(readErr, io.ErrUnexpectedEOF):
+		return "upstream closed the connection" + at
+	case isTimeout(readErr):
+		return "upstream timed out" + at
+	}
+	return "upstream failed" + at + ": " + readErr.Error()
 }
 
 // flushWriter writes a response body to the client. Its lock orders the

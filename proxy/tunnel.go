@@ -201,9 +201,16 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) {
 }
 
 // serveInnerConn hands c (tc, or TLS over it) to the inner server and waits
-// until the server is done with it.
+// until the server is done with it. An HTTP/1 connection goes watched.
 func (p *Proxy) serveInnerConn(c net.Conn, tc *tunnelConn) {
 	p.innerOnce.Do(func() { go p.inner.Serve(p.innerLn) })
+	w := &tc.t.watch
+	w.Conn = c
+	if tlsc, ok := c.(*stdtls.Conn); !ok {
+		c = &w.watchedConn
+	} else if tlsc.ConnectionState().NegotiatedProtocol != "h2" {
+		c = w
+	}
 	if !p.innerLn.handOff(c) {
 		return
 	}

@@ -1,10 +1,17 @@
 package proxy
 
 import (
+	"bufio"
+	"context"
 	"encoding/base64"
+	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -327,4 +334,57 @@ func FuzzHTTPStart(f *testing.F) {
 			prev = got
 		}
 	})
+}
+
+func TestHeaderSize(t *testing.T) {
+	tests := []struct {
+		name string
+		wire string // a request as a client sends it: its header is what headerSize measures
+	}{
+		{"origin form", "GET /a?b=c HTTP/1.1\r\nHost: example.test\r\nUser-Agent: x\r\nAccept: */*\r\n\r\n"},
+		{"absolute form", "GET http://example.test:8080/p HTTP/1.1\r\nHost: example.test:8080\r\nProxy-Authorization: Basic abc\r\n\r\n"},
+		{"repeated fields", "POST / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nX-A: 2\r\nContent-Length: 0\r\n\r\n"},
+		{"no host", "GET / HTTP/1.0\r\nX: y\r\n\r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(tt.wire)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := headerSize(r), len(tt.wire); got != want {
+				t.Errorf("headerSize = %d, want %d, the bytes on the wire", got, want)
+			}
+		})
+	}
+}
+
+func TestBodyError(t *testing.T) {
+	h1, _ := http.NewRequest("GET", "https://example.test/", nil)
+	h2 := h1.Clone(context.Background())
+	h2.ProtoMajor = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	gone := h1.WithContext(ctx)
+	tests := []struct {
+		name string
+		r    *http.Request
+		err  error
+		want string
+	}{
+		{"client write failed", h1, nil, "client closed the connection after 7 bytes of the body"},
+		{"client write failed, h2", h2, nil, "client closed the stream after 7 bytes of the body"},
+		{"request cancelled by the client", gone, context.Canceled, "client closed the connection after 7 bytes of the body"},
+		{"reset", h1, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, "upstream reset the connection after 7 bytes of the body"},
+		{"cut short", h1, io.ErrUnexpectedEOF, "upstream closed the connection after 7 bytes of the body"},
+		{"timeout", h1, os.ErrDeadlineExceeded, "upstream timed out after 7 bytes of the body"},
+		{"other", h1, errors.New("stream error: stream ID 1; INTERNAL_ERROR"), "upstream failed after 7 bytes of the body: stream error: stream ID 1; INTERNAL_ERROR"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := bodyError(tt.r, tt.err, 7); got != tt.want {
+				t.Errorf("bodyError = %q, want %q", got, tt.want)
+			}
+		})
+	}
 }

@@ -132,6 +132,9 @@ func what(r Record) string {
 		if r.Status != 0 {
 			add("→ " + strconv.Itoa(r.Status))
 		}
+		if r.Error != "" {
+			add("(" + r.Error + ")")
+		}
 	case event.KindLLM:
 		add(r.Provider, r.Model, r.Path)
 	case event.KindDNS:

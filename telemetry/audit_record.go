@@ -45,6 +45,8 @@ type Record struct {
 	Secrets []string `json:"secrets,omitempty"`
 	// Rewrite is what Chaperone changed in the request (never a secret).
 	Rewrite *event.Changes `json:"rewrite,omitempty"`
+	// Error says why the exchange did not complete (event.HTTP.Error).
+	Error string `json:"error,omitempty"`
 
 	// llm (and path for llm, file and exec; status for http and llm)
 	Provider            string           `json:"provider,omitempty"`
@@ -139,7 +141,7 @@ func recordOf(e *event.Event, p *Process) Record {
 	case event.KindHTTP:
 		if h := e.HTTP; h != nil {
 			r.Method, r.URL, r.Host, r.Status, r.Proto, r.Upgrade = h.Method, h.URL, h.Host, h.Status, h.Proto, h.Upgrade
-			r.Secrets = h.Secrets
+			r.Secrets, r.Error = h.Secrets, h.Error
 			if !h.Rewrite.Empty() {
 				r.Rewrite = h.Rewrite
 			}
@@ -203,7 +205,7 @@ func (r Record) Event() *event.Event {
 		e.TLS = &event.TLS{ServerName: r.SNI, ALPN: r.ALPN, Version: r.TLSVersion, Intercepted: r.Intercepted}
 	case event.KindHTTP:
 		e.HTTP = &event.HTTP{Method: r.Method, URL: r.URL, Host: r.Host, Status: r.Status, Proto: r.Proto, Upgrade: r.Upgrade,
-			Secrets: r.Secrets, Rewrite: r.Rewrite}
+			Secrets: r.Secrets, Rewrite: r.Rewrite, Error: r.Error}
 	case event.KindLLM:
 		e.LLM = &event.LLM{Provider: r.Provider, Model: r.Model, Path: r.Path, Operation: r.Operation, Stream: r.Stream,
 			Status: r.Status, ResponseModel: r.ResponseModel, FinishReasons: r.FinishReasons, ToolCalls: r.ToolCalls,
@@ -265,7 +267,7 @@ func (r Record) truncated() Record {
 		}
 	}
 	for _, p := range []*string{&r.Session, &r.Rule, &r.Reason, &r.Dst, &r.Host, &r.Transport, &r.Via, &r.SNI,
-		&r.TLSVersion, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Provider, &r.Model, &r.Path, &r.Name,
+		&r.TLSVersion, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Error, &r.Provider, &r.Model, &r.Path, &r.Name,
 		&r.QType, &r.Rcode, &r.Access, &r.Cwd, &r.Digest, &r.Agent, &r.Mode} {
 		s(p)
 	}

@@ -138,6 +138,12 @@ func TestRecordFields(t *testing.T) {
 			want: `{"time":"2025-03-01T13:04:05.123456789Z","session":"s","kind":"http","verdict":"deny","decided_by":"default","process":{"pid":5,"ppid":0},"host":"h","method":"POST","url":"https://h/x"}`,
 		},
 		{
+			name: "http that did not complete says why",
+			e: &event.Event{Time: t0, Kind: event.KindHTTP, Session: "s", Verdict: event.Verdict{Action: event.Allow}, HTTP: &event.HTTP{
+				Method: "GET", URL: "https://h/x", Host: "h", Status: 200, Error: "upstream reset the connection after 10 bytes of the body"}},
+			want: `{"time":"2025-03-01T13:04:05.123456789Z","session":"s","kind":"http","verdict":"allow","decided_by":"default","host":"h","method":"GET","url":"https://h/x","status":200,"error":"upstream reset the connection after 10 bytes of the body"}`,
+		},
+		{
 			name: "session_end keeps exit code 0",
 			e:    &event.Event{Time: t0, Kind: event.KindSessionEnd, Session: "s", SessionInfo: &event.Session{ID: "s"}},
 			want: `{"time":"2025-03-01T13:04:05.123456789Z","session":"s","kind":"session_end","verdict":"deny","decided_by":"default","exit_code":0,"duration_ms":0}`,
@@ -663,6 +669,8 @@ func TestFormatRecord(t *testing.T) {
 		{ev[7], "13:04:05.123 7f3a9c01 file          ask     read /home/u/.ssh/id_ed25519  curl[1234]\n"},
 		{ev[8], "13:04:05.123 7f3a9c01 exec          allow   /usr/bin/git push  curl[1234]\n"},
 		{ev[9], "13:05:05.123 7f3a9c01 session_end   allow   claude exit=0 after 61.234s\n"},
+		{&event.Event{Time: t0, Kind: event.KindHTTP, Session: "abc", Verdict: event.Verdict{Action: event.Allow}, HTTP: &event.HTTP{Method: "GET", URL: "https://x/big", Status: 200, Error: "client closed the connection after 5 bytes of the body"}},
+			"13:04:05.123 abc http          allow   GET https://x/big → 200 (client closed the connection after 5 bytes of the body)\n"},
 		{&event.Event{Time: t0, Kind: event.KindHTTP, Session: "abc", HTTP: &event.HTTP{Method: "GET", URL: "https://x/\x1b[2J"}},
 			"13:04:05.123 abc http          deny    GET https://x/\\x1b[2J\n"},
 		{&event.Event{Time: t0, Kind: event.KindSessionStart, Session: "abc", SessionInfo: &event.Session{Agent: "sh", Mode: "proxy", Command: []string{"sh", "-c", "\necho " + strings.Repeat("x", 200)}}},

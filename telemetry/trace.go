@@ -486,6 +486,9 @@ func (t *Tracer) onHTTP(s *sessionTrace, e *event.Event) {
 		}
 	}
 	attrs = append(attrs, verdictAttrs(e.Verdict)...)
+	if h.Error != "" && e.Verdict.Action != event.Deny { // a denial has its error.type
+		attrs = append(attrs, attribute.String(keyErrorType, httpErrorType(h.Error)))
+	}
 	opts := []trace.SpanStartOption{trace.WithTimestamp(e.Time), trace.WithSpanKind(trace.SpanKindClient)}
 	if c, how := s.tools.link(actionOf(e)); c != nil {
 		s.tools.linked(actionOf(e), c)
@@ -498,9 +501,12 @@ func (t *Tracer) onHTTP(s *sessionTrace, e *event.Event) {
 		name = "HTTP"
 	}
 	_, span := t.tracer.Start(ctx, name, opts...)
-	if !e.Verdict.Allowed() {
+	switch {
+	case !e.Verdict.Allowed():
 		span.SetStatus(codes.Error, "denied")
-	} else if h.Status >= 400 {
+	case h.Error != "":
+		span.SetStatus(codes.Error, h.Error)
+	case h.Status >= 400:
 		span.SetStatus(codes.Error, "")
 	}
 	span.End(trace.WithTimestamp(e.Time))

@@ -103,6 +103,15 @@ func verdictAttrs(v event.Verdict) []attribute.KeyValue {
 	return a
 }
 
+// httpErrorType is the error.type of an http event that did not complete
+// (event.HTTP.Error): which side failed, a value of low cardinality.
+func httpErrorType(msg string) string {
+	if strings.HasPrefix(msg, "client ") {
+		return "chaperone.client_error"
+	}
+	return "chaperone.upstream_error"
+}
+
 // args returns argv as the trace may hold it: without content capture
 // only the program (arguments carry tokens as often as not); with it, at
 // most maxArgs arguments of at most maxArgLen bytes.

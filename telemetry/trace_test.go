@@ -328,6 +328,49 @@ func TestTracerMissedStart(t *testing.T) {
 	}
 }
 
+func TestTracerHTTPError(t *testing.T) {
+	tests := []struct {
+		name       string
+		verdict    event.Verdict
+		h          event.HTTP
+		wantStatus codes.Code
+		wantDesc   string
+		wantType   any // nil: no error.type
+	}{
+		{"complete", allow(), event.HTTP{Method: "GET", Status: 200}, codes.Unset, "", nil},
+		{"upstream reset mid-body", allow(), event.HTTP{Method: "GET", Status: 200, Error: "upstream reset the connection after 10 bytes of the body"},
+			codes.Error, "upstream reset the connection after 10 bytes of the body", "chaperone.upstream_error"},
+		{"client went away", allow(), event.HTTP{Method: "GET", Status: 200, Error: "client closed the connection after 5 bytes of the body"},
+			codes.Error, "client closed the connection after 5 bytes of the body", "chaperone.client_error"},
+		{"refused, with an error", event.Verdict{Action: event.Deny, Rule: "header_timeout"}, event.HTTP{Error: "client sent no complete request header within 1s"},
+			codes.Error, "denied", "chaperone.denied"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := tt.h
+			spans := record(t, false, []*event.Event{
+				{Time: at(0), Kind: event.KindSessionStart, Session: "s1", Verdict: allow(), SessionInfo: &event.Session{ID: "s1", Agent: "a"}},
+				{Time: at(time.Second), Kind: event.KindHTTP, Session: "s1", Verdict: tt.verdict, HTTP: &h},
+				{Time: at(2 * time.Second), Kind: event.KindSessionEnd, Session: "s1", Verdict: allow(), SessionInfo: &event.Session{ID: "s1", Agent: "a"}},
+			})
+			name := h.Method
+			if name == "" {
+				name = "HTTP"
+			}
+			s, ok := spans[name]
+			if !ok {
+				t.Fatalf("no span %q; got %v", name, keys(spans))
+			}
+			if got := s.Status(); got.Code != tt.wantStatus || got.Description != tt.wantDesc {
+				t.Errorf("status %v %q, want %v %q", got.Code, got.Description, tt.wantStatus, tt.wantDesc)
+			}
+			if got := attrMap(s.Attributes())["error.type"]; got != tt.wantType {
+				t.Errorf("error.type %v, want %v", got, tt.wantType)
+			}
+		})
+	}
+}
+
 func keys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
