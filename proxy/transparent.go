@@ -13,7 +13,9 @@ import (
 // OriginFinder recovers, for a connection the kernel redirected to a
 // transparent listener, where the client was going and who it is: the
 // session, the original destination and the process. An error means the
-// connection is not from a managed session.
+// connection was not redirected from a managed session; the Tunnel may
+// then still name the session and process it came from (a session
+// process that connected to the listener itself), for the event.
 type OriginFinder interface {
 	Origin(client netip.AddrPort) (Tunnel, error)
 }
@@ -71,9 +73,13 @@ func (p *Proxy) serveTransparent(c net.Conn, origins OriginFinder) {
 	client := addrPortOf(c.RemoteAddr())
 	t, err := origins.Origin(client)
 	if err != nil {
+		reason := "not from a managed session: " + err.Error()
+		if t.Session != "" {
+			reason = "not redirected by the session's hooks (a connection to the proxy's listener itself): " + err.Error()
+		}
 		p.publish(&event.Event{
-			Time: p.now(), Kind: event.KindConnect,
-			Verdict: proxyVerdict(ruleNoOrigin, "not from a managed session: "+err.Error()),
+			Time: p.now(), Kind: event.KindConnect, Session: t.Session, Process: t.Process,
+			Verdict: proxyVerdict(ruleNoOrigin, reason),
 			Connect: &event.Connect{Transport: event.TCP, Via: "transparent"},
 		})
 		c.Close()

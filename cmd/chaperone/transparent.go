@@ -184,11 +184,11 @@ func (ts *transparentSession) serve(p *proxy.Proxy) {
 func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error) {
 	v, ok := ts.accepted.LoadAndDelete(client)
 	if !ok {
-		return proxy.Tunnel{}, fmt.Errorf("no record for %s", client)
+		return ts.unredirected(client), fmt.Errorf("no record for %s", client)
 	}
 	o, err := v.(originLookup).origin, v.(originLookup).err
 	if err != nil {
-		return proxy.Tunnel{}, err
+		return ts.unredirected(client), err
 	}
 	if o.CgroupID != ts.cg.ID {
 		return proxy.Tunnel{}, fmt.Errorf("connection from cgroup %d, not the session's", o.CgroupID)
@@ -201,6 +201,34 @@ func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error
 	// The name the session looked this address up as, if it did.
 	host, _ := ts.dns.NameFor(o.Dst.Addr().Unmap())
 	return proxy.Tunnel{Session: ts.id, Host: host, Dst: o.Dst, Process: proc, Via: "transparent"}, nil
+}
+
+// unredirected names the session and process of a client that reached a
+// listener without passing the hooks: a session process that connected
+// to the proxy's address itself (the hooks leave that alone). The
+// client's socket is found like explicit mode finds it; anyone else gets
+// an empty Tunnel.
+func (ts *transparentSession) unredirected(client netip.AddrPort) proxy.Tunnel {
+	ln := ts.ln4
+	if a := client.Addr(); a.Is6() && !a.Is4In6() {
+		ln = ts.ln6
+	}
+	if ln == nil {
+		return proxy.Tunnel{}
+	}
+	root := int(ts.rootPID.Load())
+	pid, err := ts.procs.SessionSocketOwner(client, ln.Addr().(*net.TCPAddr).AddrPort(), root)
+	if err != nil {
+		return proxy.Tunnel{}
+	}
+	if in, err := redirect.Contains(ts.cg.Path, pid); err != nil || !in {
+		return proxy.Tunnel{}
+	}
+	proc, err := describeProcess(ts.procs, pid, root)
+	if err != nil {
+		proc = &event.Process{PID: pid}
+	}
+	return proxy.Tunnel{Session: ts.id, Process: proc, Via: "transparent"}
 }
 
 // publishRefusal publishes what the hooks refused as a denied connect
