@@ -45,17 +45,46 @@ generate:
 generate-check: generate
 	@git diff --exit-code --stat -- '*.go' '*.o' || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
-# A short run of every fuzz target (the seed corpora run in `make test`).
-FUZZTIME ?= 20s
+# Every fuzz target, one `go test -fuzz` run each, found automatically
+# (scripts/fuzz.sh); the seed corpora (f.Add and testdata/fuzz/) also run in
+# `make test`. fuzz-ci is CI's short pass; a failing input is printed with
+# its path and contents.
+.PHONY: fuzz fuzz-ci soak
+FUZZTIME ?= 60s
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
-		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-			echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
-		done; \
-	done
+	FUZZTIME=$(FUZZTIME) GO=$(GO) bash scripts/fuzz.sh
+
+fuzz-ci:
+	FUZZTIME=3s FUZZMINIMIZETIME=10s GO=$(GO) bash scripts/fuzz.sh
+
+# SOAK_CLIENTS concurrent HTTPS clients for SOAK_DURATION in one transparent
+# session (root), on loopback: every request answered right, and no
+# goroutine, descriptor, redirect map entry or memory left behind.
+SOAK_DURATION ?= 10m
+SOAK_CLIENTS  ?= 1000
+soak: build
+	$(GO) build -o bin/soak ./bench/soak
+	SOAK_DURATION=$(SOAK_DURATION) SOAK_CLIENTS=$(SOAK_CLIENTS) bin/soak -chaperone $(BIN)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy ./certs ./policy ./rewrite/...
 
 clean:
 	rm -rf bin
+
+# The bypass suite: one transparent session whose agent tries every way
+# around the policy it knows (docs/security.md). Needs root, cgroup v2 and
+# eBPF; skips, saying why, without them.
+.PHONY: bypass
+bypass:
+	$(GO) test -race -count=1 -run 'Bypass' ./cmd/chaperone/
+
+# Side-by-side proxy benchmarks (docs/performance.md): direct, Chaperone in
+# proxy and transparent mode, mitmproxy and Squid ssl-bump, all on loopback;
+# installs the peers from Debian when missing and stops them afterwards.
+# `make bench` runs them before the Go micro-benchmarks above. Results go to
+# bench/results/. BENCHFLAGS=-quick for a short run.
+.PHONY: bench-proxies
+bench-proxies:
+	$(GO) run ./bench/cmd/bench $(BENCHFLAGS)
+bench: bench-proxies

@@ -390,6 +390,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		return false
 	}
 	inSession.Store(&member)
+	defer startDebug(getenv(debugAddrEnv), ts, log)()
 	if mode == config.ModeProxy {
 		fmt.Fprintln(o.stderr, "chaperone: proxy mode: programs that ignore HTTP_PROXY/HTTPS_PROXY are not covered (transparent mode needs root on Linux)")
 	}
