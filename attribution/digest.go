@@ -55,6 +55,9 @@ func (t *Table) ExeDigest(pid int) (string, error) {
 	if pid <= 0 {
 		return "", fmt.Errorf("%w: process %d", ErrNotFound, pid)
 	}
+	if d, ok := t.cachedDigest(pid); ok {
+		return d, nil
+	}
 	f, err := op.Open(strconv.Itoa(pid) + "/exe")
 	if err != nil {
 		return "", notFound(fmt.Errorf("attribution: process %d: open exe: %w", pid, err))
@@ -101,6 +104,31 @@ func (t *Table) ExeDigest(pid int) (string, error) {
 	t.mu.Unlock()
 	close(c.done)
 	return c.digest, c.err
+}
+
+// cachedDigest looks pid's executable up in the cache without opening it
+// for reading, where the FS can (statPath): an open for reading of a file
+// on a mount watched by fanotify permission events, as the session's are,
+// waits for the watcher, which may be this very process.
+func (t *Table) cachedDigest(pid int) (string, bool) {
+	sp, ok := t.fsys.(interface {
+		statPath(name string) (fs.FileInfo, error)
+	})
+	if !ok {
+		return "", false
+	}
+	fi, err := sp.statPath(strconv.Itoa(pid) + "/exe")
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", false
+	}
+	key, ok := exeKeyOf(fi)
+	if !ok {
+		return "", false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, ok := t.digests[key]
+	return d, ok
 }
 
 // digestAndStore hashes f and caches the digest under key when the file was

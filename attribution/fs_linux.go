@@ -2,6 +2,7 @@ package attribution
 
 import (
 	"io/fs"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,4 +36,21 @@ func readFile(p string) ([]byte, error) {
 		}
 		buf = buf[:len(buf)+n]
 	}
+}
+
+// statPath stats the file name leads to (following links, as PID/exe is
+// one) through an O_PATH descriptor: the file is not opened for reading,
+// so no fanotify permission event is raised.
+func (d dirFS) statPath(name string) (fs.FileInfo, error) {
+	p, err := d.path("stat", name)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	return f.Stat()
 }

@@ -64,9 +64,12 @@ type Files struct {
 	cancel context.CancelFunc
 	sem    chan struct{} // running Decide calls
 
-	cache    *lru.Cache[cacheKey, event.Verdict]
-	flightMu sync.Mutex
-	flights  map[cacheKey]*flight
+	cache *lru.Cache[cacheKey, event.Verdict]
+	// notStatic remembers the files Static said no for (per access kind),
+	// so an open answered from the cache does not ask again.
+	notStatic *lru.Cache[staticKey, struct{}]
+	flightMu  sync.Mutex
+	flights   map[cacheKey]*flight
 
 	tgidMu sync.Mutex
 	tgids  map[int]int // thread → its group, for threads that are not leaders
@@ -89,6 +92,12 @@ type Files struct {
 
 	mounts                                            int
 	events, outside, ignored, hits, denied, execOpens atomic.Uint64
+}
+
+// staticKey names a file and an access Static was asked about.
+type staticKey struct {
+	path string
+	exec bool
 }
 
 // inodeKey names an inode ignore-marked for Static.
@@ -135,6 +144,10 @@ func WatchMounts(pid int, o FileOptions) (*Files, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fileexec: cache: %w", err)
 	}
+	notStatic, err := lru.New[staticKey, struct{}](o.CacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("fileexec: cache: %w", err)
+	}
 	nrs, ok := syscallsFor(runtime.GOARCH)
 	if !ok {
 		o.Logger.Warn("fileexec: no system call table for this architecture: every open is treated as a write", "goarch", runtime.GOARCH)
@@ -145,7 +158,7 @@ func WatchMounts(pid int, o FileOptions) (*Files, error) {
 	}
 	f := &Files{
 		o: o, log: o.Logger, fd: fd, self: os.Getpid(), nrs: nrs,
-		sem: make(chan struct{}, maxDeciding), cache: cache, flights: map[cacheKey]*flight{},
+		sem: make(chan struct{}, maxDeciding), cache: cache, notStatic: notStatic, flights: map[cacheKey]*flight{},
 		tgids: map[int]int{}, marked: map[inodeKey]struct{}{},
 		readerDone: make(chan struct{}),
 	}
@@ -368,6 +381,17 @@ func (f *Files) handle(ev rawEvent) {
 // answer decides whether the open of ev may go ahead. Any failure to learn
 // what a session process opens, or how, denies.
 func (f *Files) answer(ev rawEvent) bool {
+	var access event.FileAccess
+	if ev.mask&unix.FAN_OPEN_EXEC_PERM == 0 {
+		if access = f.access(ev); access == event.FileExec {
+			// The kernel raises an exec's FAN_OPEN_PERM only after its
+			// FAN_OPEN_EXEC_PERM for the same open was allowed (decided,
+			// or let past by an ignore mark Static put): nothing left to
+			// decide, whoever the process is.
+			f.execOpens.Add(1)
+			return true
+		}
+	}
 	tgid, err := f.tgidOf(ev.tid)
 	if err != nil {
 		// A thread blocked in open exists; not finding it means it was
@@ -390,27 +414,51 @@ func (f *Files) answer(ev rawEvent) bool {
 		f.markStatic(ev, path, gen, nil)
 		return true
 	}
-	e.File.Path = path
-	e.File.Access = f.access(ev)
-	if e.File.Access == event.FileExec && ev.mask&unix.FAN_OPEN_EXEC_PERM == 0 {
-		// The kernel raises an exec's FAN_OPEN_PERM only after its
-		// FAN_OPEN_EXEC_PERM for the same open was allowed (decided, or
-		// let past by an ignore mark Static put): nothing left to decide.
-		f.execOpens.Add(1)
-		return true
+	if access == "" {
+		access = event.FileExec // FAN_OPEN_EXEC_PERM
+	}
+	e.File.Path, e.File.Access = path, access
+	// A cached verdict needs only the executable, not the whole process
+	// description (its lineage, argv, digest), which a new process would
+	// otherwise cost on its first opens of files already decided.
+	if exe, err := readlink("/proc/" + strconv.Itoa(tgid) + "/exe"); err == nil {
+		if v, ok := f.cache.Get(cacheKey{path: path, access: access, exe: exe}); ok {
+			f.hits.Add(1)
+			return f.allowed(ev, path, access, v, gen)
+		}
 	}
 	if e.Process, err = f.o.Process(tgid); err != nil || e.Process == nil {
 		e.Process = nil
 		return f.fail(e, "the opening process could not be identified", err)
 	}
-	v, shared, gen := f.verdict(cacheKey{path: path, access: e.File.Access, exe: e.Process.Exe}, e, gen)
+	v, shared, gen := f.verdict(cacheKey{path: path, access: access, exe: e.Process.Exe}, e, gen)
 	if shared {
 		f.hits.Add(1)
 	}
+	return f.allowed(ev, path, access, v, gen)
+}
+
+// allowed reports whether v allows ev's open, ignore-marking the file first
+// when it does and Static says so.
+func (f *Files) allowed(ev rawEvent, path string, access event.FileAccess, v event.Verdict, gen uint64) bool {
 	if !v.Allowed() {
 		return false
 	}
-	f.markStatic(ev, path, gen, func() bool { return f.o.Static(path, e.File.Access, v) })
+	f.markStatic(ev, path, gen, func() bool {
+		k := staticKey{path: path, exec: ev.mask&unix.FAN_OPEN_EXEC_PERM != 0}
+		if f.notStatic.Contains(k) {
+			return false
+		}
+		if f.o.Static(path, access, v) {
+			return true
+		}
+		f.markMu.Lock()
+		if f.gen.Load() == gen { // not under a policy Forget dropped
+			f.notStatic.Add(k, struct{}{})
+		}
+		f.markMu.Unlock()
+		return false
+	})
 	return true
 }
 
@@ -489,6 +537,7 @@ func (f *Files) Forget() error {
 	defer f.markMu.Unlock()
 	f.gen.Add(1)
 	f.cache.Purge()
+	f.notStatic.Purge()
 	if err := f.flushStatic(); err != nil {
 		return fmt.Errorf("fileexec: forget: remove ignore marks: %w", err)
 	}

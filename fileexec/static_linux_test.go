@@ -219,15 +219,15 @@ func TestStaticExec(t *testing.T) {
 		decide func(context.Context, *event.Event) event.Verdict
 		static bool
 		reply  string
-		// Events of prog that reach user space over two execs: its
-		// FAN_OPEN_EXEC_PERMs, and its FAN_OPEN_PERMs once the exec is
-		// allowed (unless read-marked).
+		// Events of prog decided or looked up over two execs: its
+		// FAN_OPEN_EXEC_PERMs (its FAN_OPEN_PERMs are let past at once,
+		// counted in ExecOpens).
 		wantEvents int
 		wantMarks  uint64 // prog's read mark and its exec mark
 	}{
 		{"allowed, static", allowAll, true, "ok", 1, 2},
 		{"denied, static", denyExec, true, "err EPERM", 2, 1},
-		{"allowed, not static", allowAll, false, "ok", 4, 0},
+		{"allowed, not static", allowAll, false, "ok", 2, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -319,5 +319,80 @@ func TestStaticBounded(t *testing.T) {
 		if diff := cmp.Diff(s.want, got); diff != "" {
 			t.Errorf("step %d (%s) (-want +got):\n%s", i, filepath.Base(s.path), diff)
 		}
+	}
+}
+
+// TestCacheHitNeedsNoProcess: an open answered from the cache does not ask
+// for the process's description, only its executable.
+func TestCacheHitNeedsNoProcess(t *testing.T) {
+	requireRoot(t)
+	path := writeFile(t, "file")
+	c := startChild(t)
+	var mu sync.Mutex
+	calls := 0
+	f, _ := watch(t, c, allowAll, func(o *FileOptions) {
+		process := o.Process
+		o.Process = func(pid int) (*event.Process, error) {
+			mu.Lock()
+			calls++
+			mu.Unlock()
+			return process(pid)
+		}
+	})
+	if got := c.do(t, "open "+path+" r"); got != "ok" {
+		t.Fatalf("first open: child got %q", got)
+	}
+	mu.Lock()
+	first := calls
+	mu.Unlock()
+	if first == 0 {
+		t.Fatal("the first open was decided without the process")
+	}
+	if got := c.do(t, "openn "+path+" 50"); got != "ok" {
+		t.Fatalf("child got %q", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != first {
+		t.Errorf("Process called %d more times for 50 cached opens, want 0", calls-first)
+	}
+	if st := f.Stats(); st.CacheHits < 50 {
+		t.Errorf("stats %+v, want 50 cache hits", st)
+	}
+}
+
+// TestStaticAskedOnce: a file Static says no for is not asked about again
+// on every cached open, until Forget.
+func TestStaticAskedOnce(t *testing.T) {
+	requireRoot(t)
+	path := writeFile(t, "file")
+	c := startChild(t)
+	var mu sync.Mutex
+	asked := 0
+	f, _ := watch(t, c, allowAll, func(o *FileOptions) {
+		o.Static = func(p string, _ event.FileAccess, _ event.Verdict) bool {
+			if p == path {
+				mu.Lock()
+				asked++
+				mu.Unlock()
+			}
+			return false
+		}
+	})
+	count := func() int { mu.Lock(); defer mu.Unlock(); return asked }
+	if got := c.do(t, "openn "+path+" 20"); got != "ok" {
+		t.Fatalf("child got %q", got)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("Static asked %d times over 20 opens, want 1", n)
+	}
+	if err := f.Forget(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.do(t, "openn "+path+" 20"); got != "ok" {
+		t.Fatalf("child got %q", got)
+	}
+	if n := count(); n != 2 {
+		t.Errorf("Static asked %d times in all, want once more after Forget", n)
 	}
 }

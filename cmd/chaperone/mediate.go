@@ -29,7 +29,7 @@ type mediationOptions struct {
 	// that undoes that (a new policy).
 	static func(path string, access event.FileAccess, v event.Verdict) bool
 	forget func(func())
-	// fileInSession, when set, is inSession for file opens.
+	// fileInSession, when set, is inSession for file opens and execs.
 	fileInSession func(pid int) bool
 	process       func(pid int) (*event.Process, error)
 	decider       proxy.Decider

@@ -48,7 +48,7 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 	}
 	x, err := execs.Serve(listener, execs.ExecOptions{
 		Session:   o.session,
-		InSession: o.inSession,
+		InSession: inSession, // the filter is the session's: its mount namespace says it at once
 		Process:   o.process,
 		Decide:    o.decide,
 		Publish:   o.publish,

@@ -133,7 +133,13 @@ type window struct {
 	fill int // reads made
 }
 
-const windowSize = 64 << 10
+// The window starts small (a typical argv is a few hundred bytes, and
+// what is read is copied page by page out of the process) and doubles on
+// each refill, up to windowSize.
+const (
+	firstWindow = 4 << 10
+	windowSize  = 64 << 10
+)
 
 // str returns the NUL-terminated string at addr when it lies wholly in
 // the window (reading the window at addr when it does not yet); ok is
@@ -145,8 +151,11 @@ func (w *window) str(addr uint64) (string, bool) {
 	if addr > math.MaxInt64-windowSize {
 		return "", false
 	}
-	if w.buf == nil {
-		w.buf = make([]byte, windowSize)
+	switch {
+	case w.buf == nil:
+		w.buf = make([]byte, firstWindow)
+	case len(w.buf) < windowSize:
+		w.buf = make([]byte, 2*len(w.buf))
 	}
 	// A read that runs past the end of the mapping returns what there was.
 	n, _ := w.m.ReadAt(w.buf, int64(addr))

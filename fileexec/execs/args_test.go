@@ -3,6 +3,7 @@ package execs
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"strings"
@@ -167,4 +168,48 @@ func FuzzReadArgv(f *testing.F) {
 			t.Errorf("expectation %+v for %d bytes", e, len(area))
 		}
 	})
+}
+
+// readCounter counts reads of a fakeMem and the bytes they asked for.
+type readCounter struct {
+	fakeMem
+	reads, asked int
+}
+
+func (c *readCounter) ReadAt(p []byte, off int64) (int, error) {
+	c.reads++
+	c.asked += len(p)
+	return c.fakeMem.ReadAt(p, off)
+}
+
+// The strings are read through a window that starts small and grows: a
+// short argv costs a few KiB of reading, thousands of arguments a read per
+// 64 KiB or so, not one per argument.
+func TestReadArgvWindow(t *testing.T) {
+	many := make([]string, 5000)
+	for i := range many {
+		many[i] = fmt.Sprintf("tree/d%02d/f%04d.go", i/1000, i%1000)
+	}
+	for _, tt := range []struct {
+		name               string
+		args               []string
+		maxReads, maxAsked int
+	}{
+		{"short", []string{"git", "status", "--porcelain"}, 2, 8 << 10},
+		{"thousands", append([]string{"cat"}, many...), 120, 1 << 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &readCounter{fakeMem: layout(8, tt.args, false)}
+			got, err := readArgv(m, memBase, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tt.args) || got[len(got)-1] != tt.args[len(tt.args)-1] {
+				t.Fatalf("read %d args, want %d", len(got), len(tt.args))
+			}
+			if m.reads > tt.maxReads || m.asked > tt.maxAsked {
+				t.Errorf("%d reads asking %d bytes, want at most %d and %d", m.reads, m.asked, tt.maxReads, tt.maxAsked)
+			}
+		})
+	}
 }

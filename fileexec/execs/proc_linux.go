@@ -36,6 +36,12 @@ var errNoEntry = errors.New("empty path")
 
 // tgidOf reads the thread group (process) of thread tid.
 func tgidOf(tid int) (int, error) {
+	// pidfd_open takes only a thread group's leader: the common case (a
+	// single-threaded process that execs) costs two system calls.
+	if pfd, err := unix.PidfdOpen(tid, 0); err == nil {
+		unix.Close(pfd)
+		return tid, nil
+	}
 	f, err := os.Open("/proc/" + strconv.Itoa(tid) + "/status")
 	if err != nil {
 		return 0, err
@@ -56,11 +62,12 @@ func tgidOf(tid int) (int, error) {
 // that memory at any time: the verifier checks what the kernel copies.
 func readRequest(tid int, c execCall, a execArgs) (*request, error) {
 	r := &request{tid: tid, args: a}
-	mem, err := os.Open("/proc/" + strconv.Itoa(tid) + "/mem")
+	fd, err := unix.Open("/proc/"+strconv.Itoa(tid)+"/mem", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: "/proc/" + strconv.Itoa(tid) + "/mem", Err: err}
 	}
-	defer mem.Close()
+	defer unix.Close(fd)
+	mem := memFile(fd)
 	if a.path == 0 {
 		return nil, errFault
 	}
@@ -96,6 +103,21 @@ func readRequest(tid int, c execCall, a execArgs) (*request, error) {
 	return r, nil
 }
 
+// memFile reads a process's memory through its /proc/<pid>/mem descriptor
+// with pread, without an *os.File's poller bookkeeping.
+type memFile int
+
+func (m memFile) ReadAt(b []byte, off int64) (int, error) {
+	n, err := unix.Pread(int(m), b, off)
+	if n < 0 {
+		n = 0
+	}
+	if err == nil && n < len(b) {
+		err = io.EOF
+	}
+	return n, err
+}
+
 // joinAbs joins rel to dir when dir is an absolute path (not a readlink of
 // a deleted directory or a pseudo file); else "".
 func joinAbs(dir, rel string) string {
@@ -107,11 +129,14 @@ func joinAbs(dir, rel string) string {
 
 // openTarget opens the file the exec names, as the process sees it: the
 // descriptor itself, or the resolved path inside the process's root
-// (RESOLVE_IN_ROOT keeps absolute symlinks inside it too). Non-blocking,
-// so that a FIFO cannot hold the answer.
+// (RESOLVE_IN_ROOT keeps absolute symlinks inside it too). An O_PATH
+// descriptor: a FIFO cannot hold the answer.
 func openTarget(r *request) (*os.File, error) {
 	proc := "/proc/" + strconv.Itoa(r.tid)
-	const flags = unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
+	// O_PATH: opened without reading it, so no fanotify permission event
+	// (the session's mounts are watched, by this process); digests.of
+	// reopens it for reading only to hash a file not seen before.
+	const flags = unix.O_PATH | unix.O_CLOEXEC
 	if r.emptyFD {
 		return os.OpenFile(proc+"/fd/"+strconv.Itoa(int(r.args.dirfd)), flags, 0)
 	}
@@ -148,7 +173,8 @@ type digests struct {
 
 func newDigests(max int) *digests { return &digests{max: max, m: make(map[fileKey]string)} }
 
-// of returns "sha256:<hex>" of the open regular file f.
+// of returns "sha256:<hex>" of the regular file f, an O_PATH descriptor:
+// a version seen before costs an fstat, a new one is reopened to be read.
 func (d *digests) of(f *os.File) (string, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
@@ -164,8 +190,13 @@ func (d *digests) of(f *os.File) (string, error) {
 	if ok {
 		return s, nil
 	}
+	rf, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return "", err
+	}
+	defer rf.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := io.Copy(h, rf); err != nil {
 		return "", err
 	}
 	s = "sha256:" + hex.EncodeToString(h.Sum(nil))
