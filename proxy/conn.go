@@ -141,14 +141,16 @@ func normalizeHost(h string) string {
 
 // tunnelConn is a tunnel's client connection as the TLS server and the
 // inner HTTP server see it: reads drain the sniffing buffer first, then go
-// straight to the connection; Close releases whoever waits on done.
+// straight to the connection; the first Close ends the tunnel (release)
+// and releases whoever waits on done.
 type tunnelConn struct {
 	net.Conn
-	t    *tunnel
-	p    *Proxy
-	r    *bufio.Reader // the sniffing buffer until drained; read by one goroutine at a time
-	once sync.Once
-	done chan struct{}
+	t       *tunnel
+	p       *Proxy
+	r       *bufio.Reader // the sniffing buffer until drained; read by one goroutine at a time
+	release func()        // set before the tunnel is tracked
+	once    sync.Once
+	done    chan struct{}
 }
 
 func (c *tunnelConn) Read(b []byte) (int, error) {
@@ -164,7 +166,12 @@ func (c *tunnelConn) Read(b []byte) (int, error) {
 
 func (c *tunnelConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { close(c.done) })
+	c.once.Do(func() {
+		if c.release != nil {
+			c.release()
+		}
+		close(c.done)
+	})
 	return err
 }
 

@@ -173,7 +173,10 @@ func (p *Proxy) connectEvent(ctx context.Context, session string, proc *event.Pr
 	return e, e.Verdict.Allowed()
 }
 
-// serveConnect handles CONNECT: decide, then tunnel in this goroutine.
+// serveConnect handles CONNECT: decide, then tunnel in this goroutine
+// until the tunnel is handed to the inner server (or is over). The handler
+// then returns, so that net/http lets go of the hijacked connection's
+// buffers and goroutine while the tunnel lives on.
 func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, fc *frontConn, session string) {
 	host, port, ok := targetOf(r)
 	if !ok {
@@ -213,9 +216,8 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, fc *frontCo
 		conn.Close()
 		return
 	}
-	// r's context stays live until this handler returns; the tunnel ends
-	// before that.
-	p.serveTunnel(r.Context(), conn, t)
+	// r's context ends when this handler returns; the tunnel outlives it.
+	p.serveTunnel(context.WithoutCancel(r.Context()), conn, t)
 }
 
 // serveAbsolute handles an explicit plain-HTTP request (GET http://...).

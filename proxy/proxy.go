@@ -361,7 +361,7 @@ func (p *Proxy) ServeTunnel(ctx context.Context, c net.Conn, t Tunnel) {
 	if via == "" {
 		via = "transparent"
 	}
-	p.serveTunnel(ctx, c, &tunnel{
+	tc, handedOff := p.serveTunnel(ctx, c, &tunnel{
 		session: t.Session,
 		process: t.Process,
 		host:    normalizeHost(t.Host),
@@ -369,6 +369,9 @@ func (p *Proxy) ServeTunnel(ctx context.Context, c net.Conn, t Tunnel) {
 		dst:     t.Dst,
 		via:     via,
 	})
+	if handedOff {
+		<-tc.done
+	}
 }
 
 // Close stops the Proxy: listeners, tunnels and upstream connections are

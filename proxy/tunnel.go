@@ -29,34 +29,40 @@ const (
 	protoSSLv2  // an SSL 2.0-compatible ClientHello: it cannot be inspected, so refused
 )
 
-// serveTunnel runs the tunnel logic on c and returns when the tunnel is
-// over, with c closed.
-func (p *Proxy) serveTunnel(ctx context.Context, c net.Conn, t *tunnel) {
-	tc := &tunnelConn{Conn: c, t: t, p: p, done: make(chan struct{})}
+// serveTunnel runs the tunnel logic on c. It returns when the tunnel is
+// over, with c closed, or as soon as the connection is handed to the inner
+// server (handedOff): no goroutine waits on an idle kept-alive tunnel, and
+// the inner server's close of the connection ends the tunnel (untracks it,
+// releases done). Cancelling ctx closes the tunnel either way.
+func (p *Proxy) serveTunnel(ctx context.Context, c net.Conn, t *tunnel) (tc *tunnelConn, handedOff bool) {
+	tc = &tunnelConn{Conn: c, t: t, p: p, done: make(chan struct{})}
 	t.conn = tc
-	if !p.track(t) {
-		c.Close()
-		return
-	}
-	defer p.untrack(t)
-	defer t.close()
-	if !p.sessions.Load().has(t.session) { // removed while the tunnel was set up
-		return
-	}
 	stop := context.AfterFunc(ctx, t.close)
-	defer stop()
-
+	tc.release = func() {
+		stop()
+		p.untrack(t)
+	}
+	if !p.track(t) || !p.sessions.Load().has(t.session) { // closed, or the session removed while the tunnel was set up
+		t.close()
+		return tc, false
+	}
 	tc.r = p.getSniffReader(c)
-	p.serveProtocol(ctx, tc, p.classify(tc, p.peekTimeout))
+	if p.serveProtocol(ctx, tc, p.classify(tc, p.peekTimeout)) {
+		return tc, true
+	}
+	t.close()
+	return tc, false
 }
 
-func (p *Proxy) serveProtocol(ctx context.Context, tc *tunnelConn, proto protocol) {
+// serveProtocol serves the tunnel's protocol; true means the connection was
+// handed to the inner server, which now owns it.
+func (p *Proxy) serveProtocol(ctx context.Context, tc *tunnelConn, proto protocol) (handedOff bool) {
 	switch proto {
 	case protoTLS:
-		p.intercept(ctx, tc)
+		return p.intercept(ctx, tc)
 	case protoHTTP:
 		tc.t.setScheme("http")
-		p.serveInnerConn(tc, tc)
+		return p.serveInnerConn(tc, tc)
 	case protoSSLv2:
 		p.publish(&event.Event{
 			Time: p.now(), Kind: event.KindTLS, Session: tc.t.session, Process: tc.t.process, TLS: &event.TLS{},
@@ -64,10 +70,11 @@ func (p *Proxy) serveProtocol(ctx context.Context, tc *tunnelConn, proto protoco
 		})
 	case protoOther, protoSilent:
 		if tc.t.denied != nil {
-			return // nothing to answer in: close
+			return false // nothing to answer in: close
 		}
-		p.passthrough(ctx, tc, proto == protoSilent)
+		return p.passthrough(ctx, tc, proto == protoSilent)
 	}
+	return false
 }
 
 // classify peeks at the client's first bytes. firstWait bounds the wait
@@ -154,7 +161,7 @@ func isTimeout(err error) bool {
 
 // intercept sniffs the ClientHello, decides the tls event and, if allowed,
 // terminates TLS and hands the connection to the inner server.
-func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) {
+func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) {
 	t := tc.t
 	tc.Conn.SetDeadline(time.Now().Add(p.handshakeTimeout))
 	hello, err := chtls.Sniff(tc.r)
@@ -163,7 +170,7 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) {
 		e.Verdict = proxyVerdict(ruleMalformedHello, "ClientHello could not be read: "+err.Error())
 		p.publish(e)
 		p.log.Debug("proxy: bad ClientHello", "session", t.session, "host", t.host, "err", err)
-		return
+		return false
 	}
 	e.TLS.ServerName = hello.ServerName
 	e.TLS.ALPN = hello.ALPN
@@ -182,27 +189,27 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) {
 		e.TLS.Intercepted = e.Verdict.Allowed() && !pass
 		p.publish(e)
 		if !e.Verdict.Allowed() {
-			return
+			return false
 		}
 		if pass {
 			tc.Conn.SetDeadline(time.Time{})
-			p.passthrough(ctx, tc, false)
-			return
+			return p.passthrough(ctx, tc, false)
 		}
 	}
 	t.setScheme("https")
 	conn := stdtls.Server(tc, p.mitmTLS)
 	if err := conn.HandshakeContext(ctx); err != nil {
 		p.log.Debug("proxy: client handshake failed", "session", t.session, "host", t.host, "err", err)
-		return
+		return false
 	}
 	tc.Conn.SetDeadline(time.Time{})
-	p.serveInnerConn(conn, tc)
+	return p.serveInnerConn(conn, tc)
 }
 
-// serveInnerConn hands c (tc, or TLS over it) to the inner server and waits
-// until the server is done with it. An HTTP/1 connection goes watched.
-func (p *Proxy) serveInnerConn(c net.Conn, tc *tunnelConn) {
+// serveInnerConn hands c (tc, or TLS over it) to the inner server, which
+// closes it when done; false means the server is closed. An HTTP/1
+// connection goes watched.
+func (p *Proxy) serveInnerConn(c net.Conn, tc *tunnelConn) bool {
 	p.innerOnce.Do(func() { go p.inner.Serve(p.innerLn) })
 	w := &tc.t.watch
 	w.Conn = c
@@ -211,10 +218,7 @@ func (p *Proxy) serveInnerConn(c net.Conn, tc *tunnelConn) {
 	} else if tlsc.ConnectionState().NegotiatedProtocol != "h2" {
 		c = w
 	}
-	if !p.innerLn.handOff(c) {
-		return
-	}
-	<-tc.done
+	return p.innerLn.handOff(c)
 }
 
 // passthrough copies bytes both ways between the client and the tunnel's
@@ -223,17 +227,17 @@ func (p *Proxy) serveInnerConn(c net.Conn, tc *tunnelConn) {
 // instead speaks first after all and starts TLS or HTTP before the server
 // sent anything, the upstream connection is dropped and the tunnel is
 // intercepted as usual, so waiting out PeekTimeout does not buy an
-// uninspected tunnel.
-func (p *Proxy) passthrough(ctx context.Context, tc *tunnelConn, serverFirst bool) {
+// uninspected tunnel (handedOff when it went to the inner server).
+func (p *Proxy) passthrough(ctx context.Context, tc *tunnelConn, serverFirst bool) (handedOff bool) {
 	t := tc.t
 	up, err := p.dialTunnel(ctx, t)
 	if err != nil {
 		p.log.Debug("proxy: passthrough dial failed", "session", t.session, "host", t.host, "port", t.port, "err", err)
-		return
+		return false
 	}
 	if !t.setUpstream(up) {
 		up.Close()
-		return
+		return false
 	}
 	// gate decides who spoke first: 0 nobody yet, 1 the server, 2 the client
 	// with TLS or HTTP (intercepted), 3 the client with anything else.
@@ -249,15 +253,14 @@ func (p *Proxy) passthrough(ctx context.Context, tc *tunnelConn, serverFirst boo
 		case proto == protoClosed:
 			up.Close()
 			<-downDone
-			return
+			return false
 		case (proto == protoTLS || proto == protoHTTP || proto == protoSSLv2) && gate.CompareAndSwap(0, 2):
 			t.mu.Lock()
 			t.upstream = nil
 			t.mu.Unlock()
 			up.Close()
 			<-downDone
-			p.serveProtocol(ctx, tc, proto)
-			return
+			return p.serveProtocol(ctx, tc, proto)
 		}
 		gate.CompareAndSwap(0, 3)
 	}
@@ -279,6 +282,7 @@ func (p *Proxy) passthrough(ctx context.Context, tc *tunnelConn, serverFirst boo
 		closeWrite(up)
 	}
 	<-downDone
+	return false
 }
 
 // copyDown copies upstream to client. With serverFirst it consults gate

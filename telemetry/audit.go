@@ -48,8 +48,7 @@ type AuditLog struct {
 	f      *os.File // nil when writing to a plain io.Writer
 	w      io.Writer
 	out    []byte // complete lines not yet written to w
-	buf    bytes.Buffer
-	enc    *json.Encoder
+	buf    []byte // the line being encoded (appendRecord)
 	closed bool
 	err    error // the first write error; once set, nothing more is written
 	// pending counts the lines buffered since the last successful flush:
@@ -145,10 +144,7 @@ func endLine(f *os.File, path string) (regular bool, err error) {
 }
 
 func newAuditLog(w io.Writer) *AuditLog {
-	a := &AuditLog{w: w}
-	a.enc = json.NewEncoder(&a.buf)
-	a.enc.SetEscapeHTML(false) // URLs stay readable; the log is not HTML
-	return a
+	return &AuditLog{w: w}
 }
 
 // Path returns the file's path.
@@ -172,26 +168,42 @@ func (a *AuditLog) Write(e *event.Event) error {
 		r = r.redacted(a.redact)
 		r.Process = p // redacted already
 	}
-	a.buf.Reset()
-	if err := a.enc.Encode(r); err != nil {
-		// Record holds only strings, numbers and text marshalers that
-		// cannot fail; keep the log going but say so.
-		return fmt.Errorf("telemetry: encode audit record: %w", err)
+	if err := a.encode(&r); err != nil {
+		return err
 	}
-	if a.buf.Len() > MaxLineSize {
-		a.buf.Reset()
-		if err := a.enc.Encode(r.truncated()); err != nil {
-			return fmt.Errorf("telemetry: encode audit record: %w", err)
+	if len(a.buf) > MaxLineSize {
+		t := r.truncated()
+		if err := a.encode(&t); err != nil {
+			return err
 		}
 	}
-	if len(a.out) > 0 && len(a.out)+a.buf.Len() > outSize {
+	if len(a.out) > 0 && len(a.out)+len(a.buf) > outSize {
 		if err := a.writeOut(); err != nil {
 			a.fail(err, 1)
 			return a.err
 		}
 	}
-	a.out = append(a.out, a.buf.Bytes()...)
+	a.out = append(a.out, a.buf...)
 	a.pending++
+	return nil
+}
+
+// encode makes a.buf the line of r.
+func (a *AuditLog) encode(r *Record) error {
+	var ok bool
+	if a.buf, ok = appendRecord(a.buf[:0], r); ok {
+		return nil
+	}
+	// A time outside what JSON can say: encoding/json has the error.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)               // URLs stay readable; the log is not HTML
+	if err := enc.Encode(*r); err != nil { // a copy: r itself stays off the heap
+		// Record holds only strings, numbers and text marshalers that
+		// cannot fail; keep the log going but say so.
+		return fmt.Errorf("telemetry: encode audit record: %w", err)
+	}
+	a.buf = append(a.buf[:0], buf.Bytes()...)
 	return nil
 }
 

@@ -1,0 +1,277 @@
+package telemetry
+
+import (
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// appendRecord appends r as one JSON line, byte for byte what an
+// encoding/json Encoder with SetEscapeHTML(false) writes (the fuzz test
+// holds it to that), without reflection: the audit log writes a line for
+// every request. ok is false for a time encoding/json refuses (a year
+// outside 0–9999, a zone offset of a day or more), which the caller then
+// encodes with encoding/json to get its error.
+func appendRecord(b []byte, r *Record) (_ []byte, ok bool) {
+	_, off := r.Time.Zone()
+	if y := r.Time.Year(); y < 0 || y > 9999 || off <= -24*3600 || off >= 24*3600 {
+		return b, false
+	}
+	b = append(b, `{"time":"`...)
+	b = r.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","session":`...)
+	b = appendJSONString(b, r.Session)
+	b = append(b, `,"kind":`...)
+	b = appendJSONString(b, string(r.Kind))
+	b = append(b, `,"verdict":`...)
+	b = appendJSONString(b, r.Verdict.String())
+	b = appendStringField(b, "rule", r.Rule)
+	b = append(b, `,"decided_by":`...)
+	b = appendJSONString(b, r.DecidedBy.String())
+	b = appendStringField(b, "reason", r.Reason)
+	if p := r.Process; p != nil {
+		b = append(b, `,"process":{"pid":`...)
+		b = strconv.AppendInt(b, int64(p.PID), 10)
+		b = append(b, `,"ppid":`...)
+		b = strconv.AppendInt(b, int64(p.PPID), 10)
+		b = appendStringField(b, "exe", p.Exe)
+		b = appendListField(b, "argv", p.Argv)
+		b = appendListField(b, "lineage", p.Lineage)
+		b = appendStringField(b, "exe_digest", p.Digest)
+		b = append(b, '}')
+	}
+
+	b = appendStringField(b, "dst", r.Dst)
+	b = appendStringField(b, "host", r.Host)
+	b = appendIntField(b, "port", int64(r.Port))
+	b = appendStringField(b, "transport", r.Transport)
+	b = appendStringField(b, "via", r.Via)
+
+	b = appendStringField(b, "sni", r.SNI)
+	b = appendListField(b, "alpn", r.ALPN)
+	b = appendStringField(b, "tls_version", r.TLSVersion)
+	b = appendBoolField(b, "intercepted", r.Intercepted)
+
+	b = appendStringField(b, "method", r.Method)
+	b = appendStringField(b, "url", r.URL)
+	b = appendIntField(b, "status", int64(r.Status))
+	b = appendStringField(b, "proto", r.Proto)
+	b = appendStringField(b, "upgrade", r.Upgrade)
+	b = appendListField(b, "secrets", r.Secrets)
+	if c := r.Rewrite; c != nil {
+		b = append(b, `,"rewrite":`...)
+		b = appendChanges(b, c)
+	}
+	b = appendStringField(b, "error", r.Error)
+
+	b = appendStringField(b, "provider", r.Provider)
+	b = appendStringField(b, "model", r.Model)
+	b = appendStringField(b, "path", r.Path)
+	b = appendStringField(b, "operation", r.Operation)
+	b = appendBoolField(b, "stream", r.Stream)
+	b = appendStringField(b, "response_model", r.ResponseModel)
+	b = appendIntField(b, "input_tokens", r.InputTokens)
+	b = appendIntField(b, "output_tokens", r.OutputTokens)
+	b = appendIntField(b, "cache_read_tokens", r.CacheReadTokens)
+	b = appendIntField(b, "cache_creation_tokens", r.CacheCreationTokens)
+	b = appendListField(b, "finish_reasons", r.FinishReasons)
+	if len(r.ToolCalls) > 0 {
+		b = append(b, `,"tool_calls":[`...)
+		for i, tc := range r.ToolCalls {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '{')
+			if tc.ID != "" {
+				b = append(b, `"id":`...)
+				b = appendJSONString(b, tc.ID)
+				b = append(b, ',')
+			}
+			b = append(b, `"name":`...)
+			b = appendJSONString(b, tc.Name)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	b = appendIntField(b, "restored", int64(r.Restored))
+
+	b = appendStringField(b, "name", r.Name)
+	b = appendStringField(b, "qtype", r.QType)
+	b = appendListField(b, "answers", r.Answers)
+	b = appendStringField(b, "rcode", r.Rcode)
+
+	b = appendStringField(b, "access", r.Access)
+
+	b = appendListField(b, "argv", r.Argv)
+	b = appendStringField(b, "cwd", r.Cwd)
+	b = appendStringField(b, "digest", r.Digest)
+
+	b = appendStringField(b, "agent", r.Agent)
+	b = appendListField(b, "command", r.Command)
+	b = appendIntField(b, "root_pid", int64(r.RootPID))
+	b = appendStringField(b, "mode", r.Mode)
+	if r.ExitCode != nil {
+		b = append(b, `,"exit_code":`...)
+		b = strconv.AppendInt(b, int64(*r.ExitCode), 10)
+	}
+	if r.DurationMS != nil {
+		b = append(b, `,"duration_ms":`...)
+		b = strconv.AppendInt(b, *r.DurationMS, 10)
+	}
+	b = appendBoolField(b, "truncated", r.Truncated)
+	return append(b, '}', '\n'), true
+}
+
+// appendChanges appends c as encoding/json does: fields in order, empty
+// ones left out, the map's keys sorted.
+func appendChanges(b []byte, c *event.Changes) []byte {
+	b = append(b, '{')
+	sep := false
+	if len(c.Redacted) > 0 {
+		b = append(b, `"redacted":{`...)
+		keys := make([]string, 0, len(c.Redacted))
+		for k := range c.Redacted {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = strconv.AppendInt(b, int64(c.Redacted[k]), 10)
+		}
+		b = append(b, '}')
+		sep = true
+	}
+	for _, f := range [...]struct {
+		name string
+		l    []string
+	}{{"credentials", c.Credentials}, {"headers", c.Headers}} {
+		if len(f.l) == 0 {
+			continue
+		}
+		if sep {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, f.name...)
+		b = append(b, `":`...)
+		b = appendJSONList(b, f.l)
+		sep = true
+	}
+	return append(b, '}')
+}
+
+// The append*Field helpers append ,"name":value, or nothing for an empty
+// value (omitempty). Every field but the first is written by them or
+// after a comma, so the object never starts with one.
+func appendStringField(b []byte, name, v string) []byte {
+	if v == "" {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendJSONString(b, v)
+}
+
+func appendIntField(b []byte, name string, v int64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, v, 10)
+}
+
+func appendBoolField(b []byte, name string, v bool) []byte {
+	if !v {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	return append(b, `":true`...)
+}
+
+func appendListField(b []byte, name string, l []string) []byte {
+	if len(l) == 0 {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendJSONList(b, l)
+}
+
+func appendJSONList(b []byte, l []string) []byte {
+	b = append(b, '[')
+	for i, s := range l {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s quoted as encoding/json does without HTML
+// escaping: control characters, '"' and '\' escaped, invalid UTF-8 as
+// \ufffd, U+2028 and U+2029 as \u2028 and \u2029.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
