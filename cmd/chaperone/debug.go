@@ -81,6 +81,24 @@ func serveDebug(ln net.Listener, ts *transparentSession) (stop func()) {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		pprof.Lookup("heap").WriteTo(w, 0)
 	})
+	// A CPU profile over ?seconds= (default 10, at most 120): what the
+	// committed default.pgo is made from (docs/performance.md).
+	mux.HandleFunc("GET /debug/chaperone/cpu", func(w http.ResponseWriter, r *http.Request) {
+		secs, err := strconv.Atoi(r.URL.Query().Get("seconds"))
+		if err != nil || secs <= 0 {
+			secs = 10
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if err := pprof.StartCPUProfile(w); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict) // one already running
+			return
+		}
+		select {
+		case <-time.After(time.Duration(min(secs, 120)) * time.Second):
+		case <-r.Context().Done():
+		}
+		pprof.StopCPUProfile()
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	return func() {

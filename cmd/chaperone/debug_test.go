@@ -69,4 +69,8 @@ func TestServeDebug(t *testing.T) {
 	if len(get("heap")) == 0 {
 		t.Error("empty heap profile")
 	}
+	// A profile is gzipped protobuf.
+	if p := get("cpu?seconds=1"); len(p) < 2 || p[0] != 0x1f || p[1] != 0x8b {
+		t.Errorf("cpu profile of %d bytes is not gzipped: % x", len(p), p[:min(len(p), 8)])
+	}
 }

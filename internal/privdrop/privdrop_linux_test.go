@@ -531,25 +531,9 @@ func cgroup2Root() (mountpoint, root string, ok bool) {
 		if !found || len(f) < 5 || len(g) < 1 || g[0] != "cgroup2" {
 			continue
 		}
-		return unescapeMount(f[4]), unescapeMount(f[3]), true
+		return unescapeMountinfo(f[4]), unescapeMountinfo(f[3]), true
 	}
 	return "", "", false
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func TestUseCgroupFDKept(t *testing.T) {
