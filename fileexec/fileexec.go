@@ -56,6 +56,12 @@ type FileOptions struct {
 	// v (the verdict it was given, so that access need not be decided
 	// again), and must return promptly.
 	Static func(path string, access event.FileAccess, v event.Verdict) bool
+	// Alias, when set, names the path an opened file (its device and
+	// inode) is to be decided as, when that is not the path it was opened
+	// by: a protected file hard-linked or renamed elsewhere is decided as
+	// itself. It is asked of every open decided or looked up, before the
+	// cache, and must return promptly.
+	Alias func(dev, ino uint64, path string) (orig string, ok bool)
 }
 
 // FileStats counts what a Files has answered since WatchMounts.

@@ -418,6 +418,15 @@ func (f *Files) answer(ev rawEvent) bool {
 		access = event.FileExec // FAN_OPEN_EXEC_PERM
 	}
 	e.File.Path, e.File.Access = path, access
+	if f.o.Alias != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(ev.fd, &st); err != nil {
+			return f.fail(e, "the opened file could not be examined", err)
+		}
+		if orig, ok := f.o.Alias(uint64(st.Dev), st.Ino, path); ok {
+			return f.aliased(e, tgid, orig)
+		}
+	}
 	// A cached verdict needs only the executable, not the whole process
 	// description (its lineage, argv, digest), which a new process would
 	// otherwise cost on its first opens of files already decided.
@@ -436,6 +445,30 @@ func (f *Files) answer(ev rawEvent) bool {
 		f.hits.Add(1)
 	}
 	return f.allowed(ev, path, access, v, gen)
+}
+
+// aliased decides e, an open of the file that is orig by another path, as
+// an open of orig, and publishes it under its own path with the verdict.
+// Not cached: the path says nothing of the file it leads to.
+func (f *Files) aliased(e *event.Event, tgid int, orig string) bool {
+	var err error
+	if e.Process, err = f.o.Process(tgid); err != nil || e.Process == nil {
+		e.Process = nil
+		return f.fail(e, "the opening process could not be identified", err)
+	}
+	as := *e
+	file := *e.File
+	file.Path = orig
+	as.File = &file
+	v, _ := f.decide(&as, false)
+	if v.Reason != "" {
+		v.Reason = "the file is " + orig + " (a hard link to it or moved): " + v.Reason
+	} else {
+		v.Reason = "the file is " + orig + " (a hard link to it or moved)"
+	}
+	e.Verdict = v
+	f.publish(e)
+	return v.Allowed()
 }
 
 // allowed reports whether v allows ev's open, ignore-marking the file first
@@ -684,7 +717,7 @@ func (f *Files) verdict(key cacheKey, e *event.Event, gen uint64) (v event.Verdi
 	f.flights[key] = fl
 	f.flightMu.Unlock()
 
-	v, decided := f.decide(e)
+	v, decided := f.decide(e, true)
 	if decided {
 		f.markMu.Lock()
 		if f.gen.Load() == gen { // not decided under a policy Forget dropped
@@ -701,13 +734,18 @@ func (f *Files) verdict(key cacheKey, e *event.Event, gen uint64) (v event.Verdi
 }
 
 // decide calls Decide without waiting past Close, and publishes e with the
-// verdict. decided is false when Close came first.
-func (f *Files) decide(e *event.Event) (v event.Verdict, decided bool) {
+// verdict when publish is set. decided is false when Close came first.
+func (f *Files) decide(e *event.Event, publish bool) (v event.Verdict, decided bool) {
+	pub := func(e *event.Event) {
+		if publish {
+			f.publish(e)
+		}
+	}
 	select {
 	case f.sem <- struct{}{}:
 	case <-f.ctx.Done():
 		e.Verdict = stoppedVerdict()
-		f.publish(e)
+		pub(e)
 		return e.Verdict, false
 	}
 	ch := make(chan event.Verdict, 1)
@@ -723,13 +761,13 @@ func (f *Files) decide(e *event.Event) (v event.Verdict, decided bool) {
 	select {
 	case v = <-ch:
 		e.Verdict = v.Enforced()
-		f.publish(e)
+		pub(e)
 		return e.Verdict, true
 	case <-f.ctx.Done():
 		// Decide may still be reading e: publish a copy.
 		c := *e
 		c.Verdict = stoppedVerdict()
-		f.publish(&c)
+		pub(&c)
 		return c.Verdict, false
 	}
 }

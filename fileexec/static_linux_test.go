@@ -6,10 +6,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/chaperone-dev/chaperone/event"
 )
@@ -394,5 +396,69 @@ func TestStaticAskedOnce(t *testing.T) {
 	}
 	if n := count(); n != 2 {
 		t.Errorf("Static asked %d times in all, want once more after Forget", n)
+	}
+}
+
+// TestAlias: a protected file opened through a hard link, or after a
+// rename, is decided as itself, whatever the path says, and whatever was
+// cached for that path before.
+func TestAlias(t *testing.T) {
+	requireRoot(t)
+	secret := writeFile(t, "credentials")
+	var st unix.Stat_t
+	if err := unix.Stat(secret, &st); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	link, moved, plain := filepath.Join(dir, "link"), filepath.Join(dir, "moved"), filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startChild(t)
+	_, r := watch(t, c, denyPaths(secret), func(o *FileOptions) {
+		o.Alias = func(dev, ino uint64, path string) (string, bool) {
+			if dev == uint64(st.Dev) && ino == st.Ino && path != secret {
+				return secret, true
+			}
+			return "", false
+		}
+	})
+	// link: first a plain file, allowed (and cached); then the secret
+	// linked over it.
+	if err := os.WriteFile(link, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.do(t, "open "+link+" r"); got != "ok" {
+		t.Fatalf("plain file at %s: %q", link, got)
+	}
+	os.Remove(link)
+	if err := os.Link(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.do(t, "open "+link+" r"); got != "err EPERM" {
+		t.Errorf("the secret through a hard link: child got %q, want err EPERM", got)
+	}
+	if err := os.Rename(secret, moved); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.do(t, "open "+moved+" r"); got != "err EPERM" {
+		t.Errorf("the secret renamed: child got %q, want err EPERM", got)
+	}
+	if got := c.do(t, "open "+plain+" r"); got != "ok" {
+		t.Errorf("a plain file: child got %q, want ok", got)
+	}
+	var denied []*event.Event
+	for _, e := range r.events() {
+		if e.Verdict.Action == event.Deny {
+			denied = append(denied, e)
+		}
+	}
+	if len(denied) != 2 || denied[0].File.Path != link || denied[1].File.Path != moved {
+		t.Fatalf("denied events %v, want the link's and the moved file's", denied)
+	}
+	for _, e := range denied {
+		if !strings.Contains(e.Verdict.Reason, secret) || e.Verdict.Rule != "test-deny" {
+			t.Errorf("verdict %+v: want the rule and a reason naming %s", e.Verdict, secret)
+		}
 	}
 }

@@ -83,6 +83,47 @@ head -c 1 /etc/hostname >/dev/null && echo other-ok`)
 	}
 }
 
+// A credential file reached by another path (a hard link in the working
+// tree, or its directory moved there) is still the credential file.
+func TestCredentialFileByAnotherPath(t *testing.T) {
+	needMediation(t)
+	w := newWorld(t)
+	creds := filepath.Join(w.dir, "home", ".aws", "credentials")
+	os.MkdirAll(filepath.Dir(creds), 0o755)
+	if err := os.WriteFile(creds, []byte("[default]\naws_secret_access_key = not-for-the-agent\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(w.dir, "work")
+	os.MkdirAll(work, 0o755)
+	cmd := exec.Command(binary, "run", "--mode", "proxy", "--log", w.log, "--",
+		"sh", "-c", `ln "$HOME/.aws/credentials" linked && cat linked; echo "link=$?"
+mv "$HOME/.aws" moved && cat moved/credentials; echo "moved=$?"`)
+	cmd.Dir, cmd.Env = work, baseEnv(w.dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if strings.Contains(string(out), "not-for-the-agent") {
+		t.Fatal("the agent read the credentials by another path")
+	}
+	for _, want := range []string{"link=1", "moved=1"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("agent output lacks %q:\n%s", want, out)
+		}
+	}
+	want := map[string]bool{filepath.Join(work, "linked"): false, filepath.Join(work, "moved", "credentials"): false}
+	for _, rec := range w.kindRecords(event.KindFile) {
+		if _, ok := want[rec.Path]; ok && rec.Verdict == event.Deny && rec.Rule == "no-credential-files" && strings.Contains(rec.Reason, creds) {
+			want[rec.Path] = true
+		}
+	}
+	for path, seen := range want {
+		if !seen {
+			t.Errorf("no denied record of %s naming %s", path, creds)
+		}
+	}
+}
+
 const execPolicy = `rules:
   - name: no-force-push
     on: exec

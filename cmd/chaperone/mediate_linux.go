@@ -3,7 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -27,6 +30,7 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		Logger:    o.log,
 		Ignore:    ignoredPath,
 		Static:    o.static,
+		Alias:     protectedFiles(o.info.Home, o.info.StateDir).alias,
 	})
 	switch {
 	case errors.Is(err, fileexec.ErrUnavailable):
@@ -74,4 +78,56 @@ func writeDenied(path string, id ids) bool {
 		return false // an ACL (or xattrs we cannot read): the bits are not the whole story
 	}
 	return modeDeniesWrite(int(st.Uid), int(st.Gid), st.Mode, id)
+}
+
+// fileID names a file by its device and inode.
+type fileID struct{ dev, ino uint64 }
+
+// protected maps the files a policy guards by their path, as they are when
+// the session starts, to that path: the user's credential files and
+// Chaperone's state. A hard link to one, or the file renamed (or its
+// directory), keeps the inode, and is decided as the original.
+type protected map[fileID]string
+
+// maxProtected bounds the files of the state directory remembered.
+const maxProtected = 4096
+
+// protectedFiles finds the files to protect under home and stateDir.
+func protectedFiles(home, stateDir string) protected {
+	p := protected{}
+	add := func(path string) {
+		if real, err := filepath.EvalSymlinks(path); err == nil {
+			path = real
+		}
+		var st unix.Stat_t
+		if len(p) < maxProtected && unix.Stat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			p[fileID{uint64(st.Dev), st.Ino}] = path
+		}
+	}
+	if home != "" {
+		for _, rel := range []string{".aws/credentials", ".netrc", ".config/gh/hosts.yml", ".docker/config.json", ".git-credentials"} {
+			add(filepath.Join(home, rel))
+		}
+		keys, _ := filepath.Glob(filepath.Join(home, ".ssh", "id_*"))
+		for _, k := range keys {
+			if !strings.HasSuffix(k, ".pub") {
+				add(k)
+			}
+		}
+	}
+	if stateDir != "" {
+		filepath.WalkDir(stateDir, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				add(path)
+			}
+			return nil
+		})
+	}
+	return p
+}
+
+// alias implements fileexec.FileOptions.Alias.
+func (p protected) alias(dev, ino uint64, path string) (string, bool) {
+	orig, ok := p[fileID{dev, ino}]
+	return orig, ok && orig != path
 }
