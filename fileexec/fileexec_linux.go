@@ -411,16 +411,17 @@ func (f *Files) answer(ev rawEvent) bool {
 	}
 	if f.o.Ignore != nil && f.o.Ignore(path) {
 		f.ignored.Add(1)
-		f.markStatic(ev, path, gen, nil)
+		f.markStatic(ev, path, gen, nil, nil)
 		return true
 	}
 	if access == "" {
 		access = event.FileExec // FAN_OPEN_EXEC_PERM
 	}
 	e.File.Path, e.File.Access = path, access
+	var st *unix.Stat_t // the opened file, when examined already
 	if f.o.Alias != nil {
-		var st unix.Stat_t
-		if err := unix.Fstat(ev.fd, &st); err != nil {
+		st = new(unix.Stat_t)
+		if err := unix.Fstat(ev.fd, st); err != nil {
 			return f.fail(e, "the opened file could not be examined", err)
 		}
 		if orig, ok := f.o.Alias(uint64(st.Dev), st.Ino, path); ok {
@@ -433,7 +434,7 @@ func (f *Files) answer(ev rawEvent) bool {
 	if exe, err := readlink("/proc/" + strconv.Itoa(tgid) + "/exe"); err == nil {
 		if v, ok := f.cache.Get(cacheKey{path: path, access: access, exe: exe}); ok {
 			f.hits.Add(1)
-			return f.allowed(ev, path, access, v, gen)
+			return f.allowed(ev, path, access, v, gen, st)
 		}
 	}
 	if e.Process, err = f.o.Process(tgid); err != nil || e.Process == nil {
@@ -444,7 +445,7 @@ func (f *Files) answer(ev rawEvent) bool {
 	if shared {
 		f.hits.Add(1)
 	}
-	return f.allowed(ev, path, access, v, gen)
+	return f.allowed(ev, path, access, v, gen, st)
 }
 
 // aliased decides e, an open of the file that is orig by another path, as
@@ -473,7 +474,7 @@ func (f *Files) aliased(e *event.Event, tgid int, orig string) bool {
 
 // allowed reports whether v allows ev's open, ignore-marking the file first
 // when it does and Static says so.
-func (f *Files) allowed(ev rawEvent, path string, access event.FileAccess, v event.Verdict, gen uint64) bool {
+func (f *Files) allowed(ev rawEvent, path string, access event.FileAccess, v event.Verdict, gen uint64, st *unix.Stat_t) bool {
 	if !v.Allowed() {
 		return false
 	}
@@ -491,7 +492,7 @@ func (f *Files) allowed(ev rawEvent, path string, access event.FileAccess, v eve
 		}
 		f.markMu.Unlock()
 		return false
-	})
+	}, st)
 	return true
 }
 
@@ -503,8 +504,9 @@ func (f *Files) allowed(ev rawEvent, path string, access event.FileAccess, v eve
 // mark holds the inode, and a second path to it may have another verdict.
 // Nothing is marked when Forget ran since the verdict was looked up (it
 // may be stale). At most CacheSize inodes are marked; one more removes
-// them all first.
-func (f *Files) markStatic(ev rawEvent, path string, gen uint64, static func() bool) {
+// them all first. st is the opened file's stat when the caller has it
+// (nil: it is read here).
+func (f *Files) markStatic(ev rawEvent, path string, gen uint64, static func() bool, st *unix.Stat_t) {
 	mask := uint64(unix.FAN_OPEN_PERM)
 	if ev.mask&unix.FAN_OPEN_EXEC_PERM != 0 {
 		mask = unix.FAN_OPEN_EXEC_PERM
@@ -512,8 +514,13 @@ func (f *Files) markStatic(ev rawEvent, path string, gen uint64, static func() b
 	if f.o.Static == nil || ev.mask&mask == 0 || (static != nil && !static()) {
 		return
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(ev.fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+	if st == nil {
+		st = new(unix.Stat_t)
+		if unix.Fstat(ev.fd, st) != nil {
+			return
+		}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
 		return
 	}
 	key := inodeKey{dev: uint64(st.Dev), ino: st.Ino}
