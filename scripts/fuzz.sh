@@ -57,13 +57,24 @@ while read -r ip dir files; do
 		ntargets=$((ntargets + 1))
 		log="$work/$t.log"
 		t0=$SECONDS
-		set +e
-		(cd "$dir" && "$bin" -test.run='^$' -test.fuzz="^$t\$" \
-			-test.fuzztime="$FUZZTIME" -test.fuzzminimizetime="$FUZZMINIMIZETIME" \
-			-test.fuzzcachedir="$gocache/fuzz/$ip" -test.timeout="$FUZZ_TIMEOUT" \
-			-test.paniconexit0) >"$log" 2>&1
-		rc=$?
-		set -e
+		for try in 1 2; do
+			set +e
+			(cd "$dir" && "$bin" -test.run='^$' -test.fuzz="^$t\$" \
+				-test.fuzztime="$FUZZTIME" -test.fuzzminimizetime="$FUZZMINIMIZETIME" \
+				-test.fuzzcachedir="$gocache/fuzz/$ip" -test.timeout="$FUZZ_TIMEOUT" \
+				-test.paniconexit0) >"$log" 2>&1
+			rc=$?
+			set -e
+			# The fuzzing engine itself sometimes ends a run that found
+			# nothing with "context deadline exceeded" when its time is up
+			# mid-exchange with a worker: no input failed. Once more.
+			if [ $rc -ne 0 ] && [ $try -eq 1 ] && ! grep -q 'Failing input written' "$log" &&
+				grep -qx '[[:space:]]*context deadline exceeded' "$log"; then
+				echo "   again $t: the engine stopped with 'context deadline exceeded' and no failing input"
+				continue
+			fi
+			break
+		done
 		last=$(grep -E '^fuzz: elapsed' "$log" | tail -1 | sed -E 's/^fuzz: elapsed: [^,]*, //; s/ \([0-9]+\/sec\)//' || true)
 		if [ $rc -eq 0 ]; then
 			# A budget spent before the baseline coverage was gathered (a
