@@ -112,10 +112,9 @@ func BenchmarkHTTPSKeepAlive(b *testing.B) {
 // request. Client, proxy and upstream share the process, so proxy-cpu is
 // the proxy's own CPU plus the garbage collection and scheduling its work
 // adds, plus whatever the upstream spends differently on the proxied
-// batch. The proxy speaks to the upstream in the client's protocol, so
-// the upstream serves both batches alike; while HTTP/1 clients' requests
-// went upstream over HTTP/2, h1's figure also held the upstream's extra
-// HTTP/2 cost (about 20µs a request here). For the proxy's share alone,
+// batch: the proxy speaks HTTP/1.1 upstream, so h2's figure is less the
+// upstream's HTTP/2 cost, which its direct batch pays (about 20µs a request
+// here); h1's batches are served alike. For the proxy's share alone,
 // profile (-cpuprofile) and run go tool pprof -tags: the proxy's
 // goroutines carry the label side=proxy, the upstream's side=upstream.
 func BenchmarkHTTPSKeepAliveRatio(b *testing.B) {

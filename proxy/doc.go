@@ -45,12 +45,14 @@
 // internal http.Server (HTTP/1.1, HTTP/2 by ALPN, h2c by prior knowledge)
 // fed through a channel listener; each connection carries its tunnel, so
 // requests find it through ConnContext without a lookup table. Allowed
-// requests go upstream in the client's protocol, through one shared
-// http.Transport per protocol (keep-alive, no environment proxy; HTTP/2
-// when the client spoke it and the upstream offers it, else HTTP/1.1),
-// without hop-by-hop headers, and their responses stream back: every write
-// is flushed at once, except the one that completes a body of known
-// length, which leaves with the handler's return, so nothing is held.
+// requests go upstream over HTTP/1.1 on pooled kept-alive connections,
+// written and read on the handler's own goroutine (h1Upstream), except an
+// HTTP/2 client's gRPC requests, which go through an http.Transport that
+// speaks HTTP/2 when the upstream offers it; never through an environment
+// proxy, without hop-by-hop headers, and their responses stream back:
+// every write is flushed at once, except the one that completes a body of
+// known length, which leaves with the handler's return, so nothing is
+// held.
 // Requests that ask to switch protocols (WebSocket) go through
 // httputil.ReverseProxy.
 //

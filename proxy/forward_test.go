@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
@@ -328,21 +329,35 @@ func TestForwardAbortsTruncatedBody(t *testing.T) {
 	}
 }
 
-// TestForwardUpstreamProtocol checks that an HTTP/1 client's
-// requests reach an upstream that offers HTTP/2 over HTTP/1.1, and an
-// HTTP/2 client's over HTTP/2, each on a kept-alive connection.
+// TestForwardUpstreamProtocol checks that requests reach an upstream that
+// offers HTTP/2 over HTTP/1.1, from HTTP/1 and HTTP/2 clients alike, except
+// an HTTP/2 client's gRPC requests (TE: trailers, or a gRPC Content-Type),
+// which go over HTTP/2; each on a kept-alive connection.
 func TestForwardUpstreamProtocol(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	up := e.upstream(upstream.Options{Name: "proto.example.test", CA: e.upCA})
+	get := func(c *http.Client, path string, h http.Header) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, up.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps.Copy(req.Header, h)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
 	for _, cp := range clientProtos {
 		c, _ := e.client(cp.h2)
 		for range 3 {
-			resp, err := c.Get(up.URL + "/" + strings.ReplaceAll(cp.name, " ", "-"))
-			if err != nil {
-				t.Fatal(err)
+			get(c, "/"+strings.ReplaceAll(cp.name, " ", "-"), nil)
+			if cp.h2 {
+				get(c, "/grpc-te", http.Header{"Te": {"trailers"}})
+				get(c, "/grpc-type", http.Header{"Content-Type": {"application/grpc+proto"}})
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
 		}
 	}
 	remotes := map[string]map[string]bool{}
@@ -352,7 +367,9 @@ func TestForwardUpstreamProtocol(t *testing.T) {
 		}
 		remotes[r.Path][r.Proto+" "+r.ALPN+" from "+r.RemoteAddr] = true
 	}
-	for path, want := range map[string]string{"/h1-client": "HTTP/1.1 http/1.1", "/h2-client": "HTTP/2.0 h2"} {
+	want := map[string]string{"/h1-client": "HTTP/1.1 http/1.1", "/h2-client": "HTTP/1.1 http/1.1",
+		"/grpc-te": "HTTP/2.0 h2", "/grpc-type": "HTTP/2.0 h2"}
+	for path, want := range want {
 		if len(remotes[path]) != 1 {
 			t.Errorf("%s: upstream saw %v, want one kept-alive connection", path, remotes[path])
 			continue

@@ -151,15 +151,15 @@ type Proxy struct {
 	sniffBufs sync.Pool  // *bufio.Reader of chtls.SniffBufferSize
 	bufs      bufferPool // body copy buffers
 
-	// Upstream requests go through two transports, chosen by the client's
-	// protocol, so the upstream is spoken to as the client would have:
-	// an HTTP/2 client's requests share HTTP/2 connections when the
-	// upstream offers it; an HTTP/1 client's requests go over HTTP/1.1,
-	// which costs the proxy (and the upstream) less per request than
-	// HTTP/2 and keeps one client's connection from sharing flow control
-	// with others'.
-	transport   *http.Transport        // HTTP/2 when offered, else HTTP/1.1
-	transportH1 *http.Transport        // HTTP/1.1 only
+	// Upstream requests go over HTTP/1.1 (upstreamH1), from HTTP/1 and
+	// HTTP/2 clients alike: it costs the proxy (and the upstream) less per
+	// request than HTTP/2, and keeps one client's requests from sharing
+	// flow control with others'. gRPC needs HTTP/2 end to end: an HTTP/2
+	// client's gRPC requests (needsH2) go through transport, which speaks
+	// HTTP/2 when the upstream offers it.
+	transport   *http.Transport        // HTTP/2 when offered, else HTTP/1.1: gRPC
+	transportH1 *http.Transport        // HTTP/1.1 only: protocol switches
+	upstreamH1  *h1Upstream            // HTTP/1.1 only: every other request
 	rp          *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
 
 	front     *http.Server // explicit-proxy requests
@@ -235,6 +235,16 @@ func New(opts Options) (*Proxy, error) {
 	p.mitmTLS = chtls.ServerConfig(tunnelCerts{opts.Certs})
 	p.transport = p.newTransport(opts.UpstreamRoots, false, upstreamHeaderTimeout, maxHeaderBytes)
 	p.transportH1 = p.newTransport(opts.UpstreamRoots, true, upstreamHeaderTimeout, maxHeaderBytes)
+	p.upstreamH1 = &h1Upstream{
+		dial:          p.dialUpstream,
+		tls:           p.transportH1.TLSClientConfig,
+		headerTimeout: upstreamHeaderTimeout,
+		maxHeader:     maxHeaderBytes,
+		idleTimeout:   p.transportH1.IdleConnTimeout,
+		maxIdlePerKey: p.transportH1.MaxIdleConnsPerHost,
+		maxIdle:       p.transportH1.MaxIdleConns,
+		watch:         newHeaderWatch(upstreamHeaderTimeout),
+	}
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
@@ -405,6 +415,7 @@ func (p *Proxy) Close() error {
 	}
 	p.transport.CloseIdleConnections()
 	p.transportH1.CloseIdleConnections()
+	p.upstreamH1.close()
 	if err != nil {
 		return fmt.Errorf("proxy: close: %w", err)
 	}

@@ -70,8 +70,8 @@ func TestHTTPSThroughConnect(t *testing.T) {
 		wantUpstream  string
 		wantALPNOffer []string
 	}{
-		{"h2 both legs", true, false, "HTTP/2.0", "HTTP/2.0", []string{"h2", "http/1.1"}},
-		{"h1 client, upstream offers h2", false, false, "HTTP/1.1", "HTTP/1.1", []string{"http/1.1"}}, // the upstream is spoken to as the client would have
+		{"h2 client, upstream offers h2", true, false, "HTTP/2.0", "HTTP/1.1", []string{"h2", "http/1.1"}}, // upstream requests go over HTTP/1.1, gRPC aside
+		{"h1 client, upstream offers h2", false, false, "HTTP/1.1", "HTTP/1.1", []string{"http/1.1"}},
 		{"h1 both legs", false, true, "HTTP/1.1", "HTTP/1.1", []string{"http/1.1"}},
 		{"h2 client, h1 upstream", true, true, "HTTP/2.0", "HTTP/1.1", []string{"h2", "http/1.1"}},
 	}

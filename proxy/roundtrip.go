@@ -49,9 +49,9 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	if out.Body != nil {
 		defer x.body.Close()
 	}
-	tr := p.transport
-	if r.ProtoMajor == 1 {
-		tr = p.transportH1
+	var tr http.RoundTripper = p.upstreamH1
+	if r.ProtoMajor == 2 && needsH2(r.Header) {
+		tr = p.transport
 	}
 	res, err := tr.RoundTrip(out)
 	x.mu.Lock()
@@ -81,6 +81,17 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 		copyTrailers(x.sw.Header(), res.Trailer, announced)
 	}
 	return false
+}
+
+// needsH2 reports whether an HTTP/2 client's request must reach the
+// upstream over HTTP/2 too: gRPC (its Content-Type, or the TE: trailers
+// that gRPC clients send) does not work over HTTP/1.1.
+func needsH2(h http.Header) bool {
+	if ct := h["Content-Type"]; len(ct) > 0 && strings.HasPrefix(ct[0], "application/grpc") &&
+		!strings.HasPrefix(ct[0], "application/grpc-web") {
+		return true
+	}
+	return hasToken(h["Te"], "trailers")
 }
 
 // outgoing returns the request to send upstream for r, made of r and x.
