@@ -34,9 +34,6 @@ type tunnel struct {
 	authority string // URL host of forwarded requests
 
 	conn *tunnelConn
-	// watch is the connection the inner server reads HTTP/1 from: conn,
-	// or TLS over it.
-	watch watchedTLS
 
 	mu       sync.Mutex
 	closed   bool
@@ -266,15 +263,9 @@ func tunnelFrom(ctx context.Context) *tunnel {
 }
 
 // innerConnContext attaches a connection's tunnel to its requests. The
-// inner server sees a *tunnelConn (plain HTTP) or the *tls.Conn wrapping
-// one, watched (for HTTP/1) or not, so no lookup table is needed.
+// inner server sees the *tls.Conn over a *tunnelConn, or a *tunnelConn
+// (h2c), so no lookup table is needed.
 func innerConnContext(ctx context.Context, c net.Conn) context.Context {
-	switch w := c.(type) {
-	case *watchedConn:
-		c = w.Conn
-	case *watchedTLS:
-		c = w.Conn
-	}
 	if t := tunnelOf(c); t != nil {
 		return context.WithValue(ctx, tunnelKey{}, t)
 	}

@@ -41,10 +41,12 @@
 //   - Close works after a partial start, closes listeners, tunnels and
 //     upstream connections, and leaves no goroutine behind.
 //
-// Decrypted and plain requests from every tunnel are served by one
-// internal http.Server (HTTP/1.1, HTTP/2 by ALPN, h2c by prior knowledge)
-// fed through a channel listener; each connection carries its tunnel, so
-// requests find it through ConnContext without a lookup table. Allowed
+// Decrypted and plain HTTP/1 requests from a tunnel are served by a loop
+// of its own on the connection (serveH1: http.ReadRequest, a lean
+// ResponseWriter, no buffer held while idle); HTTP/2 (by ALPN) and h2c (by
+// prior knowledge) by one internal http.Server fed through a channel
+// listener. Either way each connection carries its tunnel, so requests
+// find it in their context without a lookup table. Allowed
 // requests go upstream over HTTP/1.1 on pooled kept-alive connections,
 // written and read on the handler's own goroutine (h1Upstream), except an
 // HTTP/2 client's gRPC requests, which go through an http.Transport that

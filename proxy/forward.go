@@ -22,9 +22,6 @@ func (p *Proxy) serveInner(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusInternalServerError, "chaperone: request without a tunnel\n")
 		return
 	}
-	if r.ProtoMajor == 1 {
-		t.watch.served()
-	}
 	p.forward(w, r, t)
 }
 

@@ -163,9 +163,12 @@ type Proxy struct {
 	rp          *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
 
 	front     *http.Server // explicit-proxy requests
-	inner     *http.Server // decrypted and plain requests from every tunnel
+	inner     *http.Server // HTTP/2 requests from every tunnel (serveH1 serves HTTP/1)
 	innerLn   *chanListener
 	innerOnce sync.Once
+
+	clientWatch *deadlineWatch // the idle and header timeouts of tunnels' HTTP/1 connections
+	h1Bufs      h1Bufs
 
 	sessions atomic.Pointer[sessionTable]
 	sessMu   sync.Mutex // serialises writers of sessions
@@ -220,6 +223,7 @@ func New(opts Options) (*Proxy, error) {
 		tunnels:           make(map[*tunnel]struct{}),
 		listeners:         make(map[net.Listener]struct{}),
 		innerLn:           newChanListener(),
+		clientWatch:       newDeadlineWatch(min(readHeaderTimeout, innerIdleTimeout)),
 		bufs:              newBufferPool(64),
 	}
 	if p.log == nil {
@@ -243,7 +247,7 @@ func New(opts Options) (*Proxy, error) {
 		idleTimeout:   p.transportH1.IdleConnTimeout,
 		maxIdlePerKey: p.transportH1.MaxIdleConnsPerHost,
 		maxIdle:       p.transportH1.MaxIdleConns,
-		watch:         newHeaderWatch(upstreamHeaderTimeout),
+		watch:         newDeadlineWatch(upstreamHeaderTimeout),
 	}
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.rp = &httputil.ReverseProxy{
@@ -267,16 +271,14 @@ func New(opts Options) (*Proxy, error) {
 		Protocols:         frontProtos,
 	}
 	innerProtos := new(http.Protocols)
-	innerProtos.SetHTTP1(true)
 	innerProtos.SetHTTP2(true)
 	innerProtos.SetUnencryptedHTTP2(true) // h2c with prior knowledge inside a tunnel
 	p.inner = &http.Server{
 		Handler:           http.HandlerFunc(p.serveInner),
 		ConnContext:       innerConnContext,
-		ConnState:         p.innerConnState,
 		ReadHeaderTimeout: readHeaderTimeout,
 		MaxHeaderBytes:    headerHardLimit(maxHeaderBytes),
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       innerIdleTimeout,
 		ErrorLog:          errLog,
 		Protocols:         innerProtos,
 	}

@@ -314,11 +314,13 @@ func (fw *flushWriter) stop() {
 }
 
 // got1xx passes an informational response (103 Early Hints, say) on to the
-// client, until RoundTrip has returned.
+// client, until RoundTrip has returned. A 100 Continue is not passed on:
+// the proxy's own server told the client to continue when it read the
+// body.
 func (x *exchange) got1xx(code int, header textproto.MIMEHeader) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.rtDone {
+	if x.rtDone || code == http.StatusContinue {
 		return nil
 	}
 	h := x.sw.Header()

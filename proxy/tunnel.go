@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -206,19 +207,26 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) 
 	return p.serveInnerConn(conn, tc)
 }
 
-// serveInnerConn hands c (tc, or TLS over it) to the inner server, which
-// closes it when done; false means the server is closed. An HTTP/1
-// connection goes watched.
+// serveInnerConn serves c (tc, or TLS over it): HTTP/1 on a goroutine of
+// its own (serveH1), HTTP/2 and h2c by the inner server, which closes it
+// when done. False means the proxy is closed.
 func (p *Proxy) serveInnerConn(c net.Conn, tc *tunnelConn) bool {
-	p.innerOnce.Do(func() { go p.inner.Serve(p.innerLn) })
-	w := &tc.t.watch
-	w.Conn = c
-	if tlsc, ok := c.(*stdtls.Conn); !ok {
-		c = &w.watchedConn
-	} else if tlsc.ConnectionState().NegotiatedProtocol != "h2" {
-		c = w
+	if tlsc, ok := c.(*stdtls.Conn); ok && tlsc.ConnectionState().NegotiatedProtocol == "h2" || !ok && isH2CPreface(tc.r) {
+		p.innerOnce.Do(func() { go p.inner.Serve(p.innerLn) })
+		return p.innerLn.handOff(c)
 	}
-	return p.innerLn.handOff(c)
+	go p.serveH1(c, tc)
+	return true
+}
+
+// isH2CPreface reports whether a plain tunnel starts with the HTTP/2
+// connection preface (h2c with prior knowledge).
+func isH2CPreface(r *bufio.Reader) bool {
+	if r == nil {
+		return false
+	}
+	b, _ := r.Peek(len("PRI * HTTP/2"))
+	return string(b) == "PRI * HTTP/2"
 }
 
 // passthrough copies bytes both ways between the client and the tunnel's

@@ -31,7 +31,7 @@ func newTestH1(headerTimeout, idleTimeout time.Duration) *h1Upstream {
 		idleTimeout:   idleTimeout,
 		maxIdlePerKey: 4,
 		maxIdle:       16,
-		watch:         newHeaderWatch(headerTimeout),
+		watch:         newDeadlineWatch(headerTimeout),
 	}
 	return h
 }

@@ -83,19 +83,6 @@ func (c *watchedConn) Write(b []byte) (int, error) {
 // CloseWrite half-closes the connection, as net/http does after a 431.
 func (c *watchedConn) CloseWrite() error { return closeWrite(c.Conn) }
 
-// watchedTLS is a watchedConn over a *tls.Conn: net/http takes the TLS
-// state of a connection that is not a *tls.Conn from ConnectionState.
-// Only HTTP/1 connections are watched: the HTTP/2 server needs the
-// *tls.Conn itself (and applies no ReadHeaderTimeout).
-type watchedTLS struct {
-	watchedConn
-}
-
-// ConnectionState returns the TLS state of the connection.
-func (c *watchedTLS) ConnectionState() stdtls.ConnectionState {
-	return c.Conn.(*stdtls.Conn).ConnectionState()
-}
-
 // frontConnState follows the front's connections: each response makes a
 // connection idle, and a connection that closes after a fault gets its
 // event.
@@ -112,29 +99,6 @@ func (p *Proxy) frontConnState(c net.Conn, s http.ConnState) {
 			// The session is known if an earlier request on the
 			// connection authenticated.
 			p.publishConnFault(f, fc.procSession, fc.proc, "")
-		}
-	}
-}
-
-// innerConnState is frontConnState for connections from tunnels.
-func (p *Proxy) innerConnState(c net.Conn, s http.ConnState) {
-	var w *watchedConn
-	switch c := c.(type) {
-	case *watchedConn:
-		w = c
-	case *watchedTLS:
-		w = &c.watchedConn
-	default:
-		return
-	}
-	switch s {
-	case http.StateIdle:
-		w.idle()
-	case http.StateClosed:
-		if f := connFault(w.fault.Load()); f != faultNone {
-			if t := tunnelOf(w.Conn); t != nil {
-				p.publishConnFault(f, t.session, t.process, t.authority)
-			}
 		}
 	}
 }
