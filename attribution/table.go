@@ -46,6 +46,10 @@ type Table struct {
 	// digests holds ExeDigest's answers; digesting the hashes in progress.
 	digests   map[exeKey]string
 	digesting map[exeKey]*digestCall
+	// lastFD is, by pid, the fd at which a socket was last found: where
+	// holdsFD looks first, since a process that keeps opening connections
+	// gets the next fds up.
+	lastFD map[int]int
 }
 
 // SocketLookup finds the inode of the TCP socket whose local address is
@@ -407,25 +411,84 @@ func normalize(ap netip.AddrPort) netip.AddrPort {
 // just opened, and a process holding thousands of connections would
 // otherwise cost a readlink of each for every new one.
 func (t *Table) holdsFD(pid int, target string) bool {
-	dir := strconv.Itoa(pid) + "/fd"
-	entries, err := t.fsys.ReadDir(dir)
+	dir := strconv.Itoa(pid) + "/fd/"
+	t.mu.Lock()
+	last, hinted := t.lastFD[pid]
+	t.mu.Unlock()
+	if hinted {
+		// Listing a directory of thousands of fds costs more than a few
+		// links read around the last find.
+		for fd := last + fdHintAhead; fd >= max(last-fdHintBehind, 0); fd-- {
+			if link, err := t.fsys.Readlink(dir + strconv.Itoa(fd)); err == nil && link == target {
+				t.noteFD(pid, fd)
+				return true
+			}
+		}
+	}
+	fds, err := t.listFDs(pid)
 	if err != nil {
 		return false // gone, or not ours to read
 	}
-	fds := make([]int, 0, len(entries))
-	for _, e := range entries {
-		if n, err := strconv.Atoi(e.Name()); err == nil {
-			fds = append(fds, n)
-		}
-	}
-	slices.Sort(fds)
 	for _, fd := range slices.Backward(fds) {
-		link, err := t.fsys.Readlink(dir + "/" + strconv.Itoa(fd))
+		if hinted && fd >= last-fdHintBehind && fd <= last+fdHintAhead {
+			continue // read above
+		}
+		link, err := t.fsys.Readlink(dir + strconv.Itoa(fd))
 		if err == nil && link == target {
+			t.noteFD(pid, fd)
 			return true
 		}
 	}
 	return false
+}
+
+// How far around the last find holdsFD looks first: wide enough for a
+// process opening connections from dozens of threads at once, whose
+// sockets' fds interleave; a link that is not there costs a failed
+// readlink, where a listing of thousands of fds costs milliseconds.
+const (
+	fdHintAhead  = 64
+	fdHintBehind = 64
+)
+
+func (t *Table) noteFD(pid, fd int) {
+	t.mu.Lock()
+	if t.lastFD == nil || len(t.lastFD) > 4096 { // a hint only: start over rather than grow
+		t.lastFD = make(map[int]int)
+	}
+	t.lastFD[pid] = fd
+	t.mu.Unlock()
+}
+
+// listFDs returns pid's open fds in ascending order.
+func (t *Table) listFDs(pid int) ([]int, error) {
+	dir := strconv.Itoa(pid) + "/fd"
+	if l, ok := t.fsys.(nameLister); ok {
+		names, err := l.ReadDirNames(dir)
+		if err != nil {
+			return nil, err
+		}
+		fds := make([]int, 0, len(names))
+		for _, n := range names {
+			if fd, err := strconv.Atoi(n); err == nil {
+				fds = append(fds, fd)
+			}
+		}
+		slices.Sort(fds)
+		return fds, nil
+	}
+	entries, err := t.fsys.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	fds := make([]int, 0, len(entries))
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil {
+			fds = append(fds, fd)
+		}
+	}
+	slices.Sort(fds)
+	return fds, nil
 }
 
 // stat reads and parses pid/stat.

@@ -366,12 +366,29 @@ func TestDescendants(t *testing.T) {
 	}
 }
 
-// recordingFS records the fd directories and the files read.
+// recordingFS records the processes whose fds were searched (listed or
+// read by number), in order, and the files read.
 type recordingFS struct {
 	FS
 	mu        sync.Mutex
-	fdReads   []string
+	fdReads   []string // "PID/fd", once for each run of reads of one process
+	fdLists   int      // fd directories listed
 	fileReads []string
+}
+
+func (r *recordingFS) noteFDs(dir string) {
+	r.mu.Lock()
+	if len(r.fdReads) == 0 || r.fdReads[len(r.fdReads)-1] != dir {
+		r.fdReads = append(r.fdReads, dir)
+	}
+	r.mu.Unlock()
+}
+
+func (r *recordingFS) Readlink(name string) (string, error) {
+	if dir, _, ok := strings.Cut(name, "/fd/"); ok {
+		r.noteFDs(dir + "/fd")
+	}
+	return r.FS.Readlink(name)
 }
 
 func (r *recordingFS) ReadFile(name string) ([]byte, error) {
@@ -385,13 +402,14 @@ func (r *recordingFS) ReadFile(name string) ([]byte, error) {
 func (r *recordingFS) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.fdReads, r.fileReads = nil, nil
+	r.fdReads, r.fileReads, r.fdLists = nil, nil, 0
 }
 
 func (r *recordingFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	if strings.HasSuffix(name, "/fd") {
+		r.noteFDs(name)
 		r.mu.Lock()
-		r.fdReads = append(r.fdReads, name)
+		r.fdLists++
 		r.mu.Unlock()
 	}
 	return r.FS.ReadDir(name)
@@ -580,5 +598,48 @@ func TestSocketOwnerNewestFDFirst(t *testing.T) {
 	}
 	if !tbl.holdsFD(100, "socket:[10003]") || tbl.holdsFD(100, "socket:[9]") {
 		t.Error("oldest fd not found, or a socket it does not hold found")
+	}
+}
+
+// TestSocketOwnerFDHint: a process holding many sockets is listed once; its
+// next socket, at the following fd, is found by reading the few links
+// around the last find, without listing its fds again. One that is
+// elsewhere is still found, by a listing.
+func TestSocketOwnerFDHint(t *testing.T) {
+	skipUnlessLittleEndian(t)
+	ap := netip.MustParseAddrPort
+	f := newFakeProc(t)
+	fds := map[int]string{}
+	var tcp strings.Builder
+	tcp.WriteString(netTCPHeader)
+	for fd := 3; fd < 403; fd++ {
+		fds[fd] = "socket:[" + strconv.Itoa(5000+fd) + "]"
+		tcp.WriteString(netTCPLine(fd, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(40000+fd)), ap("127.0.0.1:8080"), "01", uint64(5000+fd)))
+	}
+	f.add(fakeProcess{pid: 300, ppid: 1, comm: "loadgen", startTicks: 5, fds: fds})
+	f.write("net/tcp", tcp.String())
+	rfs := &recordingFS{FS: DirFS(f.root)}
+	tbl := NewTable(rfs)
+	cands := func() []int { return []int{300} }
+	for _, step := range []struct {
+		fd        int
+		wantLists int
+	}{
+		{300, 1}, // no hint yet
+		{301, 0}, // next up
+		{299, 0}, // just behind
+		{330, 0}, // a few ahead
+		{100, 1}, // far from the hint
+		{101, 0},
+	} {
+		rfs.reset()
+		local := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(40000+step.fd))
+		got, err := tbl.SocketOwner(local, ap("127.0.0.1:8080"), cands)
+		if err != nil || got != 300 {
+			t.Fatalf("socket at fd %d: owner %d, %v; want 300", step.fd, got, err)
+		}
+		if rfs.fdLists != step.wantLists {
+			t.Errorf("socket at fd %d: fd directory listed %d times, want %d", step.fd, rfs.fdLists, step.wantLists)
+		}
 	}
 }

@@ -142,6 +142,7 @@ func (cc *clientConn) next() bool {
 		return true
 	}
 	cc.release()
+	cc.w, cc.body = h1Writer{}, nil // nothing of the last request stays while idle
 	if !cc.has1 {
 		cc.p.clientWatch.arm(&cc.wait, cc.p.inner.IdleTimeout)
 		n, err := cc.c.Read(cc.first[:])
