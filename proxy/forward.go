@@ -22,6 +22,10 @@ func (p *Proxy) serveInner(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusInternalServerError, "chaperone: request without a tunnel\n")
 		return
 	}
+	if r.ProtoMajor == 2 {
+		p.h2Workers.serve(func() { p.forward(w, r, t) })
+		return
+	}
 	p.forward(w, r, t)
 }
 

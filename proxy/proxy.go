@@ -123,6 +123,9 @@ const (
 	defaultMaxHeaderBytes        = 1 << 20
 	upstreamHandshakeTimeout     = 10 * time.Second
 	dialTimeout                  = 10 * time.Second
+	// maxH2Workers bounds the goroutines kept to run HTTP/2 handlers:
+	// beyond it, a request runs on its own goroutine.
+	maxH2Workers = 256
 )
 
 // Proxy is Chaperone's intercepting proxy. Its methods are safe for
@@ -169,6 +172,7 @@ type Proxy struct {
 
 	clientWatch *deadlineWatch // the idle and header timeouts of tunnels' HTTP/1 connections
 	h1Bufs      h1Bufs
+	h2Workers   *h2Workers
 
 	sessions atomic.Pointer[sessionTable]
 	sessMu   sync.Mutex // serialises writers of sessions
@@ -229,6 +233,7 @@ func New(opts Options) (*Proxy, error) {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
+	p.h2Workers = newH2Workers(maxH2Workers, p.log)
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -412,6 +417,7 @@ func (p *Proxy) Close() error {
 	}
 	p.innerLn.Close()
 	err = errors.Join(err, p.inner.Close())
+	p.h2Workers.stop()
 	for _, t := range tunnels {
 		t.close()
 	}
