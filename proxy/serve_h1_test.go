@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,4 +142,75 @@ func TestServeH1HeaderLimit(t *testing.T) {
 	if ev.Session != testSession || ev.HTTP.Host != hostPort(up) || ev.HTTP.Status != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("event session %q host %q status %d, want %q %q 431", ev.Session, ev.HTTP.Host, ev.HTTP.Status, testSession, hostPort(up))
 	}
+}
+
+// FuzzServeH1 feeds arbitrary bytes to the HTTP/1 loop of a tunnel whose
+// destination is denied (so nothing is dialled: every request is answered
+// by the proxy). The loop must end once the client has sent all and
+// closed its side, and what it wrote must start with a well-formed
+// response, if it wrote anything.
+func FuzzServeH1(f *testing.F) {
+	for _, seed := range []string{
+		"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a.test\r\n\r\nGET /2 HTTP/1.1\r\nHost: a.test\r\n\r\n",
+		"POST /x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\n\r\nabc",
+		"POST /x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		"POST /x HTTP/1.1\r\nHost: a.test\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\nz",
+		"HEAD / HTTP/1.0\r\n\r\n",
+		"GET / HTTP/1.1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+		"GET / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n",
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+		"GET / HTTP/9.9\r\nHost: a.test\r\n\r\n",
+		"\r\n\r\nGET",
+	} {
+		f.Add([]byte(seed))
+	}
+	e := newEnv(f, envOptions{})
+	denied := proxyVerdict("fuzz", "denied for the fuzz target")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		client, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		server, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tn := &tunnel{session: testSession, host: "a.test", port: 80, denied: &denied}
+		tn.setScheme("http")
+		tc := &tunnelConn{Conn: server, t: tn, p: e.p, done: make(chan struct{})}
+		tn.conn = tc
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			e.p.serveH1(tc, tc)
+		}()
+		go func() {
+			client.Write(data)
+			client.(*net.TCPConn).CloseWrite()
+		}()
+		client.SetReadDeadline(time.Now().Add(10 * time.Second))
+		out, err := io.ReadAll(client)
+		if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("reading the answers: %v (after %q)", err, out)
+		}
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the loop did not end after the client closed (input %q)", data)
+		}
+		if len(out) == 0 {
+			return
+		}
+		if _, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil); err != nil {
+			t.Fatalf("answer %q does not start with a response: %v", out, err)
+		}
+	})
 }
