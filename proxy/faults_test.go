@@ -741,25 +741,10 @@ func TestFaultTLSToPlainUpstream(t *testing.T) {
 // with a line that is not TLS, then echoes.
 func garbageServer(t *testing.T, e *env, name string) uint16 {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.WriteString(c, "garbage, not a server hello\r\n")
-				io.Copy(c, c)
-			}()
-		}
-	}()
-	ap := ln.Addr().(*net.TCPAddr).AddrPort()
+	ap := serveTCP(t, "127.0.0.2:0", func(c net.Conn) {
+		io.WriteString(c, "garbage, not a server hello\r\n")
+		io.Copy(c, c)
+	})
 	e.namesMu.Lock()
 	e.names[name] = ap.Addr()
 	e.namesMu.Unlock()

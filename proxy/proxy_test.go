@@ -411,31 +411,16 @@ func TestWebSocketThroughMITM(t *testing.T) {
 // startTCP runs a line server on 127.0.0.2: banner first if set, then
 // "echo: " + each line, and "bye" once the client half-closes.
 func startTCP(t *testing.T, banner string) netip.AddrPort {
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if banner != "" {
-					io.WriteString(c, banner)
-				}
-				sc := bufio.NewScanner(c)
-				for sc.Scan() {
-					io.WriteString(c, "echo: "+sc.Text()+"\n")
-				}
-				io.WriteString(c, "bye\n")
-			}()
+	return serveTCP(t, "127.0.0.2:0", func(c net.Conn) {
+		if banner != "" {
+			io.WriteString(c, banner)
 		}
-	}()
-	return netip.MustParseAddrPort(ln.Addr().String())
+		sc := bufio.NewScanner(c)
+		for sc.Scan() {
+			io.WriteString(c, "echo: "+sc.Text()+"\n")
+		}
+		io.WriteString(c, "bye\n")
+	})
 }
 
 func TestPassthrough(t *testing.T) {

@@ -175,24 +175,8 @@ func TestH1UpstreamClosedWhileIdle(t *testing.T) {
 
 // rawServer answers each connection with fn on 127.0.0.1.
 func rawServer(t *testing.T, fn func(c net.Conn, br *bufio.Reader)) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				fn(c, bufio.NewReader(c))
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String()
+	ap := serveTCP(t, "127.0.0.1:0", func(c net.Conn) { fn(c, bufio.NewReader(c)) })
+	return "http://" + ap.String()
 }
 
 // TestH1UpstreamResponseHeader: the response header is awaited at most
