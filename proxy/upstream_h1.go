@@ -32,7 +32,7 @@ import (
 // most maxIdlePerKey each, and closed after idleTimeout unused. A pooled
 // connection that the upstream closed meanwhile is found out before a
 // request that cannot be replayed is sent on it (alive); a request that can
-// be (no body, idempotent) is retried once on a new connection instead.
+// be (no body, idempotent) is sent again instead, as http.Transport does.
 type h1Upstream struct {
 	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
 	tls           *stdtls.Config // cloned for each connection, with its ServerName
@@ -145,8 +145,11 @@ func (h *h1Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		pc.close()
 		// A kept-alive connection that the upstream had closed: nothing
-		// came back, and the request may be sent again.
-		if !reused || !replayable || pc.nread > 0 || ctx.Err() != nil || try > 0 {
+		// came back, and the request may be sent again, on the next pooled
+		// connection (the upstream may have closed several at once) or a
+		// new one, whose failure is final. Each try uses up a pooled
+		// connection, so this ends.
+		if !reused || !replayable || pc.nread > 0 || ctx.Err() != nil || try > h.maxIdle {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}

@@ -127,7 +127,13 @@ func TestH1UpstreamClosedWhileIdle(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	closed := make(chan struct{}, 10)
+	var slow sync.WaitGroup
+	slow.Add(3)
 	s, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" { // the three arrive together, on three connections
+			slow.Done()
+			slow.Wait()
+		}
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		got = append(got, r.Method+" "+string(b))
@@ -163,13 +169,32 @@ func TestH1UpstreamClosedWhileIdle(t *testing.T) {
 	send(http.MethodGet, "")
 	send(http.MethodGet, "")
 	send(http.MethodPost, "payload")
+	// Three connections pooled at once, all closed by the upstream: a GET
+	// tries each before a new one.
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, s.URL+"/slow", nil)
+			h1Do(t, h, req)
+		})
+	}
+	wg.Wait()
+	for range 3 {
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the upstream did not close its idle connections")
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	send(http.MethodGet, "")
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []string{"GET ", "GET ", "POST payload"}; strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("upstream served %q, want %q", got, want)
+	if want := "GET |GET |POST payload|GET |GET |GET |GET "; strings.Join(got, "|") != want {
+		t.Errorf("upstream served %q, want %q", strings.Join(got, "|"), want)
 	}
-	if n := conns.Load(); n < 3 {
-		t.Errorf("upstream accepted %d connections, want one per request (3)", n)
+	if n := conns.Load(); n < 7 {
+		t.Errorf("upstream accepted %d connections, want one per request (7)", n)
 	}
 }
 
