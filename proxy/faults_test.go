@@ -769,24 +769,10 @@ func TestFaultPlainHTTPToTLSPort(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ln, err := stdtls.Listen("tcp", "127.0.0.2:0", &stdtls.Config{Certificates: []stdtls.Certificate{cert}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ln.Close() })
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						defer c.Close()
-						c.(*stdtls.Conn).Handshake() // fails on plain HTTP
-					}()
-				}
-			}()
-			ap := ln.Addr().(*net.TCPAddr).AddrPort()
+			conf := &stdtls.Config{Certificates: []stdtls.Certificate{cert}}
+			ap := serveTCP(t, "127.0.0.2:0", func(c net.Conn) {
+				stdtls.Server(c, conf).Handshake() // fails on plain HTTP
+			})
 			e.namesMu.Lock()
 			e.names["tls.example.test"] = ap.Addr()
 			e.namesMu.Unlock()
