@@ -38,6 +38,9 @@ func TestServeH1(t *testing.T) {
 		{"HTTP/1.0 gets one response and the close", func(t *testing.T, c net.Conn, _ *bufio.Reader, host string) {
 			io.WriteString(c, "GET /old HTTP/1.0\r\nHost: "+host+"\r\n\r\n")
 		}, []answer{{200, "hello from plain.example.test via HTTP/1.1\n", nil}}, false},
+		{"HTTP/1.0 asking for keep-alive still gets the close", func(t *testing.T, c net.Conn, _ *bufio.Reader, host string) {
+			io.WriteString(c, "GET /old HTTP/1.0\r\nHost: "+host+"\r\nConnection: keep-alive\r\n\r\n")
+		}, []answer{{200, "hello from plain.example.test via HTTP/1.1\n", nil}}, false},
 		{"Expect: 100-continue", func(t *testing.T, c net.Conn, br *bufio.Reader, host string) {
 			io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: "+host+"\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -294,10 +294,7 @@ func (b *h1Body) end(keep bool) {
 		}
 	}
 	if !keep || b.pc.br.Buffered() > 0 {
-		b.pc.close()
-		if b.written != nil {
-			go func() { <-b.written }()
-		}
+		b.pc.close() // a body writer still running fails and ends; its result channel has room
 		return
 	}
 	b.h.put(b.pc)
