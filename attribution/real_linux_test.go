@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/chaperone-dev/chaperone/event"
 )
 
 // Tests against the real /proc of the machine running them.
@@ -84,9 +86,17 @@ func TestRealProcessChild(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 
-	p, err := tbl.Process(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
+	// Start returns when the exec has closed the child's descriptors, which
+	// the kernel does before it sets up the new arguments: until then
+	// cmdline is empty (and is not cached).
+	var p *event.Process
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if p, err = tbl.Process(cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Argv) > 0 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if p.PID != cmd.Process.Pid || p.PPID != os.Getpid() || p.Exe != wantExe || p.Cwd != dir || p.UID != os.Getuid() {
 		t.Errorf("Process(child) = pid %d ppid %d exe %q cwd %q uid %d; want %d %d %q %q %d",

@@ -104,7 +104,7 @@ func NewTable(fsys FS, opts ...TableOption) *Table {
 
 // Process returns what pid is now. Exe and Cwd are empty when they cannot be
 // read (another user's process without privileges, a kernel thread); Argv is
-// empty for a zombie or a kernel thread. Lineage holds the ancestors, parent
+// empty for a zombie, a kernel thread, or a process in the midst of an exec. Lineage holds the ancestors, parent
 // first, ending with pid 1, with a parent that cannot be read, or after 64.
 // StartTime is zero when /proc/stat has no boot time. The error wraps
 // ErrNotFound when pid does not exist.
@@ -140,7 +140,11 @@ func (t *Table) ProcessUnder(pid, root int) (*event.Process, error) {
 		if cmdline, err := t.fsys.ReadFile(dir + "/cmdline"); err == nil {
 			c.argv = splitCmdline(cmdline)
 		}
-		t.store(pid, c)
+		// A process caught between its exec's new exe and its new
+		// arguments has none yet: read them again next time.
+		if len(c.argv) > 0 {
+			t.store(pid, c)
+		}
 	}
 
 	p := &event.Process{

@@ -286,6 +286,24 @@ func TestPIDReuse(t *testing.T) {
 		})
 	}
 
+	t.Run("no argv yet, mid-exec: read again next time", func(t *testing.T) {
+		execing := base
+		execing.startTicks, execing.exe, execing.argv = 4000, "/usr/bin/sleep", nil
+		f.add(execing)
+		if p, err := tbl.Process(50); err != nil || len(p.Argv) != 0 {
+			t.Fatalf("Process mid-exec = %+v, %v; want no argv", p, err)
+		}
+		execing.argv = []string{"sleep", "30"}
+		f.add(execing)
+		p, err := tbl.Process(50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(execing.argv, p.Argv); diff != "" {
+			t.Errorf("Argv after the exec (-want +got):\n%s", diff)
+		}
+	})
+
 	t.Run("returned argv is a copy", func(t *testing.T) {
 		f.add(base)
 		p, err := tbl.Process(50)

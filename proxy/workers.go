@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // h2Workers runs HTTP/2 requests' handlers on long-lived goroutines. The
@@ -13,17 +14,23 @@ import (
 // proxy's time per HTTP/2 request); a worker's stack has grown once. The
 // request's own goroutine waits for the worker, so nothing else changes:
 // the handler runs once, to its end, before the server's goroutine
-// returns, and a panic (http.ErrAbortHandler) is raised again there.
+// returns, and a panic (http.ErrAbortHandler) is raised again there. A
+// worker left without a job for idle ends, so a burst's workers do not
+// outlive it.
 type h2Workers struct {
 	log  *slog.Logger
 	jobs chan h2Job
 	quit chan struct{}
 	max  int
+	idle time.Duration
 
 	mu      sync.Mutex
-	n       int  // workers started
+	n       int  // workers running
 	stopped bool // no new workers; quit is closed
 }
+
+// h2WorkerIdle is how long a worker waits for its next job before it ends.
+const h2WorkerIdle = 10 * time.Second
 
 type h2Job struct {
 	f    func()
@@ -31,7 +38,7 @@ type h2Job struct {
 }
 
 func newH2Workers(max int, log *slog.Logger) *h2Workers {
-	return &h2Workers{log: log, jobs: make(chan h2Job), quit: make(chan struct{}), max: max}
+	return &h2Workers{log: log, jobs: make(chan h2Job), quit: make(chan struct{}), max: max, idle: h2WorkerIdle}
 }
 
 // serve runs f on a worker, or on the calling goroutine when all are busy
@@ -59,10 +66,18 @@ func (h *h2Workers) serve(f func()) {
 }
 
 func (h *h2Workers) work(job h2Job) {
+	idle := time.NewTimer(h.idle)
+	defer idle.Stop()
 	for {
 		job.done <- h.run(job.f)
+		idle.Reset(h.idle)
 		select {
 		case job = <-h.jobs:
+		case <-idle.C:
+			h.mu.Lock()
+			h.n--
+			h.mu.Unlock()
+			return
 		case <-h.quit:
 			return
 		}

@@ -71,3 +71,43 @@ func TestH2Workers(t *testing.T) {
 		t.Errorf("%d goroutines after stop, want %d", g, before)
 	}
 }
+
+// TestH2WorkersIdle: a worker without a job for the idle time ends, and a
+// later job starts one again.
+func TestH2WorkersIdle(t *testing.T) {
+	before := runtime.NumGoroutine()
+	h := newH2Workers(4, slog.New(slog.DiscardHandler))
+	h.idle = 50 * time.Millisecond
+	defer h.stop()
+	running := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.n
+	}
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	for range 4 {
+		wg.Go(func() { h.serve(func() { <-release }) })
+	}
+	for deadline := time.Now().Add(5 * time.Second); running() < 4 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := running(); n != 4 {
+		t.Fatalf("%d workers running during the burst, want 4", n)
+	}
+	close(release)
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for (running() > 0 || runtime.NumGoroutine() > before) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, g := running(), runtime.NumGoroutine(); n != 0 || g > before {
+		t.Fatalf("after the idle time: %d workers running, %d goroutines (%d before); want 0 and no more than before", n, g, before)
+	}
+	h.idle = time.Hour // no worker runs to read it
+	ran := false
+	h.serve(func() { ran = true })
+	if !ran || running() != 1 {
+		t.Errorf("a job after the workers ended: ran %v, %d workers running; want true, 1", ran, running())
+	}
+}
