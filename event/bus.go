@@ -3,6 +3,7 @@ package event
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Bus fans published events out to subscribers (the audit log, telemetry,
@@ -50,6 +51,37 @@ func (s *Subscription) Name() string { return s.name }
 // Events returns the channel the subscriber reads. It is closed by
 // Bus.Close or Bus.Unsubscribe.
 func (s *Subscription) Events() <-chan *Event { return s.ch }
+
+// Receive calls each with every event, in order, until the channel is
+// closed, and returns then. It wakes for an event, takes every event queued
+// behind it, calls batch (when not nil), then sleeps for pause before it
+// waits again: the events of a busy moment queue up during the pause
+// instead of waking the subscriber, and a thread to run it, one by one
+// (one request at a time, a wake per request and subscriber cost a tenth
+// of the proxy's CPU per request). An event waits at most pause plus the
+// batch before it. Close ends the pause's wait no sooner: a subscriber
+// returns at most pause after the bus closes.
+func (s *Subscription) Receive(pause time.Duration, each func(*Event), batch func()) {
+	for {
+		e, open := <-s.ch
+	drain:
+		for open {
+			each(e)
+			select {
+			case e, open = <-s.ch:
+			default:
+				break drain
+			}
+		}
+		if batch != nil {
+			batch()
+		}
+		if !open {
+			return
+		}
+		time.Sleep(pause)
+	}
+}
 
 // Dropped returns how many events this lossy subscriber missed because its
 // queue was full.

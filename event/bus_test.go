@@ -116,3 +116,57 @@ func BenchmarkBusPublish(b *testing.B) {
 	}
 	bus.Close()
 }
+
+// TestSubscriptionReceive: the events published while the subscriber
+// pauses after a batch arrive together in the next one, no sooner than the
+// pause; order is kept; Close ends Receive after a last batch.
+func TestSubscriptionReceive(t *testing.T) {
+	const pause = 300 * time.Millisecond
+	b := NewBus()
+	s := b.Subscribe("r", SubscribeOptions{Lossless: true})
+	var (
+		got      []int
+		batches  [][2]time.Time // first event, batch end
+		first    time.Time
+		returned = make(chan struct{})
+		batched  = make(chan struct{}, 10)
+	)
+	go func() {
+		defer close(returned)
+		s.Receive(pause, func(e *Event) {
+			if first.IsZero() {
+				first = time.Now()
+			}
+			got = append(got, e.Process.PID)
+		}, func() {
+			batches = append(batches, [2]time.Time{first, time.Now()})
+			first = time.Time{}
+			batched <- struct{}{}
+		})
+	}()
+
+	b.Publish(&Event{Process: &Process{PID: 0}})
+	<-batched // the subscriber now pauses
+	for i := 1; i <= 100; i++ {
+		b.Publish(&Event{Process: &Process{PID: i}})
+	}
+	<-batched
+	b.Close()
+	<-returned
+
+	if len(got) != 101 {
+		t.Fatalf("received %d events, want 101", len(got))
+	}
+	for i, id := range got {
+		if id != i {
+			t.Fatalf("event %d has id %d: order lost", i, id)
+		}
+	}
+	// Two batches, and the final one for Close (which may find nothing).
+	if len(batches) < 2 || len(batches) > 3 {
+		t.Fatalf("%d batches, want the first event alone, then the other 100 together (and one at Close)", len(batches))
+	}
+	if wait := batches[1][0].Sub(batches[0][1]); wait < pause {
+		t.Errorf("second batch began %v after the first ended, want at least the pause, %v", wait, pause)
+	}
+}

@@ -314,47 +314,29 @@ func (a *AuditLog) Err() error {
 func (a *AuditLog) Lost() uint64 { return a.lost.Load() }
 
 // FlushDelay is how long an entry may wait in memory for others to be
-// written with it: a follower sees it within FlushDelay, and a busy session
-// costs one write every FlushDelay rather than one per event.
+// written with it: Run wakes at most once every FlushDelay, so a follower
+// sees an entry within about FlushDelay, and a busy session costs one write
+// (and one wake of the writer) every FlushDelay rather than one per event.
 const FlushDelay = time.Millisecond
 
-// Run writes every event of sub until its channel is closed, flushing
-// FlushDelay after the first entry not yet flushed (sooner when the buffer
-// fills) and at the end. sub should be Lossless.
+// Run writes every event of sub until its channel is closed. It wakes for
+// an entry, writes it and every entry queued behind it, flushes, and waits
+// FlushDelay before it wakes again (the buffer is flushed sooner when it
+// fills), and flushes at the end. sub should be Lossless.
 //
 // After a write error Run keeps draining the channel without writing (a
 // lossless subscriber that stopped reading would block publishers and the
 // Bus's Close forever), counts those events in Lost, and returns the error
 // when the channel closes. Callers that must not run unaudited watch Err.
 func (a *AuditLog) Run(sub *event.Subscription) error {
-	ch := sub.Events()
 	var first error
 	note := func(err error) {
 		if err != nil && first == nil {
 			first = err
 		}
 	}
-	timer := time.NewTimer(FlushDelay)
-	timer.Stop()
-	defer timer.Stop()
-	var due <-chan time.Time // non-nil while entries wait for the timer
-	for {
-		select {
-		case e, ok := <-ch:
-			if !ok {
-				note(a.Flush())
-				return first
-			}
-			note(a.Write(e))
-			if due == nil {
-				timer.Reset(FlushDelay)
-				due = timer.C
-			}
-		case <-due:
-			due = nil
-			note(a.Flush())
-		}
-	}
+	sub.Receive(FlushDelay, func(e *event.Event) { note(a.Write(e)) }, func() { note(a.Flush()) })
+	return first
 }
 
 // Close flushes, syncs and closes the file. It is idempotent and safe on an

@@ -5,8 +5,8 @@
 // Guarantees:
 //   - The audit log is the bus's Lossless subscriber: AuditLog.Run writes
 //     every event it receives, in the order received, one line each, and
-//     flushes within FlushDelay (1 ms) of an entry so that a follower sees
-//     entries promptly.
+//     flushes within about FlushDelay (1 ms) of an entry so that a follower
+//     sees entries promptly.
 //   - A Record never holds HTTP header values or other secrets: only the
 //     fields listed on Record, whose producers already strip credentials.
 //   - Each line is written whole, and the file is fsynced at most every

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
 )
@@ -34,9 +35,7 @@ func newSummary(sub *event.Subscription) *summary {
 
 func (s *summary) run() {
 	defer close(s.done)
-	for e := range s.sub.Events() {
-		s.add(e)
-	}
+	s.sub.Receive(time.Millisecond, s.add, nil)
 }
 
 // wait returns once the bus is closed and every event is counted.
