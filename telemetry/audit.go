@@ -68,14 +68,17 @@ type AuditLog struct {
 
 	redact func(string) string // nil: records are written as they are
 
-	// The record of the last acting process, redacted, for the event
-	// process it was made from: a process's records come in runs, and
-	// clipping and redacting an argv of thousands of file names for each
-	// would cost more than the rest of the line. Events share one
-	// *event.Process per process description and never change it.
-	lastProc    *event.Process
-	lastProcRec *Process
+	// The records of recent acting processes, redacted, by the event
+	// process each was made from: clipping and redacting an argv of
+	// thousands of file names for each line would cost more than the rest
+	// of it, and a process's connections (each with its description)
+	// interleave their requests. Events never change an *event.Process.
+	// Cleared when it reaches maxProcRecs.
+	procRecs map[*event.Process]*Process
 }
+
+// maxProcRecs bounds AuditLog.procRecs.
+const maxProcRecs = 1024
 
 // SetRedactor makes every later record pass its free text (command lines,
 // URLs, paths) through redact, which replaces the secrets it finds. Call
@@ -84,7 +87,7 @@ func (a *AuditLog) SetRedactor(redact func(string) string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.redact = redact
-	a.lastProc, a.lastProcRec = nil, nil
+	clear(a.procRecs)
 }
 
 // OpenAuditLog opens path for appending, creating its parent directories
@@ -165,8 +168,9 @@ func (a *AuditLog) Write(e *event.Event) error {
 	r := recordOf(e, a.processRecord(e.Process))
 	if a.redact != nil {
 		p := r.Process
+		r.Process = nil // redacted already
 		r = r.redacted(a.redact)
-		r.Process = p // redacted already
+		r.Process = p
 	}
 	if err := a.encode(&r); err != nil {
 		return err
@@ -208,19 +212,22 @@ func (a *AuditLog) encode(r *Record) error {
 }
 
 // processRecord returns the record of p, clipped and redacted, reusing the
-// last one when p is the same description.
+// one made for the same description.
 func (a *AuditLog) processRecord(p *event.Process) *Process {
 	if p == nil {
 		return nil
 	}
-	if p == a.lastProc {
-		return a.lastProcRec
+	if rec, ok := a.procRecs[p]; ok {
+		return rec
 	}
 	rec := processOf(p)
 	if a.redact != nil {
 		rec = rec.redacted(a.redact)
 	}
-	a.lastProc, a.lastProcRec = p, rec
+	if a.procRecs == nil || len(a.procRecs) >= maxProcRecs {
+		a.procRecs = make(map[*event.Process]*Process)
+	}
+	a.procRecs[p] = rec
 	return rec
 }
 

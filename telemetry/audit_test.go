@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -1030,9 +1031,15 @@ func TestAuditLogProcessRecordPerProcess(t *testing.T) {
 	const secret = "s3cr3t-value"
 	var buf bytes.Buffer
 	a := newAuditLog(&buf)
-	a.SetRedactor(func(s string) string { return strings.ReplaceAll(s, secret, "[REDACTED:test:0001]") })
 	cat := &event.Process{PID: 10, Exe: "/bin/cat", Argv: []string{"cat", "--token=" + secret, "a"}}
 	sh := &event.Process{PID: 11, Exe: "/bin/sh", Argv: []string{"sh", "-c", "x"}}
+	argvRedacted := 0 // calls for an argument of either
+	a.SetRedactor(func(s string) string {
+		if slices.Contains(cat.Argv, s) || slices.Contains(sh.Argv, s) {
+			argvRedacted++
+		}
+		return strings.ReplaceAll(s, secret, "[REDACTED:test:0001]")
+	})
 	order := []*event.Process{cat, cat, sh, cat, nil, sh}
 	for i, p := range order {
 		e := &event.Event{Kind: event.KindFile, Process: p, File: &event.File{Path: fmt.Sprintf("/f%d", i), Access: event.FileRead}}
@@ -1064,5 +1071,19 @@ func TestAuditLogProcessRecordPerProcess(t *testing.T) {
 	}
 	if cat.Argv[1] != "--token="+secret {
 		t.Errorf("the event's argv was changed: %q", cat.Argv)
+	}
+	if want := len(cat.Argv) + len(sh.Argv); argvRedacted != want {
+		t.Errorf("argv elements redacted %d times, want %d: once per process however they alternate", argvRedacted, want)
+	}
+
+	// The records kept are bounded.
+	for i := range maxProcRecs + 10 {
+		p := &event.Process{PID: 100 + i, Exe: "/bin/true", Argv: []string{"true"}}
+		if err := a.Write(&event.Event{Kind: event.KindFile, Process: p, File: &event.File{Path: "/x", Access: event.FileRead}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(a.procRecs); n > maxProcRecs {
+		t.Errorf("%d process records kept, want at most %d", n, maxProcRecs)
 	}
 }
