@@ -104,10 +104,10 @@ func NewTable(fsys FS, opts ...TableOption) *Table {
 
 // Process returns what pid is now. Exe and Cwd are empty when they cannot be
 // read (another user's process without privileges, a kernel thread); Argv is
-// empty for a zombie, a kernel thread, or a process in the midst of an exec. Lineage holds the ancestors, parent
-// first, ending with pid 1, with a parent that cannot be read, or after 64.
-// StartTime is zero when /proc/stat has no boot time. The error wraps
-// ErrNotFound when pid does not exist.
+// empty for a zombie, a kernel thread, or a process in the midst of an exec.
+// Lineage holds the ancestors, parent first, ending with pid 1, with a parent
+// that cannot be read, or after 64. StartTime is zero when /proc/stat has no
+// boot time. The error wraps ErrNotFound when pid does not exist.
 func (t *Table) Process(pid int) (*event.Process, error) {
 	return t.ProcessUnder(pid, 0)
 }
