@@ -200,8 +200,12 @@ func (p *Proxy) copyBody(x *exchange, r *http.Request, res *http.Response) error
 		fw.flush()
 	} else if remaining > 0 {
 		fw.held = true
-		fw.t = time.AfterFunc(headerFlushDelay, fw.delayedFlush)
-		defer fw.stop()
+		// Most bodies arrive with their header: the timer is only for one
+		// that has to be waited for (arming a timer wakes a thread).
+		if rb, ok := res.Body.(readyBody); !ok || !rb.ready() {
+			fw.t = time.AfterFunc(headerFlushDelay, fw.delayedFlush)
+			defer fw.stop()
+		}
 	}
 	buf := p.bufs.Get()
 	defer p.bufs.Put(buf)
@@ -260,6 +264,10 @@ func bodyError(r *http.Request, readErr error, n int64) string {
 	}
 	return "upstream failed" + at + ": " + readErr.Error()
 }
+
+// readyBody is a response body that can tell whether its next Read returns
+// at least a byte without waiting on the network.
+type readyBody interface{ ready() bool }
 
 // flushWriter writes a response body to the client. Its lock orders the
 // handler's writes with the timer that flushes a held header.

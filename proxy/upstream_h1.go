@@ -270,6 +270,9 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// ready reports whether bytes of the body are already buffered.
+func (b *h1Body) ready() bool { return !b.done && b.pc.br.Buffered() > 0 }
+
 // Close gives up on the rest of the body: the connection is closed.
 func (b *h1Body) Close() error {
 	if !b.done {

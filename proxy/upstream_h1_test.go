@@ -381,3 +381,56 @@ func TestH1UpstreamIdleTimeout(t *testing.T) {
 		t.Errorf("pool holds %d connections (sweep armed %v) after the idle timeout", h.nIdle, h.sweep != nil)
 	}
 }
+
+// TestH1BodyReady: a body reports itself ready while bytes of it are
+// buffered (then the proxy arms no timer to flush a held header), and not
+// while they have yet to arrive or once it has ended.
+func TestH1BodyReady(t *testing.T) {
+	release := make(chan struct{})
+	url := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/together" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody")
+				continue
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n")
+			<-release
+			io.WriteString(c, "body")
+		}
+	})
+	h := newTestH1(time.Second, time.Minute)
+	defer h.close()
+	for _, tt := range []struct {
+		path string
+		want bool
+	}{{"/together", true}, {"/apart", false}} {
+		t.Run(tt.path, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, url+tt.path, nil)
+			res, err := h.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			rb, ok := res.Body.(readyBody)
+			if !ok {
+				t.Fatalf("body %T cannot tell whether it is ready", res.Body)
+			}
+			if got := rb.ready(); got != tt.want {
+				t.Errorf("ready before the first read = %v, want %v", got, tt.want)
+			}
+			if !tt.want {
+				release <- struct{}{}
+			}
+			if b, err := io.ReadAll(res.Body); err != nil || string(b) != "body" {
+				t.Fatalf("body %q, %v", b, err)
+			}
+			if rb.ready() {
+				t.Error("ready after the body ended")
+			}
+		})
+	}
+}
