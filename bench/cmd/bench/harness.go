@@ -21,7 +21,7 @@ import (
 )
 
 type binaries struct {
-	loadgen, chaperone string
+	loadgen, chaperone, relay string
 }
 
 type harness struct {
@@ -113,6 +113,8 @@ func (h *harness) startColumn(ctx context.Context, name string) *column {
 		c.peer = directPeer{h: h}
 	case colChaperone, colTransparent:
 		c.peer, err = newChaperonePeer(h, name == colTransparent)
+	case colRelay:
+		c.peer, err = startRelay(ctx, h)
 	case colMitm:
 		c.peer, err = startMitmproxy(ctx, h)
 	case colSquid:
@@ -163,8 +165,7 @@ func (h *harness) measure(ctx context.Context) []report.Proxy {
 			continue
 		}
 		for _, c := range cols {
-			// Direct has no proxy to weigh.
-			if ctx.Err() != nil || c.peer == nil || c.out.Name == colDirect {
+			if ctx.Err() != nil || c.peer == nil || !holdsIdle(c.out.Name) {
 				continue
 			}
 			h.runOne(ctx, c, s, 1)
@@ -176,6 +177,11 @@ func (h *harness) measure(ctx context.Context) []report.Proxy {
 	}
 	return out
 }
+
+// holdsIdle says whether column name runs the idle-connections scenario:
+// direct has no proxy to weigh, and what the relay holds an idle
+// connection with says nothing of a proxy one would run.
+func holdsIdle(name string) bool { return name != colDirect && name != colRelay }
 
 // runOne runs scenario s through column c and keeps the result if it is
 // the best so far.
@@ -221,7 +227,7 @@ func (h *harness) finish(ctx context.Context, c *column, scen []scenario) report
 		return col
 	}
 	for _, s := range scen {
-		if s.hold && name == colDirect {
+		if s.hold && !holdsIdle(name) {
 			continue
 		}
 		res, ok := c.best[s.id]
@@ -419,12 +425,16 @@ func moduleDir(ctx context.Context) (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// build compiles loadgen and, when a Chaperone column runs, chaperone.
+// build compiles loadgen and the binaries of the columns that run:
+// chaperone, relay.
 func build(ctx context.Context, mod, tmp string, columns []string) (binaries, error) {
-	b := binaries{loadgen: filepath.Join(tmp, "loadgen"), chaperone: filepath.Join(tmp, "chaperone")}
+	b := binaries{loadgen: filepath.Join(tmp, "loadgen"), chaperone: filepath.Join(tmp, "chaperone"), relay: filepath.Join(tmp, "relay")}
 	targets := [][2]string{{b.loadgen, "./bench/cmd/loadgen"}}
 	if contains(columns, colChaperone) || contains(columns, colTransparent) {
 		targets = append(targets, [2]string{b.chaperone, "./cmd/chaperone"})
+	}
+	if contains(columns, colRelay) {
+		targets = append(targets, [2]string{b.relay, "./bench/cmd/relay"})
 	}
 	for _, t := range targets {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", t[0], t[1])

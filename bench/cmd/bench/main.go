@@ -1,8 +1,9 @@
 //go:build linux
 
 // Command bench measures Chaperone's proxy side by side with a direct
-// connection, mitmproxy and Squid (ssl-bump), in one run on one machine,
-// and writes a table to stdout and JSON and an SVG chart to -out.
+// connection, a relay that only copies bytes (the cost of the hop alone),
+// mitmproxy and Squid (ssl-bump), in one run on one machine, and writes a
+// table to stdout and JSON and an SVG chart to -out.
 //
 //	go run ./bench/cmd/bench              # everything (≈10–15 minutes)
 //	go run ./bench/cmd/bench -quick       # short scenarios, 1,000 idle connections
@@ -37,6 +38,7 @@ import (
 // Column names: direct, then each proxy.
 const (
 	colDirect      = report.Direct
+	colRelay       = "relay"
 	colChaperone   = "chaperone-proxy"
 	colTransparent = "chaperone-transparent"
 	colMitm        = report.Mitmproxy
@@ -44,7 +46,7 @@ const (
 )
 
 func allColumns() []string {
-	return []string{colDirect, colChaperone, colTransparent, colMitm, colSquid}
+	return []string{colDirect, colRelay, colChaperone, colTransparent, colMitm, colSquid}
 }
 
 // Scenario groups, as -scenarios names them.

@@ -162,6 +162,47 @@ func (d *daemon) stop() {
 	syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
+// relayPeer is bench/relay: a CONNECT proxy that copies bytes and does
+// nothing else, the cost of the extra hop alone.
+type relayPeer struct {
+	d    *daemon
+	addr string
+	ca   string
+}
+
+func startRelay(ctx context.Context, h *harness) (peer, error) {
+	dir := filepath.Join(h.tmp, "relay.d") // h.tmp/relay is the binary
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &relayPeer{addr: "127.0.0.1:" + strconv.Itoa(port), ca: h.origin.CAFile}
+	p.d, err = startDaemon([]string{h.bins.relay, "-listen", p.addr}, dir, filepath.Join(dir, "relay.log"))
+	if err != nil {
+		return nil, err
+	}
+	if err := p.d.waitListening(ctx, p.addr, 30*time.Second); err != nil {
+		p.d.stop()
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	return p, nil
+}
+
+func (p *relayPeer) command(_ scenario, lg []string) ([]string, []string, func(), error) {
+	// TLS is end to end: loadgen trusts the origin's CA.
+	argv := append(lg, "-proxy", "http://"+p.addr, "-ca", p.ca, "-watch-pid", strconv.Itoa(p.d.cmd.Process.Pid))
+	return argv, os.Environ(), func() {}, nil
+}
+
+func (p *relayPeer) describe() (string, string) {
+	return "bench/relay", "CONNECT relay in Go that copies bytes both ways (io.Copy): no TLS interception, no HTTP, no decision, no log"
+}
+
+func (p *relayPeer) stop() { p.d.stop() }
+
 // mitmproxyPeer is mitmdump, explicit proxy, verifying the origin with
 // its CA; the client trusts mitmproxy's CA.
 type mitmproxyPeer struct {
