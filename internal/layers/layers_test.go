@@ -47,8 +47,10 @@ var allowed = map[string]struct{ project, external []string }{
 	"bench/loadgen":     {},
 	"bench/origin":      {},
 	"bench/report":      {},
+	"bench/relay":       {},
 	"bench/cmd/loadgen": {project: []string{"bench/loadgen"}},
 	"bench/cmd/origin":  {project: []string{"bench/origin"}},
+	"bench/cmd/relay":   {project: []string{"bench/relay"}},
 	"bench/cmd/bench":   {project: []string{"bench/loadgen", "bench/origin", "bench/report"}},
 	"bench/soak":        {project: []string{"internal/upstream"}},
 }
