@@ -7,13 +7,20 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"syscall"
+	"time"
 )
 
 // Serve accepts connections on l until l is closed, and relays each one
-// that opens with a CONNECT request to a loopback IP:port.
+// that opens with a CONNECT request to a loopback IP:port. Out of file
+// descriptors, it waits for some to close rather than stop.
 func Serve(l net.Listener) error {
 	for {
 		c, err := l.Accept()
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			time.Sleep(10 * time.Millisecond) // out of descriptors: wait for some to close
+			continue
+		}
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil

@@ -198,7 +198,7 @@ func (p *relayPeer) command(_ scenario, lg []string) ([]string, []string, func()
 }
 
 func (p *relayPeer) describe() (string, string) {
-	return "bench/relay", "CONNECT relay in Go that copies bytes both ways (io.Copy): no TLS interception, no HTTP, no decision, no log"
+	return "bench/relay", "CONNECT relay in Go that copies bytes both ways through a buffer (no splice): no TLS interception, no HTTP, no decision, no log"
 }
 
 func (p *relayPeer) stop() { p.d.stop() }
