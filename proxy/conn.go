@@ -16,7 +16,7 @@ import (
 
 // tunnel is one client connection whose destination was allowed, and what
 // the proxy learned about it. Fields other than mu/upstream/closed are set
-// by the tunnel's goroutine before the connection is handed to the inner
+// by the tunnel's goroutine before the connection is handed to its HTTP
 // server, and only read afterwards.
 type tunnel struct {
 	session string
@@ -137,7 +137,7 @@ func normalizeHost(h string) string {
 }
 
 // tunnelConn is a tunnel's client connection as the TLS server and the
-// inner HTTP server see it: reads drain the sniffing buffer first, then go
+// HTTP servers see it: reads drain the sniffing buffer first, then go
 // straight to the connection; the first Close ends the tunnel (release)
 // and releases whoever waits on done.
 type tunnelConn struct {
@@ -212,64 +212,12 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 
 func (c *prefixConn) CloseWrite() error { return closeWrite(c.Conn) }
 
-// chanListener hands tunnels' connections to the inner http.Server.
-type chanListener struct {
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func newChanListener() *chanListener {
-	return &chanListener{ch: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-// handOff gives c to the server; false means the listener is closed.
-func (l *chanListener) handOff(c net.Conn) bool {
-	select {
-	case l.ch <- c:
-		return true
-	case <-l.done:
-		return false
-	}
-}
-
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *chanListener) Addr() net.Addr { return chanAddr{} }
-
-type chanAddr struct{}
-
-func (chanAddr) Network() string { return "tunnel" }
-func (chanAddr) String() string  { return "chaperone-tunnels" }
-
 // tunnelKey is the context key of a request's *tunnel.
 type tunnelKey struct{}
 
 func tunnelFrom(ctx context.Context) *tunnel {
 	t, _ := ctx.Value(tunnelKey{}).(*tunnel)
 	return t
-}
-
-// innerConnContext attaches a connection's tunnel to its requests. The
-// inner server sees the *tls.Conn over a *tunnelConn, or a *tunnelConn
-// (h2c), so no lookup table is needed.
-func innerConnContext(ctx context.Context, c net.Conn) context.Context {
-	if t := tunnelOf(c); t != nil {
-		return context.WithValue(ctx, tunnelKey{}, t)
-	}
-	return ctx
 }
 
 // tunnelCerts asks for the certificate of the tunnel's host when the

@@ -34,19 +34,19 @@
 //     response header (UpstreamHeaderTimeout, then 504) each have a limit,
 //     and headers over MaxHeaderBytes get 431 (a client's) or 502 (an
 //     upstream's). A client's header that times out or is refused gets an
-//     http event (rules header_timeout, header_too_large), also when
-//     net/http ends the connection before any handler runs; an HTTP/2
-//     header over twice the limit is the exception. A failing connection
-//     or request never stops others.
+//     http event (rules header_timeout, header_too_large), also when the
+//     connection ends before any handler runs. A failing connection or
+//     request never stops others.
 //   - Close works after a partial start, closes listeners, tunnels and
 //     upstream connections, and leaves no goroutine behind.
 //
 // Decrypted and plain HTTP/1 requests from a tunnel are served by a loop
 // of its own on the connection (serveH1: http.ReadRequest, a lean
 // ResponseWriter, no buffer held while idle); HTTP/2 (by ALPN) and h2c (by
-// prior knowledge) by one internal http.Server fed through a channel
-// listener. Either way each connection carries its tunnel, so requests
-// find it in their context without a lookup table. Allowed
+// prior knowledge) by a server of its own too (serveH2: x/net's framer and
+// HPACK, handlers on long-lived workers that write their own frames).
+// Either way each connection carries its tunnel, so requests find it in
+// their context without a lookup table. Allowed
 // requests go upstream over HTTP/1.1 on pooled kept-alive connections,
 // written and read on the handler's own goroutine (h1Upstream), except an
 // HTTP/2 client's gRPC requests, which go through an http.Transport that

@@ -386,9 +386,10 @@ func TestFaultIdleKeepAlive(t *testing.T) {
 			t.Run(cc.name+"/"+closer+" closes", func(t *testing.T) {
 				e := newEnv(t, envOptions{
 					tune: func(o *Options) { o.ReadHeaderTimeout = time.Second },
-					servers: func(front, inner *http.Server) {
-						front.IdleTimeout = 300 * time.Millisecond
-						inner.IdleTimeout = 300 * time.Millisecond
+					servers: func(p *Proxy) {
+						p.front.IdleTimeout = 300 * time.Millisecond
+						p.idleTimeout = 300 * time.Millisecond
+						p.h2.idle = 300 * time.Millisecond
 					},
 				})
 				up := e.healthy()
@@ -508,62 +509,68 @@ func TestFaultHugeHeaders(t *testing.T) {
 			tooLarge(t, e, "/huge", testSession, sz.read)
 		})
 	}
-	t.Run("request in an h2 tunnel", func(t *testing.T) {
-		// Go's HTTP/2 client refuses to send a header list over the peer's
-		// limit, so the frames are written by hand.
-		e, ok := newHugeEnv(t)
-		c, _, resp := e.connect(hostPort(ok), basicAuth(proxyUser, testToken))
-		if resp != nil {
-			t.Fatalf("CONNECT: %s", resp.Status)
-		}
-		tc := stdtls.Client(c, &stdtls.Config{RootCAs: e.caPool, ServerName: ok.Name, NextProtos: []string{"h2"}})
-		if err := tc.Handshake(); err != nil {
-			t.Fatal(err)
-		}
-		if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
-			t.Fatalf("negotiated %q, want h2", p)
-		}
-		var block bytes.Buffer
-		enc := hpack.NewEncoder(&block)
-		for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", hostPort(ok)}, {":path", "/huge"}} {
-			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-		}
-		// Several fields, each under the limit, that add up to more than
-		// it, in one frame: the server reads them and answers 431.
-		for i := range 4 {
-			enc.WriteField(hpack.HeaderField{Name: fmt.Sprintf("x-huge-%d", i), Value: strings.Repeat("h", limit/3)})
-		}
-		io.WriteString(tc, http2.ClientPreface)
-		fr := http2.NewFramer(tc, tc)
-		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-		if err := fr.WriteSettings(); err != nil {
-			t.Fatal(err)
-		}
-		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
-			t.Fatal(err)
-		}
-		tc.SetReadDeadline(time.Now().Add(faultWait))
-		status := ""
-		for status == "" {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				t.Fatalf("no response to the huge header: %v", err)
+	for _, sz := range []struct {
+		name   string
+		fields int // of limit/3 bytes each
+		read   bool
+	}{{"over the limit", 4, true}, {"beyond the hard limit", 10, false}} {
+		t.Run("request in an h2 tunnel/"+sz.name, func(t *testing.T) {
+			// Go's HTTP/2 client refuses to send a header list over the peer's
+			// limit, so the frames are written by hand.
+			e, ok := newHugeEnv(t)
+			c, _, resp := e.connect(hostPort(ok), basicAuth(proxyUser, testToken))
+			if resp != nil {
+				t.Fatalf("CONNECT: %s", resp.Status)
 			}
-			switch f := f.(type) {
-			case *http2.MetaHeadersFrame:
-				status = f.PseudoValue("status")
-			case *http2.GoAwayFrame:
-				t.Fatalf("GOAWAY %v, want a 431 response", f.ErrCode)
-			case *http2.RSTStreamFrame:
-				t.Fatalf("RST_STREAM %v, want a 431 response", f.ErrCode)
+			tc := stdtls.Client(c, &stdtls.Config{RootCAs: e.caPool, ServerName: ok.Name, NextProtos: []string{"h2"}})
+			if err := tc.Handshake(); err != nil {
+				t.Fatal(err)
 			}
-		}
-		if status != "431" {
-			t.Errorf("status %s, want 431", status)
-		}
-		e.mustServe(t, ok)
-		tooLarge(t, e, "/huge", testSession, true)
-	})
+			if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+				t.Fatalf("negotiated %q, want h2", p)
+			}
+			var block bytes.Buffer
+			enc := hpack.NewEncoder(&block)
+			for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", hostPort(ok)}, {":path", "/huge"}} {
+				enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			// Several fields, each under the limit, that add up to more than
+			// it, in one frame: the server reads them and answers 431.
+			for i := range sz.fields {
+				enc.WriteField(hpack.HeaderField{Name: fmt.Sprintf("x-huge-%d", i), Value: strings.Repeat("h", limit/3)})
+			}
+			io.WriteString(tc, http2.ClientPreface)
+			fr := http2.NewFramer(tc, tc)
+			fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+			if err := fr.WriteSettings(); err != nil {
+				t.Fatal(err)
+			}
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+				t.Fatal(err)
+			}
+			tc.SetReadDeadline(time.Now().Add(faultWait))
+			status := ""
+			for status == "" {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("no response to the huge header: %v", err)
+				}
+				switch f := f.(type) {
+				case *http2.MetaHeadersFrame:
+					status = f.PseudoValue("status")
+				case *http2.GoAwayFrame:
+					t.Fatalf("GOAWAY %v, want a 431 response", f.ErrCode)
+				case *http2.RSTStreamFrame:
+					t.Fatalf("RST_STREAM %v, want a 431 response", f.ErrCode)
+				}
+			}
+			if status != "431" {
+				t.Errorf("status %s, want 431", status)
+			}
+			e.mustServe(t, ok)
+			tooLarge(t, e, "/huge", testSession, sz.read)
+		})
+	}
 	t.Run("response", func(t *testing.T) {
 		for _, cp := range clientProtos {
 			t.Run(cp.name, func(t *testing.T) {

@@ -18,12 +18,8 @@ import (
 // a tunnel.
 func (p *Proxy) serveInner(w http.ResponseWriter, r *http.Request) {
 	t := tunnelFrom(r.Context())
-	if t == nil { // cannot happen: every inner connection has a tunnel
+	if t == nil { // cannot happen: every tunnel's connection carries it
 		writeText(w, http.StatusInternalServerError, "chaperone: request without a tunnel\n")
-		return
-	}
-	if r.ProtoMajor == 2 {
-		p.h2Workers.serve(func() { p.forward(w, r, t) })
 		return
 	}
 	p.forward(w, r, t)

@@ -174,7 +174,7 @@ func (p *Proxy) connectEvent(ctx context.Context, session string, proc *event.Pr
 }
 
 // serveConnect handles CONNECT: decide, then tunnel in this goroutine
-// until the tunnel is handed to the inner server (or is over). The handler
+// until the tunnel's connection is handed to its HTTP server (or is over). The handler
 // then returns, so that net/http lets go of the hijacked connection's
 // buffers and goroutine while the tunnel lives on.
 func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, fc *frontConn, session string) {

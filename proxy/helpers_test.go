@@ -117,7 +117,7 @@ type envOptions struct {
 	rewrites    *Rewrites // the test session's
 	tune        func(*Options)
 	// servers changes the proxy's HTTP servers before they start.
-	servers func(front, inner *http.Server)
+	servers func(p *Proxy)
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -176,7 +176,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	e.p = p
 	if o.servers != nil {
-		o.servers(p.front, p.inner)
+		o.servers(p)
 	}
 	p.AddSession(testSession, testToken)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

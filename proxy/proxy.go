@@ -165,12 +165,12 @@ type Proxy struct {
 	upstreamH1  *h1Upstream            // HTTP/1.1 only: every other request
 	rp          *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
 
-	front     *http.Server // explicit-proxy requests
-	inner     *http.Server // HTTP/2 requests from every tunnel (serveH1 serves HTTP/1)
-	innerLn   *chanListener
-	innerOnce sync.Once
+	front *http.Server // explicit-proxy requests; a tunnel's are served by serveH1 and serveH2
+	h2    *h2Server
 
-	clientWatch *deadlineWatch // the idle and header timeouts of tunnels' HTTP/1 connections
+	idleTimeout time.Duration // a tunnel's HTTP/1 connection without a new request for this long is closed
+
+	clientWatch *deadlineWatch // the idle and header timeouts of tunnels' connections
 	h1Bufs      h1Bufs
 	h2Workers   *h2Workers
 
@@ -226,14 +226,23 @@ func New(opts Options) (*Proxy, error) {
 		dialer:            net.Dialer{Timeout: dialTimeout},
 		tunnels:           make(map[*tunnel]struct{}),
 		listeners:         make(map[net.Listener]struct{}),
-		innerLn:           newChanListener(),
 		clientWatch:       newDeadlineWatch(min(readHeaderTimeout, innerIdleTimeout)),
 		bufs:              newBufferPool(64),
+		idleTimeout:       innerIdleTimeout,
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.h2Workers = newH2Workers(maxH2Workers, p.log)
+	p.h2 = &h2Server{
+		handler:   http.HandlerFunc(p.serveInner),
+		maxHeader: headerHardLimit(maxHeaderBytes),
+		idle:      innerIdleTimeout,
+		preface:   readHeaderTimeout,
+		watch:     p.clientWatch,
+		spawn:     p.h2Workers.start,
+		log:       p.log,
+	}
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -274,18 +283,6 @@ func New(opts Options) (*Proxy, error) {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          errLog,
 		Protocols:         frontProtos,
-	}
-	innerProtos := new(http.Protocols)
-	innerProtos.SetHTTP2(true)
-	innerProtos.SetUnencryptedHTTP2(true) // h2c with prior knowledge inside a tunnel
-	p.inner = &http.Server{
-		Handler:           http.HandlerFunc(p.serveInner),
-		ConnContext:       innerConnContext,
-		ReadHeaderTimeout: readHeaderTimeout,
-		MaxHeaderBytes:    headerHardLimit(maxHeaderBytes),
-		IdleTimeout:       innerIdleTimeout,
-		ErrorLog:          errLog,
-		Protocols:         innerProtos,
 	}
 	return p, nil
 }
@@ -415,8 +412,6 @@ func (p *Proxy) Close() error {
 	for _, l := range listeners {
 		l.Close()
 	}
-	p.innerLn.Close()
-	err = errors.Join(err, p.inner.Close())
 	p.h2Workers.stop()
 	for _, t := range tunnels {
 		t.close()

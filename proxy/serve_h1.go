@@ -26,8 +26,8 @@ import (
 // switch. The loop reads requests with http.ReadRequest and answers them
 // through h1Writer on its own goroutine; between requests it holds no
 // buffer, only its goroutine parked in a one-byte read. Its timeouts
-// (ReadHeaderTimeout, and the inner server's IdleTimeout, which applies to
-// HTTP/2 connections too) are kept by a deadlineWatch.
+// (ReadHeaderTimeout, and idleTimeout between requests) are kept by a
+// deadlineWatch, which keeps HTTP/2 connections' too.
 
 const (
 	// innerIdleTimeout closes a tunnel's connection that has sent no new
@@ -144,7 +144,7 @@ func (cc *clientConn) next() bool {
 	cc.release()
 	cc.w, cc.body = h1Writer{}, nil // nothing of the last request stays while idle
 	if !cc.has1 {
-		cc.p.clientWatch.arm(&cc.wait, cc.p.inner.IdleTimeout)
+		cc.p.clientWatch.arm(&cc.wait, cc.p.idleTimeout)
 		n, err := cc.c.Read(cc.first[:])
 		cc.wait.disarm()
 		if n == 0 || err != nil && !errors.Is(err, io.EOF) {
@@ -277,12 +277,12 @@ func (cc *clientConn) refuseRead(err error) {
 	t := cc.t
 	switch {
 	case errors.Is(err, errHeaderLimit):
-		cc.p.publishConnFault(faultHeaderTooLarge, t.session, t.process, t.authority)
+		cc.p.publishConnFault(faultHeaderTooLarge, t.session, t.process, t.authority, "HTTP/1.1")
 		cc.bw.WriteString(tooLargeReply)
 		cc.bw.Flush()
 		cc.closeGracefully()
 	case isTimeout(err):
-		cc.p.publishConnFault(faultHeaderTimeout, t.session, t.process, t.authority)
+		cc.p.publishConnFault(faultHeaderTimeout, t.session, t.process, t.authority, "HTTP/1.1")
 		cc.c.Close()
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed):
 		cc.c.Close()

@@ -112,5 +112,5 @@ func (p *Proxy) serveTransparent(c net.Conn, origins OriginFinder) {
 	if !e.Verdict.Allowed() {
 		tun.denied = &e.Verdict
 	}
-	p.serveTunnel(context.Background(), c, tun) // returns once the inner server has the connection
+	p.serveTunnel(context.Background(), c, tun) // returns once an HTTP server has the connection
 }

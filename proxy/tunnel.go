@@ -31,10 +31,10 @@ const (
 )
 
 // serveTunnel runs the tunnel logic on c. It returns when the tunnel is
-// over, with c closed, or as soon as the connection is handed to the inner
-// server (handedOff): no goroutine waits on an idle kept-alive tunnel, and
-// the inner server's close of the connection ends the tunnel (untracks it,
-// releases done). Cancelling ctx closes the tunnel either way.
+// over, with c closed, or as soon as the connection is handed to an HTTP
+// server, serveH1 or serveH2 (handedOff): no goroutine waits on an idle
+// kept-alive tunnel, and the server's close of the connection ends the
+// tunnel (untracks it, releases done). Cancelling ctx closes the tunnel either way.
 func (p *Proxy) serveTunnel(ctx context.Context, c net.Conn, t *tunnel) (tc *tunnelConn, handedOff bool) {
 	tc = &tunnelConn{Conn: c, t: t, p: p, done: make(chan struct{})}
 	t.conn = tc
@@ -56,7 +56,7 @@ func (p *Proxy) serveTunnel(ctx context.Context, c net.Conn, t *tunnel) (tc *tun
 }
 
 // serveProtocol serves the tunnel's protocol; true means the connection was
-// handed to the inner server, which now owns it.
+// handed to an HTTP server, which now owns it.
 func (p *Proxy) serveProtocol(ctx context.Context, tc *tunnelConn, proto protocol) (handedOff bool) {
 	switch proto {
 	case protoTLS:
@@ -161,7 +161,7 @@ func isTimeout(err error) bool {
 }
 
 // intercept sniffs the ClientHello, decides the tls event and, if allowed,
-// terminates TLS and hands the connection to the inner server.
+// terminates TLS and hands the connection to an HTTP server.
 func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) {
 	t := tc.t
 	tc.Conn.SetDeadline(time.Now().Add(p.handshakeTimeout))
@@ -207,13 +207,13 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) 
 	return p.serveInnerConn(conn, tc)
 }
 
-// serveInnerConn serves c (tc, or TLS over it): HTTP/1 on a goroutine of
-// its own (serveH1), HTTP/2 and h2c by the inner server, which closes it
-// when done. False means the proxy is closed.
+// serveInnerConn serves c (tc, or TLS over it) on a goroutine of its own:
+// HTTP/2 and h2c by serveH2, HTTP/1 by serveH1. It reports true: the
+// connection is taken.
 func (p *Proxy) serveInnerConn(c net.Conn, tc *tunnelConn) bool {
 	if tlsc, ok := c.(*stdtls.Conn); ok && tlsc.ConnectionState().NegotiatedProtocol == "h2" || !ok && isH2CPreface(tc.r) {
-		p.innerOnce.Do(func() { go p.inner.Serve(p.innerLn) })
-		return p.innerLn.handOff(c)
+		go p.serveH2(c, tc)
+		return true
 	}
 	go p.serveH1(c, tc)
 	return true
@@ -235,7 +235,7 @@ func isH2CPreface(r *bufio.Reader) bool {
 // instead speaks first after all and starts TLS or HTTP before the server
 // sent anything, the upstream connection is dropped and the tunnel is
 // intercepted as usual, so waiting out PeekTimeout does not buy an
-// uninspected tunnel (handedOff when it went to the inner server).
+// uninspected tunnel (handedOff when it went to an HTTP server).
 func (p *Proxy) passthrough(ctx context.Context, tc *tunnelConn, serverFirst bool) (handedOff bool) {
 	t := tc.t
 	up, err := p.dialTunnel(ctx, t)

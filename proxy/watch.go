@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	stdtls "crypto/tls"
 	"math"
 	"net"
 	"net/http"
@@ -98,18 +97,18 @@ func (p *Proxy) frontConnState(c net.Conn, s http.ConnState) {
 		if f := connFault(fc.fault.Load()); f != faultNone {
 			// The session is known if an earlier request on the
 			// connection authenticated.
-			p.publishConnFault(f, fc.procSession, fc.proc, "")
+			p.publishConnFault(f, fc.procSession, fc.proc, "", "HTTP/1.1")
 		}
 	}
 }
 
-// publishConnFault publishes the http event of a connection that net/http
-// closed before a handler ran: no request was read, so the event has no
+// publishConnFault publishes the http event of a connection closed
+// before a handler ran: no request was read, so the event has no
 // method or URL; host is the tunnel's destination, if any.
-func (p *Proxy) publishConnFault(f connFault, session string, proc *event.Process, host string) {
+func (p *Proxy) publishConnFault(f connFault, session string, proc *event.Process, host, proto string) {
 	e := &event.Event{
 		Time: p.now(), Kind: event.KindHTTP, Session: session, Process: proc,
-		HTTP: &event.HTTP{Host: host, Proto: "HTTP/1.1"},
+		HTTP: &event.HTTP{Host: host, Proto: proto},
 	}
 	switch f {
 	case faultHeaderTimeout:
@@ -154,16 +153,4 @@ func headerSize(r *http.Request) int {
 func (p *Proxy) refuseHeaderTooLarge(w http.ResponseWriter, e *event.Event, size int) {
 	p.refuse(w, e, http.StatusRequestHeaderFieldsTooLarge, proxyVerdict(ruleHeaderTooLarge,
 		"request header of "+strconv.Itoa(size)+" bytes, over MaxHeaderBytes "+strconv.Itoa(p.maxHeaderBytes)))
-}
-
-// tunnelOf returns the tunnel under an inner connection: a *tunnelConn,
-// or a *tls.Conn over one.
-func tunnelOf(c net.Conn) *tunnel {
-	if tc, ok := c.(*stdtls.Conn); ok {
-		c = tc.NetConn()
-	}
-	if tc, ok := c.(*tunnelConn); ok {
-		return tc.t
-	}
-	return nil
 }

@@ -8,18 +8,14 @@ import (
 	"time"
 )
 
-// h2Workers runs HTTP/2 requests' handlers on long-lived goroutines. The
-// HTTP/2 server starts a goroutine for every request, whose small stack is
-// grown, and copied, as the handler goes deeper (measured: a tenth of the
-// proxy's time per HTTP/2 request); a worker's stack has grown once. The
-// request's own goroutine waits for the worker, so nothing else changes:
-// the handler runs once, to its end, before the server's goroutine
-// returns, and a panic (http.ErrAbortHandler) is raised again there. A
-// worker left without a job for idle ends, so a burst's workers do not
-// outlive it.
+// h2Workers runs HTTP/2 requests' handlers on long-lived goroutines. A
+// goroutine started for every request has a small stack, grown, and
+// copied, as the handler goes deeper (measured: a tenth of the proxy's
+// time per HTTP/2 request); a worker's stack has grown once. A worker left
+// without a job for idle ends, so a burst's workers do not outlive it.
 type h2Workers struct {
 	log  *slog.Logger
-	jobs chan h2Job
+	jobs chan func()
 	quit chan struct{}
 	max  int
 	idle time.Duration
@@ -32,47 +28,40 @@ type h2Workers struct {
 // h2WorkerIdle is how long a worker waits for its next job before it ends.
 const h2WorkerIdle = 10 * time.Second
 
-type h2Job struct {
-	f    func()
-	done chan any // what f panicked with, or nil
-}
-
 func newH2Workers(max int, log *slog.Logger) *h2Workers {
-	return &h2Workers{log: log, jobs: make(chan h2Job), quit: make(chan struct{}), max: max, idle: h2WorkerIdle}
+	return &h2Workers{log: log, jobs: make(chan func()), quit: make(chan struct{}), max: max, idle: h2WorkerIdle}
 }
 
-// serve runs f on a worker, or on the calling goroutine when all are busy
-// and no more may start, or the pool is stopped.
-func (h *h2Workers) serve(f func()) {
-	job := h2Job{f: f, done: make(chan any, 1)}
+// start runs f on an idle worker, on a new one, or, when all are busy and
+// no more may start (or the pool is stopped), on a goroutine of its own.
+// A panic of f's is logged (but for http.ErrAbortHandler) and ends there.
+func (h *h2Workers) start(f func()) {
 	select {
-	case h.jobs <- job:
+	case h.jobs <- f:
+		return
 	default:
-		h.mu.Lock()
-		start := !h.stopped && h.n < h.max
-		if start {
-			h.n++
-		}
-		h.mu.Unlock()
-		if !start {
-			f()
-			return
-		}
-		go h.work(job)
 	}
-	if v := <-job.done; v != nil {
-		panic(v)
+	h.mu.Lock()
+	worker := !h.stopped && h.n < h.max
+	if worker {
+		h.n++
+	}
+	h.mu.Unlock()
+	if worker {
+		go h.work(f)
+	} else {
+		go h.run(f)
 	}
 }
 
-func (h *h2Workers) work(job h2Job) {
+func (h *h2Workers) work(f func()) {
 	idle := time.NewTimer(h.idle)
 	defer idle.Stop()
 	for {
-		job.done <- h.run(job.f)
+		h.run(f)
 		idle.Reset(h.idle)
 		select {
-		case job = <-h.jobs:
+		case f = <-h.jobs:
 		case <-idle.C:
 			h.mu.Lock()
 			h.n--
@@ -84,18 +73,16 @@ func (h *h2Workers) work(job h2Job) {
 	}
 }
 
-// run calls f and returns what it panicked with, if anything; the stack of
-// a panic other than http.ErrAbortHandler is logged here, where it
-// happened.
-func (h *h2Workers) run(f func()) (v any) {
+// run calls f; the stack of a panic other than http.ErrAbortHandler is
+// logged here, where it happened.
+func (h *h2Workers) run(f func()) {
 	defer func() {
-		if v = recover(); v != nil && v != http.ErrAbortHandler {
+		if v := recover(); v != nil && v != http.ErrAbortHandler {
 			buf := make([]byte, 64<<10)
 			h.log.Error("proxy: handler panicked", "panic", v, "stack", string(buf[:runtime.Stack(buf, false)]))
 		}
 	}()
 	f()
-	return nil
 }
 
 // stop ends the workers once they finish their jobs.

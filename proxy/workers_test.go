@@ -10,9 +10,19 @@ import (
 	"time"
 )
 
+// runJob starts f on h and waits for it to end.
+func runJob(h *h2Workers, f func()) {
+	done := make(chan struct{})
+	h.start(func() {
+		defer close(done)
+		f()
+	})
+	<-done
+}
+
 // TestH2Workers: jobs run on at most max workers, which are reused; a
-// panic is raised again on the caller's goroutine; once stopped, the
-// workers end and jobs run on their callers' goroutines.
+// panic ends with its job, and the worker goes on; once stopped, the
+// workers end and jobs run on goroutines of their own.
 func TestH2Workers(t *testing.T) {
 	before := runtime.NumGoroutine()
 	h := newH2Workers(3, slog.New(slog.DiscardHandler))
@@ -21,7 +31,7 @@ func TestH2Workers(t *testing.T) {
 	release := make(chan struct{})
 	for range 5 {
 		wg.Go(func() {
-			h.serve(func() {
+			runJob(h, func() {
 				ran.Add(1)
 				<-release
 			})
@@ -40,7 +50,7 @@ func TestH2Workers(t *testing.T) {
 		t.Errorf("%d workers started, want the limit, 3", n)
 	}
 	for range 20 { // sequential jobs reuse the idle workers
-		h.serve(func() { ran.Add(1) })
+		runJob(h, func() { ran.Add(1) })
 	}
 	h.mu.Lock()
 	n = h.n
@@ -49,19 +59,19 @@ func TestH2Workers(t *testing.T) {
 		t.Errorf("%d workers after sequential jobs, want 3", n)
 	}
 
-	got := func() (v any) {
-		defer func() { v = recover() }()
-		h.serve(func() { panic(http.ErrAbortHandler) })
-		return nil
-	}()
-	if got != http.ErrAbortHandler {
-		t.Errorf("panic on the caller's goroutine = %v, want http.ErrAbortHandler", got)
+	runJob(h, func() { panic(http.ErrAbortHandler) })
+	runJob(h, func() { ran.Add(1) })
+	h.mu.Lock()
+	n = h.n
+	h.mu.Unlock()
+	if n != 3 || ran.Load() != 26 {
+		t.Errorf("after a panic: %d workers, %d jobs ran; want 3, 26", n, ran.Load())
 	}
 
 	h.stop()
-	h.serve(func() { ran.Add(1) })
-	if ran.Load() != 26 {
-		t.Errorf("%d jobs ran, want 26", ran.Load())
+	runJob(h, func() { ran.Add(1) })
+	if ran.Load() != 27 {
+		t.Errorf("%d jobs ran, want 27", ran.Load())
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
@@ -87,7 +97,7 @@ func TestH2WorkersIdle(t *testing.T) {
 	var wg sync.WaitGroup
 	release := make(chan struct{})
 	for range 4 {
-		wg.Go(func() { h.serve(func() { <-release }) })
+		wg.Go(func() { runJob(h, func() { <-release }) })
 	}
 	for deadline := time.Now().Add(5 * time.Second); running() < 4 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
@@ -106,7 +116,7 @@ func TestH2WorkersIdle(t *testing.T) {
 	}
 	h.idle = time.Hour // no worker runs to read it
 	ran := false
-	h.serve(func() { ran = true })
+	runJob(h, func() { ran = true })
 	if !ran || running() != 1 {
 		t.Errorf("a job after the workers ended: ran %v, %d workers running; want true, 1", ran, running())
 	}
