@@ -69,6 +69,8 @@ type h2Server struct {
 	watch     *deadlineWatch
 	spawn     func(func()) // runs a request's handler; the function recovers its own panics
 	log       *slog.Logger
+
+	writers sync.Pool // *bufio.Writer, lent to connections between flushes
 }
 
 // h2Conn is one client connection.
@@ -83,10 +85,10 @@ type h2Conn struct {
 	in     countingReader // what fr reads from
 	wait   deadline       // preface, then idle waits
 
-	// Writing: frames are written into bw under wmu; see lockW.
+	// Writing: frames are written into out under wmu; see lockW.
 	wmu       sync.Mutex
 	queued    atomic.Int32 // goroutines waiting for wmu
-	bw        *bufio.Writer
+	out       pooledWriter
 	henc      *hpack.Encoder
 	hbuf      bytes.Buffer
 	flushOwed bool
@@ -150,9 +152,9 @@ func (s *h2Server) newConn(c, raw net.Conn, ctx context.Context) *h2Conn {
 	}
 	sc.wait.conn = raw
 	sc.winCond.L = &sc.wmu
-	sc.bw = bufio.NewWriterSize(c, 16<<10)
+	sc.out = pooledWriter{c: c, pool: &s.writers}
 	sc.in.r = c
-	sc.fr = http2.NewFramer(sc.bw, &sc.in)
+	sc.fr = http2.NewFramer(&sc.out, &sc.in)
 	sc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	sc.fr.MaxHeaderListSize = uint32(min(s.maxHeader, 1<<30))
 	sc.fr.SetMaxReadFrameSize(h2MaxReadFrame)
@@ -772,10 +774,10 @@ func (sc *h2Conn) unlockW(flush bool) {
 // flushW writes out the buffer; wmu is held.
 func (sc *h2Conn) flushW() {
 	sc.flushOwed = false
-	if sc.werr != nil || sc.bw.Buffered() == 0 {
+	if sc.werr != nil {
 		return
 	}
-	if err := sc.bw.Flush(); err != nil {
+	if err := sc.out.flush(); err != nil {
 		sc.werr = err
 		sc.winCond.Broadcast()
 		sc.c.Close() // the reader ends too
@@ -841,8 +843,8 @@ func (sc *h2Conn) writeData(st *h2Stream, b []byte, end bool) (int, error) {
 			hdr[4] = byte(http2.FlagDataEndStream)
 		}
 		hdr[5], hdr[6], hdr[7], hdr[8] = byte(st.id>>24), byte(st.id>>16), byte(st.id>>8), byte(st.id)
-		sc.bw.Write(hdr[:])
-		if _, err := sc.bw.Write(b[:n]); err != nil {
+		sc.out.Write(hdr[:])
+		if _, err := sc.out.Write(b[:n]); err != nil {
 			sc.werr = err
 			sc.c.Close()
 			return written, err
@@ -926,8 +928,11 @@ func (b *h2Body) push(p []byte) bool {
 		return false
 	}
 	b.cont = false // the client did not wait
-	if b.off == len(b.buf) {
-		b.buf, b.off = b.buf[:0], 0
+	if b.off > 0 && len(b.buf)+len(p) > cap(b.buf) {
+		// What was read goes before the buffer grows: what it holds stays
+		// within the stream's window however the handler reads.
+		n := copy(b.buf, b.buf[b.off:])
+		b.buf, b.off = b.buf[:n], 0
 	}
 	b.buf = append(b.buf, p...)
 	b.cond.Signal()
@@ -1187,6 +1192,41 @@ var statusCodes = func() (s [600]string) {
 	}
 	return s
 }()
+
+// pooledWriter buffers a connection's frames in a writer borrowed from
+// the pool at the first write and given back at each flush, so that an
+// idle connection holds no write buffer (as net/http's server does not).
+type pooledWriter struct {
+	c    net.Conn
+	pool *sync.Pool
+	bw   *bufio.Writer // nil between flushes
+}
+
+func (w *pooledWriter) Write(b []byte) (int, error) {
+	if w.bw == nil {
+		if bw, ok := w.pool.Get().(*bufio.Writer); ok {
+			bw.Reset(w.c)
+			w.bw = bw
+		} else {
+			w.bw = bufio.NewWriterSize(w.c, 16<<10)
+		}
+	}
+	return w.bw.Write(b)
+}
+
+// flush writes out what is buffered and gives the buffer back.
+func (w *pooledWriter) flush() error {
+	if w.bw == nil {
+		return nil
+	}
+	err := w.bw.Flush()
+	if err == nil {
+		w.bw.Reset(nil)
+		w.pool.Put(w.bw)
+		w.bw = nil
+	}
+	return err
+}
 
 // countingReader counts the bytes read through it.
 type countingReader struct {

@@ -27,6 +27,7 @@ type h2Env struct {
 	srv    *h2Server
 	mu     sync.Mutex
 	faults []connFault
+	served []*h2Conn
 	conns  sync.WaitGroup // serve loops running
 }
 
@@ -62,6 +63,9 @@ func startH2(t testing.TB, h http.Handler, tune func(*h2Server)) *h2Env {
 			e.conns.Go(func() {
 				defer open.Delete(c)
 				sc := e.srv.newConn(c, c, context.Background())
+				e.mu.Lock()
+				e.served = append(e.served, sc)
+				e.mu.Unlock()
 				sc.fault = func(f connFault) {
 					e.mu.Lock()
 					e.faults = append(e.faults, f)
@@ -728,6 +732,50 @@ func FuzzH2Server(f *testing.F) {
 		}
 		for len(h.ended) > 0 {
 			<-h.ended
+		}
+	})
+}
+
+// TestH2IdleBuffers: between responses a connection holds no write
+// buffer, and a request body read slowly holds no more than what is
+// unread, however long the upload.
+func TestH2IdleBuffers(t *testing.T) {
+	t.Run("write buffer", func(t *testing.T) {
+		e := startH2(t, newH2TestHandler(), nil)
+		cl := dialH2(t, e.addr)
+		for id := uint32(1); id < 10; id += 2 {
+			cl.headers(id, "/", true)
+			if status, _ := cl.response(id); status != "200" {
+				t.Fatalf("status %s", status)
+			}
+			e.mu.Lock()
+			sc := e.served[0]
+			e.mu.Unlock()
+			sc.wmu.Lock()
+			held := sc.out.bw != nil
+			sc.wmu.Unlock()
+			if held {
+				t.Fatalf("after response %d the connection holds its write buffer", id)
+			}
+		}
+	})
+	t.Run("request body", func(t *testing.T) {
+		server, client := net.Pipe()
+		defer client.Close()
+		go io.Copy(io.Discard, client) // the window updates
+		sc := (&h2Server{maxHeader: 4096}).newConn(server, server, context.Background())
+		b := &h2Body{st: &h2Stream{sc: sc, id: 1}}
+		b.cond.L = &b.mu
+		chunk := make([]byte, 16384)
+		p := make([]byte, 12000) // less than arrives each time: never drained
+		peak := 0
+		for range 600 { // 9.6 MB
+			b.push(chunk)
+			b.Read(p)
+			peak = max(peak, cap(b.buf))
+		}
+		if unread := len(b.buf) - b.off; peak > 4*unread {
+			t.Errorf("body buffer grew to %d bytes holding %d unread", peak, unread)
 		}
 	})
 }
