@@ -118,13 +118,19 @@ func target(e *event.Event) (string, netip.Addr) {
 	return "", netip.Addr{}
 }
 
-// hostOnly strips a port from a Host header value.
+// hostOnly strips a port from a Host header value. It runs for every
+// request, often on its own result, so the common cases (a name or an
+// IPv4 address, with or without a port) allocate nothing.
 func hostOnly(hostport string) string {
+	i := strings.LastIndexByte(hostport, ':')
+	switch {
+	case i < 0:
+		return strings.Trim(hostport, "[]")
+	case strings.IndexByte(hostport, ':') == i: // a name or an IPv4 address, and a port
+		return hostport[:i]
+	}
 	if ap, err := netip.ParseAddrPort(hostport); err == nil {
 		return ap.Addr().String()
-	}
-	if i := strings.LastIndexByte(hostport, ':'); i >= 0 && !strings.Contains(hostport[i:], "]") && strings.Count(hostport, ":") == 1 {
-		return hostport[:i]
 	}
 	return strings.Trim(hostport, "[]")
 }

@@ -54,3 +54,29 @@ func TestBuiltinRejectsBadHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestHostOnly: the port goes, the brackets of an IPv6 literal too, and
+// the common forms allocate nothing (hostOnly runs for every request).
+func TestHostOnly(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"example.com", "example.com"},
+		{"example.com:443", "example.com"},
+		{"127.0.0.1", "127.0.0.1"},
+		{"127.0.0.1:8080", "127.0.0.1"},
+		{"[::1]:443", "::1"},
+		{"[::1]", "::1"},
+		{"::1", "::1"},
+		{"[::ffff:1.2.3.4]:80", "::ffff:1.2.3.4"},
+		{"[2001:db8:0::1]:80", "2001:db8::1"},
+	} {
+		if got := hostOnly(tc.in); got != tc.want {
+			t.Errorf("hostOnly(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	for _, in := range []string{"example.com", "example.com:443", "127.0.0.1", "127.0.0.1:8080"} {
+		if n := testing.AllocsPerRun(100, func() { hostOnly(in) }); n != 0 {
+			t.Errorf("hostOnly(%q) allocates %v times, want 0", in, n)
+		}
+	}
+}

@@ -769,9 +769,13 @@ type auditGuard struct {
 func (g auditGuard) Decide(ctx context.Context, e *event.Event) event.Verdict {
 	if g.ready != nil {
 		select {
-		case <-g.ready:
-		case <-ctx.Done():
-			return event.Verdict{Action: event.Deny, DecidedBy: event.DecidedByDefault, Reason: "the session ended before its start was recorded"}
+		case <-g.ready: // at once once the session started: ctx.Done would allocate
+		default:
+			select {
+			case <-g.ready:
+			case <-ctx.Done():
+				return event.Verdict{Action: event.Deny, DecidedBy: event.DecidedByDefault, Reason: "the session ended before its start was recorded"}
+			}
 		}
 	}
 	if g.audit.Err() != nil {
