@@ -25,8 +25,9 @@ type deadlineWatch struct {
 type deadline struct {
 	// due is when the wait ends, as deadlineWatch counts time (> 0), or
 	// deadlineNone, deadlineExpired or a negative state of the owner's.
-	due  atomic.Int64
-	conn net.Conn // the connection whose reads fail when the wait expires
+	due    atomic.Int64
+	conn   net.Conn // the connection whose reads fail when the wait expires
+	writes bool     // its writes fail too
 }
 
 const (
@@ -83,6 +84,10 @@ func (w *deadlineWatch) check() {
 	}
 	w.mu.Unlock()
 	for _, dl := range expired {
-		dl.conn.SetReadDeadline(time.Unix(1, 0))
+		if dl.writes {
+			dl.conn.SetDeadline(time.Unix(1, 0))
+		} else {
+			dl.conn.SetReadDeadline(time.Unix(1, 0))
+		}
 	}
 }

@@ -238,6 +238,7 @@ func New(opts Options) (*Proxy, error) {
 		handler:   http.HandlerFunc(p.serveInner),
 		maxHeader: headerHardLimit(maxHeaderBytes),
 		idle:      innerIdleTimeout,
+		stall:     innerIdleTimeout,
 		preface:   readHeaderTimeout,
 		watch:     p.clientWatch,
 		spawn:     p.h2Workers.start,

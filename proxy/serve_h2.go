@@ -65,6 +65,7 @@ type h2Server struct {
 	handler   http.Handler
 	maxHeader int           // header list limit (SETTINGS_MAX_HEADER_LIST_SIZE)
 	idle      time.Duration // a connection without requests for this long is closed
+	stall     time.Duration // and one whose socket takes no bytes for this long
 	preface   time.Duration // the client's preface and SETTINGS are awaited this long
 	watch     *deadlineWatch
 	spawn     func(func()) // runs a request's handler; the function recovers its own panics
@@ -122,7 +123,8 @@ type h2Stream struct {
 	// Under sc.mu.
 	recvWin    int64 // bytes the client may still send on the stream
 	unacked    int64
-	remoteDone bool // the client ended the stream (END_STREAM, or it was reset)
+	remoteDone bool // the client sends no more on the stream: it ended it, or the stream was reset
+	ended      bool // the client ended it (END_STREAM)
 
 	// The reader's alone.
 	declared int64 // the request's Content-Length; -1 when none
@@ -152,7 +154,7 @@ func (s *h2Server) newConn(c, raw net.Conn, ctx context.Context) *h2Conn {
 	}
 	sc.wait.conn = raw
 	sc.winCond.L = &sc.wmu
-	sc.out = pooledWriter{c: c, pool: &s.writers}
+	sc.out = pooledWriter{c: c, pool: &s.writers, watch: s.watch, timeout: s.stall, stall: deadline{conn: raw, writes: true}}
 	sc.in.r = c
 	sc.fr = http2.NewFramer(&sc.out, &sc.in)
 	sc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -164,11 +166,21 @@ func (s *h2Server) newConn(c, raw net.Conn, ctx context.Context) *h2Conn {
 }
 
 // serve reads frames until the connection ends, then ends its streams.
+// (A panic is not caught on the way: shut would wait for the write lock,
+// which the panicking code may hold.)
 func (sc *h2Conn) serve() {
 	s := sc.srv
 	s.watch.add(&sc.wait)
 	defer s.watch.remove(&sc.wait)
-	defer sc.shut()
+	s.watch.add(&sc.out.stall)
+	defer s.watch.remove(&sc.out.stall)
+	sc.read()
+	sc.shut()
+}
+
+// read reads and processes frames until the connection ends.
+func (sc *h2Conn) read() {
+	s := sc.srv
 
 	sc.lockW()
 	sc.fr.WriteSettings(
@@ -234,6 +246,13 @@ func (sc *h2Conn) readFailed(f http2.Frame, err error) bool {
 	var ce http2.ConnectionError
 	switch {
 	case errors.As(err, &se):
+		// A header block refused by the framer still opened its stream:
+		// the client's next frames on it are not for an idle stream.
+		sc.mu.Lock()
+		if se.StreamID%2 == 1 && se.StreamID > sc.maxID {
+			sc.maxID = se.StreamID
+		}
+		sc.mu.Unlock()
 		sc.resetStream(se.StreamID, se.Code)
 		return true
 	case errors.Is(err, http2.ErrFrameTooLarge):
@@ -248,8 +267,9 @@ func (sc *h2Conn) readFailed(f http2.Frame, err error) bool {
 		}
 		sc.goAwayWith(http2.ErrCode(ce))
 		return false
-	case isTimeout(err) && sc.wait.disarm():
-		sc.goAwayWith(http2.ErrCodeNo) // idle
+	case isTimeout(err):
+		sc.wait.disarm()
+		sc.goAwayWith(http2.ErrCodeNo) // idle (or, racing it, a request refused below)
 		return false
 	}
 	return false
@@ -347,6 +367,7 @@ func (sc *h2Conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
 		sc.fr.WriteRSTStream(st.id, http2.ErrCodeFlowControl)
 		sc.flushOwed = true
 		sc.endRemote(st, errH2StreamReset)
+		st.cancel()
 	}
 	sc.winCond.Broadcast()
 	return nil
@@ -450,8 +471,13 @@ func (sc *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	st.sendWin = sc.initWin
 	sc.unlockW(false)
 	sc.mu.Lock()
-	if len(sc.streams) == 0 {
-		sc.wait.disarm()
+	if len(sc.streams) == 0 && sc.wait.disarm() {
+		// The idle wait expired as the request came: the connection's
+		// reads fail from now on. Refused, the request is safe to retry.
+		sc.mu.Unlock()
+		cancel()
+		sc.resetStream(id, http2.ErrCodeRefusedStream)
+		return nil
 	}
 	sc.streams[id] = st
 	sc.mu.Unlock()
@@ -539,14 +565,19 @@ func (sc *h2Conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, int64, e
 		req.ContentLength = 0
 	}
 	if tr := h["Trailer"]; len(tr) > 0 {
-		req.Trailer = make(http.Header)
+		// As net/http: the declared trailers become req.Trailer's keys,
+		// which the trailers' values fill; others are dropped.
 		for _, v := range tr {
 			for k := range strings.SplitSeq(v, ",") {
 				if k = textproto.CanonicalMIMEHeaderKey(textproto.TrimString(k)); k != "" && httpguts.ValidTrailerHeader(k) {
+					if req.Trailer == nil {
+						req.Trailer = make(http.Header)
+					}
 					req.Trailer[k] = nil
 				}
 			}
 		}
+		delete(h, "Trailer")
 	}
 	return req, declared, nil
 }
@@ -577,18 +608,17 @@ func (sc *h2Conn) processTrailers(st *h2Stream, f *http2.MetaHeadersFrame) error
 		sc.resetStream(st.id, http2.ErrCodeProtocol)
 		return nil
 	}
+	// The handler reads req.Trailer after the body's end, which b.mu
+	// orders after these writes; the map is the request's from the start.
 	b := st.body
 	b.mu.Lock()
-	req := st.w.req
-	for _, hf := range f.RegularFields() {
-		k := textproto.CanonicalMIMEHeaderKey(hf.Name)
-		if !httpguts.ValidTrailerHeader(k) {
-			continue
+	if trailer := st.w.req.Trailer; trailer != nil {
+		for _, hf := range f.RegularFields() {
+			k := textproto.CanonicalMIMEHeaderKey(hf.Name)
+			if _, declared := trailer[k]; declared {
+				trailer[k] = append(trailer[k], hf.Value)
+			}
 		}
-		if req.Trailer == nil {
-			req.Trailer = make(http.Header)
-		}
-		req.Trailer[k] = append(req.Trailer[k], hf.Value)
 	}
 	b.mu.Unlock()
 	sc.endRemote(st, io.EOF)
@@ -610,7 +640,9 @@ func (sc *h2Conn) processData(f *http2.DataFrame) error {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	case st == nil || st.remoteDone:
 		// An ended stream: its bytes go back to the connection's window.
-		closed := st != nil
+		// After END_STREAM they break the rules; after a reset they may
+		// have been on their way, and are dropped.
+		closed := st != nil && st.ended
 		sc.mu.Unlock()
 		sc.giveBack(nil, n)
 		if closed {
@@ -636,7 +668,9 @@ func (sc *h2Conn) processData(f *http2.DataFrame) error {
 		return nil
 	}
 	if len(data) > 0 && !st.body.push(data) {
-		sc.giveBack(st, int64(len(data))) // the handler closed the body
+		// The handler closed the body: the connection's window is given
+		// back, not the stream's, so the client cannot send on for ever.
+		sc.giveBack(nil, int64(len(data)))
 	}
 	if f.StreamEnded() {
 		sc.endRemote(st, io.EOF)
@@ -649,6 +683,7 @@ func (sc *h2Conn) processData(f *http2.DataFrame) error {
 func (sc *h2Conn) endRemote(st *h2Stream, err error) {
 	sc.mu.Lock()
 	st.remoteDone = true
+	st.ended = st.ended || err == io.EOF
 	sc.mu.Unlock()
 	if st.body != nil {
 		st.body.end(err)
@@ -834,7 +869,10 @@ func (sc *h2Conn) writeData(st *h2Stream, b []byte, end bool) (int, error) {
 		case st.reset:
 			return written, errH2StreamReset
 		}
-		n := int(min(int64(len(b)), sc.sendWin, st.sendWin, int64(sc.maxFrame)))
+		n := 0 // an empty frame takes no window, which may be below zero
+		if len(b) > 0 {
+			n = int(min(int64(len(b)), sc.sendWin, st.sendWin, int64(sc.maxFrame)))
+		}
 		last := end && n == len(b)
 		var hdr [9]byte
 		hdr[0], hdr[1], hdr[2] = byte(n>>16), byte(n>>8), byte(n)
@@ -953,12 +991,7 @@ func (b *h2Body) Read(p []byte) (int, error) {
 	if b.cont && b.off == len(b.buf) && b.err == nil {
 		b.cont = false
 		b.mu.Unlock()
-		sc := b.st.sc
-		sc.lockW()
-		if !b.st.reset && !b.st.w.final() {
-			sc.writeHeaders(b.st.id, http.StatusContinue, nil, false, false)
-		}
-		sc.unlockW(true)
+		b.st.sc.sendContinue(b.st)
 		b.mu.Lock()
 	}
 	for b.off == len(b.buf) && b.err == nil && !b.shut {
@@ -971,6 +1004,14 @@ func (b *h2Body) Read(p []byte) (int, error) {
 	case b.off < len(b.buf):
 		n := copy(p, b.buf[b.off:])
 		b.off += n
+		if b.off == len(b.buf) {
+			// Drained: a buffer grown by a burst is not kept for the
+			// rest of the stream.
+			if cap(b.buf) > 16<<10 {
+				b.buf = nil
+			}
+			b.buf, b.off = b.buf[:0], 0
+		}
 		b.mu.Unlock()
 		b.st.sc.giveBack(b.st, int64(n))
 		return n, nil
@@ -991,6 +1032,15 @@ func (b *h2Body) Close() error {
 		b.st.sc.giveBack(nil, int64(left))
 	}
 	return nil
+}
+
+// sendContinue sends 100 Continue on st unless its final status went.
+func (sc *h2Conn) sendContinue(st *h2Stream) {
+	sc.lockW()
+	defer sc.unlockW(true)
+	if !st.reset && !st.w.final() {
+		sc.writeHeaders(st.id, http.StatusContinue, nil, false, false)
+	}
 }
 
 // h2Writer is the http.ResponseWriter of one stream. The HEADERS frame is
@@ -1063,9 +1113,8 @@ func (w *h2Writer) Write(b []byte) (int, error) {
 	}
 	sc := w.st.sc
 	sc.lockW()
-	n, err := sc.writeData(w.st, b, false)
-	sc.unlockW(false)
-	return n, err
+	defer sc.unlockW(false) // deferred, as wherever a handler holds the lock: a panic must not keep it
+	return sc.writeData(w.st, b, false)
 }
 
 func (w *h2Writer) WriteString(s string) (int, error) { return w.Write([]byte(s)) }
@@ -1105,6 +1154,7 @@ func (w *h2Writer) finish() {
 	sending := !st.remoteDone
 	sc.mu.Unlock()
 	sc.lockW()
+	defer sc.unlockW(true)
 	if !st.reset && sc.werr == nil {
 		if trailers != nil {
 			sc.writeHeaders(st.id, 0, trailers, true, true)
@@ -1116,14 +1166,13 @@ func (w *h2Writer) finish() {
 			sc.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
 		}
 	}
-	sc.unlockW(true)
 }
 
 // trailerHeader returns the trailers set, or nil.
 func (w *h2Writer) trailerHeader() http.Header {
 	var t http.Header
 	for _, k := range w.trailers {
-		if vv := w.header[k]; len(vv) > 0 {
+		if vv := w.header[k]; len(vv) > 0 && httpguts.ValidTrailerHeader(k) {
 			if t == nil {
 				t = make(http.Header)
 			}
@@ -1131,7 +1180,7 @@ func (w *h2Writer) trailerHeader() http.Header {
 		}
 	}
 	for k, vv := range w.header {
-		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && len(vv) > 0 {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && len(vv) > 0 && httpguts.ValidTrailerHeader(name) {
 			if t == nil {
 				t = make(http.Header)
 			}
@@ -1196,10 +1245,17 @@ var statusCodes = func() (s [600]string) {
 // pooledWriter buffers a connection's frames in a writer borrowed from
 // the pool at the first write and given back at each flush, so that an
 // idle connection holds no write buffer (as net/http's server does not).
+// A write to the socket that makes no progress for timeout (a client that
+// stopped reading) fails, and the connection ends: a handler holding the
+// write lock would otherwise hold up the reader, and every other stream,
+// for good.
 type pooledWriter struct {
-	c    net.Conn
-	pool *sync.Pool
-	bw   *bufio.Writer // nil between flushes
+	c       net.Conn
+	pool    *sync.Pool
+	bw      *bufio.Writer // nil between flushes
+	watch   *deadlineWatch
+	stall   deadline
+	timeout time.Duration
 }
 
 func (w *pooledWriter) Write(b []byte) (int, error) {
@@ -1211,7 +1267,13 @@ func (w *pooledWriter) Write(b []byte) (int, error) {
 			w.bw = bufio.NewWriterSize(w.c, 16<<10)
 		}
 	}
-	return w.bw.Write(b)
+	if len(b) <= w.bw.Available() {
+		return w.bw.Write(b) // into the buffer only
+	}
+	w.watch.arm(&w.stall, w.timeout)
+	n, err := w.bw.Write(b)
+	w.stall.disarm()
+	return n, err
 }
 
 // flush writes out what is buffered and gives the buffer back.
@@ -1219,7 +1281,9 @@ func (w *pooledWriter) flush() error {
 	if w.bw == nil {
 		return nil
 	}
+	w.watch.arm(&w.stall, w.timeout)
 	err := w.bw.Flush()
+	w.stall.disarm()
 	if err == nil {
 		w.bw.Reset(nil)
 		w.pool.Put(w.bw)

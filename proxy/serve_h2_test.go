@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +46,7 @@ func startH2(t testing.TB, h http.Handler, tune func(*h2Server)) *h2Env {
 		handler:   h,
 		maxHeader: 64 << 10,
 		idle:      time.Minute,
+		stall:     time.Minute,
 		preface:   10 * time.Second,
 		watch:     newDeadlineWatch(100 * time.Millisecond),
 		spawn:     func(f func()) { go f() },
@@ -231,12 +234,15 @@ func (cl *h2Client) closed() {
 // waits for the request's end and then sends on ended, /abort aborts
 // after a first write, anything else answers "hello" in 100 bytes.
 type h2TestHandler struct {
-	ended   chan string // paths of /block requests whose context ended
+	ended   chan string   // paths of /block requests whose context ended
+	release chan struct{} // lets /hold end
 	running atomic.Int32
 	peak    atomic.Int32
 }
 
-func newH2TestHandler() *h2TestHandler { return &h2TestHandler{ended: make(chan string, 4096)} }
+func newH2TestHandler() *h2TestHandler {
+	return &h2TestHandler{ended: make(chan string, 4096), release: make(chan struct{})}
+}
 
 func (h *h2TestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := h.running.Add(1)
@@ -253,6 +259,23 @@ func (h *h2TestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/block":
 		<-r.Context().Done()
 		h.ended <- r.URL.Path
+	case "/hold": // ten bytes at once, the end when released
+		io.WriteString(w, "0123456789")
+		w.(http.Flusher).Flush()
+		<-h.release
+	case "/trailers": // the request's trailers, as the handler sees them
+		io.ReadAll(r.Body)
+		keys := slices.Sorted(maps.Keys(r.Trailer))
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s=%s;", k, strings.Join(r.Trailer[k], ","))
+		}
+	case "/flood": // more than any socket buffer, to a client that reads none
+		for chunk := make([]byte, 1<<20); ; {
+			if _, err := w.Write(chunk); err != nil {
+				h.ended <- r.URL.Path
+				return
+			}
+		}
 	case "/abort":
 		io.WriteString(w, "partial")
 		w.(http.Flusher).Flush()
@@ -262,6 +285,8 @@ func (h *h2TestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// (the /trailers, /hold and /flood paths are documented where served)
+
 // within waits for a value on ch for at most faultWait.
 func within[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
@@ -269,7 +294,7 @@ func within[T any](t testing.TB, ch <-chan T, what string) T {
 	case v := <-ch:
 		return v
 	case <-time.After(faultWait):
-		t.Fatalf("no %s within %v", what, faultWait)
+		t.Fatalf("waited %v for %s", faultWait, what)
 	}
 	var zero T
 	return zero
@@ -346,6 +371,39 @@ func TestH2Protocol(t *testing.T) {
 			if status, body := cl.response(1); status != "200" || body != "body" {
 				t.Errorf("got %s %q, want 200 %q", status, body, "body")
 			}
+			return true
+		}},
+		{"header field refused by the framer, then the stream's data", func(t *testing.T, cl *h2Client, _ *h2TestHandler) bool {
+			cl.headers(1, "/echo", false, ":method", "POST", "X-Upper", "v") // names are lower case in HTTP/2
+			cl.fr.WriteData(1, true, []byte("abc"))
+			if code := cl.reset(1); code != http2.ErrCodeProtocol {
+				t.Errorf("RST_STREAM %v, want PROTOCOL_ERROR", code)
+			}
+			return true // the data on the refused stream does not end the connection
+		}},
+		{"trailers the request did not declare", func(t *testing.T, cl *h2Client, _ *h2TestHandler) bool {
+			cl.headers(1, "/trailers", false, ":method", "POST", "trailer", "x-sum")
+			cl.fr.WriteData(1, false, []byte("body"))
+			cl.buf.Reset()
+			cl.enc.WriteField(hpack.HeaderField{Name: "x-sum", Value: "1"})
+			cl.enc.WriteField(hpack.HeaderField{Name: "x-other", Value: "2"})
+			cl.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: cl.buf.Bytes(), EndStream: true, EndHeaders: true})
+			if status, body := cl.response(1); status != "200" || body != "X-Sum=1;" {
+				t.Errorf("got %s %q, want 200 %q", status, body, "X-Sum=1;")
+			}
+			return true
+		}},
+		{"window below zero when the response ends", func(t *testing.T, cl *h2Client, h *h2TestHandler) bool {
+			cl.headers(1, "/hold", true)
+			cl.next("DATA", func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok })
+			// 10 bytes sent of a window now 0: the stream's is -10.
+			cl.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+			cl.next("SETTINGS ack", func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && s.IsAck() })
+			close(h.release)
+			cl.next("END_STREAM", func(f http2.Frame) bool {
+				return f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream)
+			})
+			cl.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535})
 			return true
 		}},
 		{"data beyond the connection's window", func(t *testing.T, cl *h2Client, _ *h2TestHandler) bool {
@@ -698,7 +756,7 @@ func FuzzH2Server(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var handlers sync.WaitGroup
 		srv := &h2Server{
-			handler: h, maxHeader: 8 << 10, idle: time.Minute, preface: time.Minute,
+			handler: h, maxHeader: 8 << 10, idle: time.Minute, stall: time.Minute, preface: time.Minute,
 			watch: newDeadlineWatch(time.Second),
 			spawn: func(f func()) { handlers.Go(f) },
 			log:   slog.New(slog.DiscardHandler),
@@ -763,7 +821,7 @@ func TestH2IdleBuffers(t *testing.T) {
 		server, client := net.Pipe()
 		defer client.Close()
 		go io.Copy(io.Discard, client) // the window updates
-		sc := (&h2Server{maxHeader: 4096}).newConn(server, server, context.Background())
+		sc := (&h2Server{maxHeader: 4096, watch: newDeadlineWatch(time.Second), stall: time.Minute}).newConn(server, server, context.Background())
 		b := &h2Body{st: &h2Stream{sc: sc, id: 1}}
 		b.cond.L = &b.mu
 		chunk := make([]byte, 16384)
@@ -778,4 +836,28 @@ func TestH2IdleBuffers(t *testing.T) {
 			t.Errorf("body buffer grew to %d bytes holding %d unread", peak, unread)
 		}
 	})
+}
+
+// TestH2WriteStall: a client that stops reading while a response is being
+// written loses its connection once the socket has taken nothing for the
+// stall time; the handler's write fails and it ends.
+func TestH2WriteStall(t *testing.T) {
+	h := newH2TestHandler()
+	e := startH2(t, h, func(s *h2Server) { s.stall = 300 * time.Millisecond })
+	cl := dialH2(t, e.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+	cl.fr.WriteWindowUpdate(0, 1<<31-1-65535)
+	cl.headers(1, "/flood", true)
+	// The client reads nothing more.
+	if p := within(t, h.ended, "the end of the stalled handler"); p != "/flood" {
+		t.Errorf("ended %q", p)
+	}
+	e.mu.Lock()
+	sc := e.served[0]
+	e.mu.Unlock()
+	sc.wmu.Lock()
+	werr := sc.werr
+	sc.wmu.Unlock()
+	if werr == nil {
+		t.Error("the connection's writes did not fail")
+	}
 }
