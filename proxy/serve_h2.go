@@ -14,6 +14,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -820,15 +821,16 @@ func (sc *h2Conn) flushW() {
 }
 
 // writeHeaders writes a HEADERS frame (and CONTINUATIONs) for stream id:
-// the status and h, or h alone as trailers. wmu is held.
-func (sc *h2Conn) writeHeaders(id uint32, status int, h http.Header, end, trailers bool) {
+// the status and h, less the fields in skip, or h alone as trailers. wmu
+// is held.
+func (sc *h2Conn) writeHeaders(id uint32, status int, h http.Header, end, trailers bool, skip ...string) {
 	sc.hbuf.Reset()
 	if !trailers {
 		sc.henc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(status)})
 	}
 	for k, vv := range h {
 		name, ok := wireName(k, trailers)
-		if !ok {
+		if !ok || slices.Contains(skip, k) {
 			continue
 		}
 		for _, v := range vv {
@@ -1043,18 +1045,19 @@ func (sc *h2Conn) sendContinue(st *h2Stream) {
 	}
 }
 
-// h2Writer is the http.ResponseWriter of one stream. The HEADERS frame is
-// written into the connection's buffer when the status is, so the header
-// is taken as it is then, as net/http does; trailers announced in the
-// Trailer header, or set under http.TrailerPrefix, end the stream.
+// h2Writer is the http.ResponseWriter of one stream. The HEADERS frame
+// waits for the body's first write, a flush or the handler's return
+// (sendHeader); trailers announced in the Trailer header, or set under
+// http.TrailerPrefix, end the stream.
 type h2Writer struct {
-	st       *h2Stream
-	req      *http.Request
-	header   http.Header
-	status   int // 0 until the final status is written
-	noBody   bool
-	done     bool
-	trailers []string
+	st         *h2Stream
+	req        *http.Request
+	header     http.Header
+	status     int  // 0 until the final status is written
+	headerSent bool // its HEADERS frame is written (under wmu)
+	noBody     bool
+	done       bool
+	trailers   []string
 }
 
 func (w *h2Writer) Header() http.Header {
@@ -1093,9 +1096,19 @@ func (w *h2Writer) WriteHeader(code int) {
 			}
 		}
 	}
-	if !w.st.reset {
-		sc.writeHeaders(w.st.id, code, w.header, false, false)
+}
+
+// sendHeader writes the HEADERS frame of the final status, if not yet
+// sent; wmu is held. It waits for the first write, flush or the end, so
+// that a response without a body is one frame with END_STREAM: gRPC's
+// trailers-only answer (an error status) must be, or clients ignore it.
+// The header is taken as it is then, less the trailers it announced.
+func (w *h2Writer) sendHeader(end bool) {
+	if w.headerSent || w.st.reset {
+		return
 	}
+	w.headerSent = true
+	w.st.sc.writeHeaders(w.st.id, w.status, w.header, end, false, w.trailers...)
 }
 
 func (w *h2Writer) Write(b []byte) (int, error) {
@@ -1114,6 +1127,7 @@ func (w *h2Writer) Write(b []byte) (int, error) {
 	sc := w.st.sc
 	sc.lockW()
 	defer sc.unlockW(false) // deferred, as wherever a handler holds the lock: a panic must not keep it
+	w.sendHeader(false)
 	return sc.writeData(w.st, b, false)
 }
 
@@ -1129,6 +1143,7 @@ func (w *h2Writer) FlushError() error {
 	sc := w.st.sc
 	sc.lockW()
 	defer sc.wmu.Unlock()
+	w.sendHeader(false)
 	sc.flushW()
 	if sc.werr != nil {
 		return sc.werr
@@ -1156,9 +1171,13 @@ func (w *h2Writer) finish() {
 	sc.lockW()
 	defer sc.unlockW(true)
 	if !st.reset && sc.werr == nil {
-		if trailers != nil {
+		switch {
+		case !w.headerSent && trailers == nil:
+			w.sendHeader(true) // no body: the header ends the stream
+		case trailers != nil:
+			w.sendHeader(false)
 			sc.writeHeaders(st.id, 0, trailers, true, true)
-		} else {
+		default:
 			sc.writeData(st, nil, true)
 		}
 		if sending {

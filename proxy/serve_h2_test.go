@@ -406,6 +406,14 @@ func TestH2Protocol(t *testing.T) {
 			cl.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535})
 			return true
 		}},
+		{"a response without a body is one HEADERS frame", func(t *testing.T, cl *h2Client, _ *h2TestHandler) bool {
+			cl.headers(1, "/", true, ":method", "HEAD")
+			f := cl.next("the response", func(f http2.Frame) bool { return f.Header().StreamID == 1 })
+			if m, ok := f.(*http2.MetaHeadersFrame); !ok || !m.StreamEnded() || m.PseudoValue("status") != "200" {
+				t.Errorf("first frame of the response %v, want HEADERS :status 200 with END_STREAM", f.Header())
+			}
+			return true
+		}},
 		{"data beyond the connection's window", func(t *testing.T, cl *h2Client, _ *h2TestHandler) bool {
 			cl.headers(1, "/block", false, ":method", "POST")
 			chunk := make([]byte, 16384)
