@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -90,4 +91,27 @@ func (w *deadlineWatch) check() {
 			dl.conn.SetReadDeadline(time.Unix(1, 0))
 		}
 	}
+}
+
+// stallWriter writes to a connection; a write that makes no progress for
+// timeout (a peer that stopped reading) fails, and so does every later
+// read and write of the connection: its watch sets the deadline in the
+// past. Its deadline must be added to the watch.
+type stallWriter struct {
+	w       io.Writer
+	watch   *deadlineWatch
+	dl      deadline
+	timeout time.Duration
+}
+
+// newStallWriter returns a stallWriter of w, whose deadlines raw keeps.
+func newStallWriter(w io.Writer, raw net.Conn, watch *deadlineWatch, timeout time.Duration) stallWriter {
+	return stallWriter{w: w, watch: watch, dl: deadline{conn: raw, writes: true}, timeout: timeout}
+}
+
+func (s *stallWriter) Write(b []byte) (int, error) {
+	s.watch.arm(&s.dl, s.timeout)
+	n, err := s.w.Write(b)
+	s.dl.disarm()
+	return n, err
 }

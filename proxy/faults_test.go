@@ -813,3 +813,67 @@ func TestFaultPlainHTTPToTLSPort(t *testing.T) {
 		})
 	}
 }
+
+// TestFaultClientStopsReading: a client that stops reading a response
+// while the proxy is writing it loses its connection once its socket has
+// taken nothing for the stall limit; the upstream's request ends, the
+// event says the client went, and the proxy serves others meanwhile.
+func TestFaultClientStopsReading(t *testing.T) {
+	for _, cp := range clientProtos {
+		t.Run(cp.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{servers: func(p *Proxy) {
+				p.stallTimeout = 300 * time.Millisecond
+				p.h2.stall = 300 * time.Millisecond
+			}})
+			ok := e.healthy()
+			ended := make(chan struct{})
+			up := e.upstream(upstream.Options{Name: "flood.example.test", CA: e.upCA,
+				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					defer close(ended)
+					chunk := make([]byte, 1<<20)
+					for r.Context().Err() == nil {
+						if _, err := w.Write(chunk); err != nil {
+							return
+						}
+					}
+				})})
+			c, _, resp := e.connect(hostPort(up), basicAuth(proxyUser, testToken))
+			if resp != nil {
+				t.Fatalf("CONNECT: %s", resp.Status)
+			}
+			protos := []string{"http/1.1"}
+			if cp.h2 {
+				protos = []string{"h2"}
+			}
+			tc := stdtls.Client(c, &stdtls.Config{RootCAs: e.caPool, ServerName: up.Name, NextProtos: protos})
+			if err := tc.Handshake(); err != nil {
+				t.Fatal(err)
+			}
+			if cp.h2 {
+				io.WriteString(tc, http2.ClientPreface)
+				fr := http2.NewFramer(tc, tc)
+				fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+				fr.WriteWindowUpdate(0, 1<<31-1-65535)
+				var block bytes.Buffer
+				enc := hpack.NewEncoder(&block)
+				for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", hostPort(up)}, {":path", "/flood"}} {
+					enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+				}
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true})
+			} else {
+				io.WriteString(tc, "GET /flood HTTP/1.1\r\nHost: "+hostPort(up)+"\r\n\r\n")
+			}
+			// Nothing more is read.
+			select {
+			case <-ended:
+			case <-time.After(faultWait):
+				t.Fatal("the upstream's request did not end")
+			}
+			ev := e.httpEvent(t, "/flood")
+			if ev.HTTP.Status != http.StatusOK || !strings.Contains(ev.HTTP.Error, "client closed") {
+				t.Errorf("event status %d error %q, want 200 and the client gone", ev.HTTP.Status, ev.HTTP.Error)
+			}
+			e.mustServe(t, ok)
+		})
+	}
+}

@@ -168,7 +168,8 @@ type Proxy struct {
 	front *http.Server // explicit-proxy requests; a tunnel's are served by serveH1 and serveH2
 	h2    *h2Server
 
-	idleTimeout time.Duration // a tunnel's HTTP/1 connection without a new request for this long is closed
+	idleTimeout  time.Duration // a tunnel's HTTP/1 connection without a new request for this long is closed
+	stallTimeout time.Duration // and one whose socket takes no bytes of a response for this long
 
 	clientWatch *deadlineWatch // the idle and header timeouts of tunnels' connections
 	h1Bufs      h1Bufs
@@ -229,6 +230,7 @@ func New(opts Options) (*Proxy, error) {
 		clientWatch:       newDeadlineWatch(min(readHeaderTimeout, innerIdleTimeout)),
 		bufs:              newBufferPool(64),
 		idleTimeout:       innerIdleTimeout,
+		stallTimeout:      innerIdleTimeout,
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)

@@ -61,8 +61,9 @@ type clientConn struct {
 	has1  bool
 	limit int // bytes a request header may still take; < 0 when not reading one
 
-	wait deadline // idle, then header timeouts
-	body *bodyEOF // the current request's body; nil when it has none
+	wait deadline    // idle, then header timeouts
+	out  stallWriter // the connection, as bw writes to it
+	body *bodyEOF    // the current request's body; nil when it has none
 	w    h1Writer
 
 	// The watch for the client going away while a response streams.
@@ -104,6 +105,9 @@ func (p *Proxy) serveH1(c net.Conn, tc *tunnelConn) {
 	cc.wait.conn = tc.Conn
 	p.clientWatch.add(&cc.wait)
 	defer p.clientWatch.remove(&cc.wait)
+	cc.out = newStallWriter(c, tc.Conn, p.clientWatch, p.stallTimeout)
+	p.clientWatch.add(&cc.out.dl)
+	defer p.clientWatch.remove(&cc.out.dl)
 	for cc.next() && cc.serve() {
 	}
 	if !cc.w.hijacked {
@@ -154,7 +158,7 @@ func (cc *clientConn) next() bool {
 		cc.has1 = true
 	}
 	cc.br = cc.p.h1Bufs.reader(cc)
-	cc.bw = cc.p.h1Bufs.writer(cc.c)
+	cc.bw = cc.p.h1Bufs.writer(&cc.out)
 	return true
 }
 

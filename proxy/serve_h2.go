@@ -155,7 +155,7 @@ func (s *h2Server) newConn(c, raw net.Conn, ctx context.Context) *h2Conn {
 	}
 	sc.wait.conn = raw
 	sc.winCond.L = &sc.wmu
-	sc.out = pooledWriter{c: c, pool: &s.writers, watch: s.watch, timeout: s.stall, stall: deadline{conn: raw, writes: true}}
+	sc.out = pooledWriter{pool: &s.writers, out: newStallWriter(c, raw, s.watch, s.stall)}
 	sc.in.r = c
 	sc.fr = http2.NewFramer(&sc.out, &sc.in)
 	sc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -173,8 +173,8 @@ func (sc *h2Conn) serve() {
 	s := sc.srv
 	s.watch.add(&sc.wait)
 	defer s.watch.remove(&sc.wait)
-	s.watch.add(&sc.out.stall)
-	defer s.watch.remove(&sc.out.stall)
+	s.watch.add(&sc.out.out.dl)
+	defer s.watch.remove(&sc.out.out.dl)
 	sc.read()
 	sc.shut()
 }
@@ -1264,35 +1264,25 @@ var statusCodes = func() (s [600]string) {
 // pooledWriter buffers a connection's frames in a writer borrowed from
 // the pool at the first write and given back at each flush, so that an
 // idle connection holds no write buffer (as net/http's server does not).
-// A write to the socket that makes no progress for timeout (a client that
-// stopped reading) fails, and the connection ends: a handler holding the
-// write lock would otherwise hold up the reader, and every other stream,
-// for good.
+// Its socket writes go through a stallWriter: a handler holding the write
+// lock on a client that stopped reading would otherwise hold up the
+// reader, and every other stream, for good.
 type pooledWriter struct {
-	c       net.Conn
-	pool    *sync.Pool
-	bw      *bufio.Writer // nil between flushes
-	watch   *deadlineWatch
-	stall   deadline
-	timeout time.Duration
+	out  stallWriter
+	pool *sync.Pool
+	bw   *bufio.Writer // nil between flushes
 }
 
 func (w *pooledWriter) Write(b []byte) (int, error) {
 	if w.bw == nil {
 		if bw, ok := w.pool.Get().(*bufio.Writer); ok {
-			bw.Reset(w.c)
+			bw.Reset(&w.out)
 			w.bw = bw
 		} else {
-			w.bw = bufio.NewWriterSize(w.c, 16<<10)
+			w.bw = bufio.NewWriterSize(&w.out, 16<<10)
 		}
 	}
-	if len(b) <= w.bw.Available() {
-		return w.bw.Write(b) // into the buffer only
-	}
-	w.watch.arm(&w.stall, w.timeout)
-	n, err := w.bw.Write(b)
-	w.stall.disarm()
-	return n, err
+	return w.bw.Write(b)
 }
 
 // flush writes out what is buffered and gives the buffer back.
@@ -1300,9 +1290,7 @@ func (w *pooledWriter) flush() error {
 	if w.bw == nil {
 		return nil
 	}
-	w.watch.arm(&w.stall, w.timeout)
 	err := w.bw.Flush()
-	w.stall.disarm()
 	if err == nil {
 		w.bw.Reset(nil)
 		w.pool.Put(w.bw)
