@@ -96,7 +96,7 @@ type h2Conn struct {
 	flushOwed bool
 	werr      error     // the first write error: every later write fails with it
 	sendWin   int64     // the connection's send window
-	initWin   int64     // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	initWin   int64     // the client's SETTINGS_INITIAL_WINDOW_SIZE (the reader's alone: it reads SETTINGS and opens streams)
 	maxFrame  int       // the client's SETTINGS_MAX_FRAME_SIZE
 	winCond   sync.Cond // on wmu: a window grew, a stream was reset, or writing failed
 
@@ -468,9 +468,7 @@ func (sc *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		st.body.cond.L = &st.body.mu
 		req.Body = st.body
 	}
-	sc.lockW()
-	st.sendWin = sc.initWin
-	sc.unlockW(false)
+	st.sendWin = sc.initWin // not yet seen by any writer
 	sc.mu.Lock()
 	if len(sc.streams) == 0 && sc.wait.disarm() {
 		// The idle wait expired as the request came: the connection's

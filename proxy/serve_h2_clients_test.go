@@ -51,16 +51,18 @@ func h2Sum(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// h2Recv returns what ch delivers within h2Wait.
-func h2Recv[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(h2Wait):
-		t.Fatalf("no %s within %v", what, h2Wait)
-		panic("unreachable")
-	}
+// roundTripAsync sends req on c and delivers RoundTrip's error, once the
+// response, if any, is closed.
+func roundTripAsync(c *h2cClient, req *http.Request) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		resp, err := c.tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	return done
 }
 
 // h2cClient is x/net's HTTP/2 client with prior knowledge over plain TCP.
@@ -224,7 +226,7 @@ func TestH2ClientGet(t *testing.T) {
 				req.Header[k] = vv
 			}
 			resp, body := c.do(t, req)
-			if diff := cmp.Diff(tc.want(e.addr), h2Recv(t, seen, "request seen")); diff != "" {
+			if diff := cmp.Diff(tc.want(e.addr), within(t, seen, "request seen")); diff != "" {
 				t.Errorf("handler saw (-want +got):\n%s", diff)
 			}
 			if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 || resp.Header.Get("X-Reply") != "yes" {
@@ -303,7 +305,7 @@ func TestH2ClientBodies(t *testing.T) {
 				t.Errorf("client received %d bytes, sha256 %s; want %d, %s", len(echoed), h2Sum(echoed), len(tc.want), h2Sum(tc.want))
 			}
 			if tc.wantSent != nil {
-				if diff := cmp.Diff(*tc.wantSent, h2Recv(t, got, "body report"), cmp.AllowUnexported(bodyReport{})); diff != "" {
+				if diff := cmp.Diff(*tc.wantSent, within(t, got, "body report"), cmp.AllowUnexported(bodyReport{})); diff != "" {
 					t.Errorf("handler received (-want +got):\n%s", diff)
 				}
 			}
@@ -447,7 +449,7 @@ func TestH2ClientRequestTrailers(t *testing.T) {
 			if resp, _ := c.do(t, req); resp.StatusCode != http.StatusOK {
 				t.Errorf("status %d, want 200", resp.StatusCode)
 			}
-			r := h2Recv(t, got, "handler report")
+			r := within(t, got, "handler report")
 			if r.err != nil || r.n != len(tc.body) {
 				t.Errorf("handler read %d bytes, %v; want %d, nil", r.n, r.err, len(tc.body))
 			}
@@ -621,17 +623,10 @@ func TestH2ClientCancel(t *testing.T) {
 				return nil
 			},
 			client: func(t *testing.T, c *h2cClient, req *http.Request, cancel func(), started <-chan struct{}) {
-				done := make(chan error, 1)
-				go func() {
-					resp, err := c.tr.RoundTrip(req)
-					if err == nil {
-						resp.Body.Close()
-					}
-					done <- err
-				}()
-				h2Recv(t, started, "handler start")
+				done := roundTripAsync(c, req)
+				within(t, started, "handler start")
 				cancel()
-				if err := h2Recv(t, done, "RoundTrip"); !errors.Is(err, context.Canceled) {
+				if err := within(t, done, "RoundTrip"); !errors.Is(err, context.Canceled) {
 					t.Errorf("RoundTrip: %v, want context.Canceled", err)
 				}
 			},
@@ -654,7 +649,7 @@ func TestH2ClientCancel(t *testing.T) {
 				if _, err := io.ReadFull(resp.Body, b); err != nil || string(b) != "partial" {
 					t.Fatalf("read %q, %v; want partial", b, err)
 				}
-				h2Recv(t, started, "handler start")
+				within(t, started, "handler start")
 				cancel()
 				if _, err := io.ReadAll(resp.Body); err == nil {
 					t.Error("body read to its end after the cancel, want an error")
@@ -678,20 +673,13 @@ func TestH2ClientCancel(t *testing.T) {
 				pr, pw := io.Pipe()
 				defer pw.Close()
 				req.Body = pr
-				done := make(chan error, 1)
-				go func() {
-					resp, err := c.tr.RoundTrip(req)
-					if err == nil {
-						resp.Body.Close()
-					}
-					done <- err
-				}()
+				done := roundTripAsync(c, req)
 				if _, err := pw.Write(make([]byte, 1024)); err != nil {
 					t.Fatalf("write the first KB: %v", err)
 				}
-				h2Recv(t, started, "handler start")
+				within(t, started, "handler start")
 				cancel()
-				if err := h2Recv(t, done, "RoundTrip"); !errors.Is(err, context.Canceled) {
+				if err := within(t, done, "RoundTrip"); !errors.Is(err, context.Canceled) {
 					t.Errorf("RoundTrip: %v, want context.Canceled", err)
 				}
 			},
@@ -723,7 +711,7 @@ func TestH2ClientCancel(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.client(t, c, req, cancel, started)
-			r := h2Recv(t, got, "handler report")
+			r := within(t, got, "handler report")
 			if !errors.Is(r.ctxErr, context.Canceled) {
 				t.Errorf("handler's r.Context(): %v, want context.Canceled", r.ctxErr)
 			}
@@ -844,7 +832,7 @@ func TestH2ClientNoBody(t *testing.T) {
 			if tc.method == http.MethodHead && resp.ContentLength != tc.wantLength {
 				t.Errorf("Content-Length %d, want %d", resp.ContentLength, tc.wantLength)
 			}
-			if err := h2Recv(t, writeErr, "handler's write"); !errors.Is(err, http.ErrBodyNotAllowed) {
+			if err := within(t, writeErr, "handler's write"); !errors.Is(err, http.ErrBodyNotAllowed) {
 				t.Errorf("handler's Write: %v, want http.ErrBodyNotAllowed", err)
 			}
 			c.checkAlive(t)
@@ -950,7 +938,7 @@ func TestH2ClientExpectContinue(t *testing.T) {
 			if tc.read {
 				want.n, want.sum = len(payload), h2Sum(payload)
 			}
-			if diff := cmp.Diff(want, h2Recv(t, got, "handler report"), cmp.AllowUnexported(report{})); diff != "" {
+			if diff := cmp.Diff(want, within(t, got, "handler report"), cmp.AllowUnexported(report{})); diff != "" {
 				t.Errorf("handler (-want +got):\n%s", diff)
 			}
 			if tc.wait && got100.Load() != tc.want100 {
