@@ -122,7 +122,10 @@ const (
 	defaultUpstreamHeaderTimeout = 10 * time.Minute
 	defaultMaxHeaderBytes        = 1 << 20
 	upstreamHandshakeTimeout     = 10 * time.Second
-	dialTimeout                  = 10 * time.Second
+	// upstreamCheckEvery is how often pooled HTTP/1 connections are
+	// checked for an upstream that closed them.
+	upstreamCheckEvery = 5 * time.Second
+	dialTimeout        = 10 * time.Second
 	// maxH2Workers bounds the goroutines kept to run HTTP/2 handlers:
 	// beyond it, a request runs on its own goroutine.
 	maxH2Workers = 256
@@ -262,6 +265,7 @@ func New(opts Options) (*Proxy, error) {
 		headerTimeout: upstreamHeaderTimeout,
 		maxHeader:     maxHeaderBytes,
 		idleTimeout:   p.transportH1.IdleConnTimeout,
+		checkEvery:    upstreamCheckEvery,
 		maxIdlePerKey: p.transportH1.MaxIdleConnsPerHost,
 		maxIdle:       p.transportH1.MaxIdleConns,
 		watch:         newDeadlineWatch(upstreamHeaderTimeout),

@@ -33,19 +33,23 @@ import (
 // connection that the upstream closed meanwhile is found out before a
 // request that cannot be replayed is sent on it (alive); a request that can
 // be (no body, idempotent) is sent again instead, as http.Transport does.
+// No goroutine watches an idle connection: a sweep every checkEvery closes
+// those the upstream closed (servers' keep-alive timeouts are often 5
+// seconds), so that they do not hold a descriptor until idleTimeout.
 type h1Upstream struct {
 	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
 	tls           *stdtls.Config // cloned for each connection, with its ServerName
 	headerTimeout time.Duration  // for the response header, once the request is written
 	maxHeader     int            // bytes of response header, 1xx included
 	idleTimeout   time.Duration
+	checkEvery    time.Duration // how often idle connections are checked for the upstream's close
 	maxIdlePerKey int
 	maxIdle       int
 
 	mu     sync.Mutex
 	idle   map[h1Key][]*h1Conn // most recently used last
 	nIdle  int
-	sweep  *time.Timer // closes connections idle for idleTimeout; nil when none are idle
+	sweep  *time.Timer // closes connections idle for idleTimeout or closed upstream; nil when none are idle
 	closed bool
 
 	watch *deadlineWatch // of response headers
@@ -371,22 +375,32 @@ func (h *h1Upstream) put(pc *h1Conn) {
 	h.idle[pc.key] = append(h.idle[pc.key], pc)
 	h.nIdle++
 	if h.sweep == nil {
-		h.sweep = time.AfterFunc(h.idleTimeout, h.prune)
+		h.sweep = time.AfterFunc(h.sweepAfter(), h.prune)
 	}
 	h.mu.Unlock()
 }
 
-// prune closes the connections idle for idleTimeout and comes back while
-// any remain.
+// sweepAfter is the longest wait before the next sweep.
+func (h *h1Upstream) sweepAfter() time.Duration {
+	if h.checkEvery > 0 {
+		return min(h.idleTimeout, h.checkEvery)
+	}
+	return h.idleTimeout
+}
+
+// prune closes the connections idle for idleTimeout or closed by the
+// upstream, and comes back while any remain. The liveness check is one
+// non-blocking peek per idle connection, under the pool's lock so that no
+// request takes a connection while it is checked.
 func (h *h1Upstream) prune() {
 	now := time.Now()
 	var doomed []*h1Conn
 	h.mu.Lock()
-	next := h.idleTimeout
+	next := h.sweepAfter()
 	for k, l := range h.idle {
 		kept := l[:0]
 		for _, pc := range l {
-			if age := now.Sub(pc.idleAt); age >= h.idleTimeout {
+			if age := now.Sub(pc.idleAt); age >= h.idleTimeout || !alive(pc.raw) {
 				doomed = append(doomed, pc)
 			} else {
 				kept = append(kept, pc)

@@ -382,6 +382,53 @@ func TestH1UpstreamIdleTimeout(t *testing.T) {
 	}
 }
 
+// TestH1UpstreamSweepsClosed: a pooled connection the upstream closed is
+// closed by the next sweep, long before the idle timeout; one the upstream
+// keeps stays pooled through the sweeps and is used again.
+func TestH1UpstreamSweepsClosed(t *testing.T) {
+	closing, _ := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
+		func(c net.Conn, st http.ConnState) {
+			if st == http.StateIdle {
+				c.Close() // as an upstream's keep-alive timeout would
+			}
+		})
+	keeping, accepted := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), nil)
+	h := newTestH1(time.Second, time.Minute)
+	h.checkEvery = 10 * time.Millisecond
+	defer h.close()
+	idle := func(s *httptest.Server) int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for k, l := range h.idle {
+			if k.authority == s.Listener.Addr().String() {
+				return len(l)
+			}
+		}
+		return 0
+	}
+	for _, s := range []*httptest.Server{closing, keeping} {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/", nil)
+		h1Do(t, h, req)
+		if n := idle(s); n != 1 {
+			t.Fatalf("%d connections pooled after a request, want 1", n)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); idle(closing) > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a pooled connection the upstream closed is still pooled after 500 sweeps")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // a few more sweeps
+	if n := idle(keeping); n != 1 {
+		t.Fatalf("the open connection was swept too: %d pooled", n)
+	}
+	req, _ := http.NewRequest(http.MethodGet, keeping.URL+"/", nil)
+	h1Do(t, h, req)
+	if n := accepted.Load(); n != 1 {
+		t.Errorf("the upstream that keeps connections accepted %d, want 1 (the pooled one reused)", n)
+	}
+}
+
 // TestH1BodyReady: a body reports itself ready while bytes of it are
 // buffered (then the proxy arms no timer to flush a held header), and not
 // while they have yet to arrive or once it has ended.

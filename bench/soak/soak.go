@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -45,11 +46,13 @@ type config struct {
 
 // snapshot is the chaperone process at one moment.
 type snapshot struct {
-	At         time.Duration `json:"at"`  // since the load started
-	RSS        int64         `json:"rss"` // bytes
-	Goroutines int           `json:"goroutines"`
-	FDs        int           `json:"fds"`         // /proc/PID/fd
-	MapEntries int           `json:"map_entries"` // redirect map records
+	At         time.Duration     `json:"at"`  // since the load started
+	RSS        int64             `json:"rss"` // bytes
+	Goroutines int               `json:"goroutines"`
+	FDs        int               `json:"fds"`         // /proc/PID/fd
+	MapEntries int               `json:"map_entries"` // redirect map records
+	fdNames    map[string]string // fd number → what it is, for a leak's report
+	closeWait  int               // sockets the peer closed and chaperone has yet to
 }
 
 // report is what a run measured and what it found wrong.
@@ -124,7 +127,8 @@ func startOrigin(dir string) (*origin, string, error) {
 }
 
 // closeIdle closes the origin's idle HTTP/1 connections, so that the
-// proxy's pooled upstream connections do not count as Chaperone's own.
+// proxy's pooled upstream connections (closed on its side by its next check
+// of the pool) do not count as Chaperone's own.
 func (o *origin) closeIdle() {
 	o.srv.SetKeepAlivesEnabled(false)
 	o.srv.SetKeepAlivesEnabled(true)
@@ -258,7 +262,9 @@ func run(ctx context.Context, c config) (*report, error) {
 	if r.Warm, err = next(lineWarm, c.Warmup+3*time.Minute); err != nil {
 		return fail(err)
 	}
-	if r.Before, err = probe.settle(ctx, o.closeIdle, nil, 20*time.Second); err != nil {
+	// Settled: the proxy closed its pooled connections that the origin
+	// closed (it checks them every few seconds).
+	if r.Before, err = probe.settle(ctx, o.closeIdle, func(s snapshot) bool { return s.closeWait == 0 }, 20*time.Second); err != nil {
 		return fail(err)
 	}
 	probe.dump(filepath.Join(c.Dir, "goroutines-before.txt"))
@@ -301,7 +307,7 @@ func run(ctx context.Context, c config) (*report, error) {
 		return fail(err)
 	}
 	if r.After, err = probe.settle(ctx, o.closeIdle, func(s snapshot) bool {
-		return s.Goroutines <= r.Before.Goroutines && s.FDs <= r.Before.FDs && s.MapEntries <= 0
+		return s.Goroutines <= r.Before.Goroutines && s.FDs <= r.Before.FDs && s.MapEntries <= 0 && s.closeWait == 0
 	}, 30*time.Second); err != nil {
 		return fail(err)
 	}
@@ -353,7 +359,7 @@ func (r *report) judge(c config) {
 		r.violate("goroutines: %d after the load, %d before", r.After.Goroutines, r.Before.Goroutines)
 	}
 	if r.After.FDs > r.Before.FDs {
-		r.violate("file descriptors: %d after the load, %d before", r.After.FDs, r.Before.FDs)
+		r.violate("file descriptors: %d after the load, %d before; new: %s", r.After.FDs, r.Before.FDs, newFDs(r.Before.fdNames, r.After.fdNames))
 	}
 	if r.After.MapEntries != 0 {
 		r.violate("redirect map: %d entries left after the load (%d before)", r.After.MapEntries, r.Before.MapEntries)
@@ -477,11 +483,15 @@ func (p *prober) snapshot() (snapshot, error) {
 		return s, fmt.Errorf("soak: debug vars: %w", err)
 	}
 	s.Goroutines, s.MapEntries = v.Goroutines, v.RedirectEntries
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.pid))
-	if err != nil {
-		return s, fmt.Errorf("soak: %w", err)
+	if s.fdNames, err = fdNames(p.pid); err != nil {
+		return s, err
 	}
-	s.FDs = len(fds)
+	s.FDs = len(s.fdNames)
+	for _, name := range s.fdNames {
+		if strings.HasSuffix(name, " CLOSE_WAIT") {
+			s.closeWait++
+		}
+	}
 	if s.RSS, err = rss(p.pid); err != nil {
 		return s, err
 	}
@@ -514,6 +524,88 @@ func (p *prober) settle(ctx context.Context, tidy func(), done func(snapshot) bo
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// fdNames maps each descriptor of pid to what it refers to: a path, a
+// socket with its addresses and TCP state, an anonymous inode.
+func fdNames(pid int) (map[string]string, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	names := make(map[string]string, len(fds))
+	var sockets map[string]string
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
+		if err != nil {
+			continue // closed since the listing
+		}
+		if inode, ok := strings.CutPrefix(target, "socket:["); ok {
+			if sockets == nil {
+				sockets = tcpSockets(pid)
+			}
+			if desc, ok := sockets[strings.TrimSuffix(inode, "]")]; ok {
+				target += " " + desc
+			}
+		}
+		names[fd.Name()] = target
+	}
+	return names, nil
+}
+
+// tcpSockets maps the socket inodes of pid's network namespace to
+// "tcp local→remote STATE", from /proc/PID/net/tcp and tcp6.
+func tcpSockets(pid int) map[string]string {
+	states := map[string]string{"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+		"06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING"}
+	m := map[string]string{}
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		if err != nil {
+			continue
+		}
+		for l := range strings.Lines(string(b)) {
+			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+			fs := strings.Fields(l)
+			if len(fs) < 10 || fs[0] == "sl" {
+				continue
+			}
+			m[fs[9]] = fmt.Sprintf("%s %s→%s %s", f, procAddr(fs[1]), procAddr(fs[2]), cmp.Or(states[fs[3]], fs[3]))
+		}
+	}
+	return m
+}
+
+// procAddr turns /proc/net/tcp's "0100007F:1F90" into "127.0.0.1:8080";
+// IPv6 addresses stay in the kernel's hex.
+func procAddr(s string) string {
+	host, port, ok := strings.Cut(s, ":")
+	p, err := strconv.ParseUint(port, 16, 16)
+	if !ok || err != nil {
+		return s
+	}
+	if len(host) == 8 {
+		if v, err := strconv.ParseUint(host, 16, 32); err == nil {
+			return fmt.Sprintf("%d.%d.%d.%d:%d", v&0xff, v>>8&0xff, v>>16&0xff, v>>24, p)
+		}
+	}
+	return fmt.Sprintf("[%s]:%d", host, p)
+}
+
+// newFDs lists the descriptors of after that before did not have.
+func newFDs(before, after map[string]string) string {
+	var out []string
+	for fd, target := range after {
+		if before[fd] != target {
+			out = append(out, fd+"="+target)
+		}
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return "none by name"
+	}
+	return strings.Join(out, ", ")
 }
 
 func same(ss []snapshot) bool {
