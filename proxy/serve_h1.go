@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"runtime"
 	"strconv"
 	"strings"
@@ -679,16 +680,19 @@ func writeStatusLine(bw *bufio.Writer, code int) {
 	bw.WriteString("\r\n")
 }
 
-// writeField writes a header field, its values' line breaks as spaces, as
-// net/http does, so that no value can start a field of its own.
+// writeField writes a header field as net/http does: each CR or LF of a
+// value as a space, so that no value can start a field of its own, and the
+// value trimmed of ASCII white space.
 func writeField(bw *bufio.Writer, k string, vv []string) {
 	for _, v := range vv {
 		bw.WriteString(k)
 		bw.WriteString(": ")
 		if strings.ContainsAny(v, "\r\n") {
-			v = strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(v)
+			v = newlineToSpace.Replace(v)
 		}
-		bw.WriteString(strings.TrimSpace(v))
+		bw.WriteString(textproto.TrimString(v))
 		bw.WriteString("\r\n")
 	}
 }
+
+var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")

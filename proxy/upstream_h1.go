@@ -168,7 +168,7 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 	stop := context.AfterFunc(ctx, pc.close)
 	var written chan error
 	if req.Body == nil || (req.ContentLength > 0 && req.ContentLength <= inlineBodyMax) {
-		err := req.Write(pc.bw)
+		err := writeRequest(pc.bw, req, false)
 		if err == nil {
 			err = pc.bw.Flush()
 		}
@@ -203,7 +203,7 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 // writeBody writes a request with a large or streamed body, then starts
 // the wait for the response header, unless it already came.
 func (h *h1Upstream) writeBody(pc *h1Conn, req *http.Request, written chan<- error) {
-	err := req.Write(pc.bw)
+	err := writeRequest(pc.bw, req, true)
 	if err == nil {
 		err = pc.bw.Flush()
 	}
