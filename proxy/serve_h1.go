@@ -203,7 +203,7 @@ func (cc *clientConn) serve() bool {
 		return false
 	}
 	req.TLS = cc.tls
-	ctx, cancel := context.WithCancel(cc.ctx)
+	ctx := newReqContext(cc.ctx)
 	req = req.WithContext(ctx)
 	// A body of its own for each request: after a handler returns, the
 	// goroutine writing a body upstream may still be reading it.
@@ -213,7 +213,7 @@ func (cc *clientConn) serve() bool {
 		req.Body = cc.body
 		if ex := req.Header["Expect"]; len(ex) > 0 {
 			if !strings.EqualFold(ex[0], "100-continue") || req.ProtoMinor == 0 {
-				cancel()
+				ctx.cancel()
 				cc.closeWith(http.StatusExpectationFailed, "")
 				return false
 			}
@@ -221,16 +221,16 @@ func (cc *clientConn) serve() bool {
 			// another goroutine, while the handler writes the response.
 			io.WriteString(cc.bw, "HTTP/1.1 100 Continue\r\n\r\n")
 			if cc.bw.Flush() != nil {
-				cancel()
+				ctx.cancel()
 				cc.c.Close()
 				return false
 			}
 		}
 	}
 	w := &cc.w
-	w.reset(cc, req, cancel)
+	w.reset(cc, req, ctx)
 	aborted := cc.run(w, req)
-	cancel()
+	ctx.cancel()
 	cc.stopWatch()
 	switch {
 	case w.hijacked:
@@ -352,7 +352,7 @@ func (cc *clientConn) closeGracefully() {
 // write is seen only at the next write, which may be long coming. The
 // request's context is cancelled if the connection ends. Only with
 // nothing buffered: a byte read now is the next request's first.
-func (cc *clientConn) startWatch(cancel context.CancelFunc) {
+func (cc *clientConn) startWatch(ctx *reqContext) {
 	if cc.watching || cc.body != nil && !cc.body.eof.Load() || cc.br.Buffered() > 0 || cc.has1 {
 		return
 	}
@@ -365,7 +365,7 @@ func (cc *clientConn) startWatch(cancel context.CancelFunc) {
 			cc.watchGot = true
 		} else if err != nil && !cc.stopping.Load() {
 			cc.gone.Store(true)
-			cancel()
+			ctx.cancel()
 		}
 	}()
 }
@@ -415,7 +415,7 @@ func (b *bodyEOF) Close() error { return nil } // the loop drains or closes
 type h1Writer struct {
 	cc     *clientConn
 	req    *http.Request
-	cancel context.CancelFunc
+	ctx    *reqContext
 	header http.Header
 
 	status     int  // 0 until a final status is written
@@ -431,7 +431,7 @@ type h1Writer struct {
 	err        error // the first write error
 }
 
-func (w *h1Writer) reset(cc *clientConn, req *http.Request, cancel context.CancelFunc) {
+func (w *h1Writer) reset(cc *clientConn, req *http.Request, ctx *reqContext) {
 	h := w.header
 	if h == nil {
 		h = make(http.Header)
@@ -439,7 +439,7 @@ func (w *h1Writer) reset(cc *clientConn, req *http.Request, cancel context.Cance
 		clear(h)
 	}
 	trailers := w.trailers[:0]
-	*w = h1Writer{cc: cc, req: req, cancel: cancel, header: h, clen: -1, trailers: trailers}
+	*w = h1Writer{cc: cc, req: req, ctx: ctx, header: h, clen: -1, trailers: trailers}
 	w.closeAfter = req.ProtoMinor == 0 // HTTP/1.0: one request a connection
 }
 
@@ -527,7 +527,7 @@ func (w *h1Writer) Flush() {
 		w.sendHeader(false)
 	}
 	w.noteErr(w.cc.bw.Flush())
-	w.cc.startWatch(w.cancel)
+	w.cc.startWatch(w.ctx)
 }
 
 // FlushError is Flush that reports a write error.

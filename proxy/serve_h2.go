@@ -111,11 +111,11 @@ type h2Conn struct {
 
 // h2Stream is one request.
 type h2Stream struct {
-	sc     *h2Conn
-	id     uint32
-	cancel context.CancelFunc
-	body   *h2Body // nil when the request has none
-	w      h2Writer
+	sc   *h2Conn
+	id   uint32
+	ctx  *reqContext // cancelled when the stream ends
+	body *h2Body     // nil when the request has none
+	w    h2Writer
 
 	// Under sc.wmu.
 	sendWin int64
@@ -368,7 +368,7 @@ func (sc *h2Conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
 		sc.fr.WriteRSTStream(st.id, http2.ErrCodeFlowControl)
 		sc.flushOwed = true
 		sc.endRemote(st, errH2StreamReset)
-		st.cancel()
+		st.ctx.cancel()
 	}
 	sc.winCond.Broadcast()
 	return nil
@@ -388,7 +388,7 @@ func (sc *h2Conn) processReset(f *http2.RSTStreamFrame) error {
 		sc.winCond.Broadcast()
 		sc.unlockW(false)
 		sc.endRemote(st, errH2StreamReset)
-		st.cancel()
+		st.ctx.cancel()
 	}
 	return nil
 }
@@ -407,7 +407,7 @@ func (sc *h2Conn) resetStream(id uint32, code http2.ErrCode) {
 	sc.unlockW(true)
 	if st != nil {
 		sc.endRemote(st, errH2StreamReset)
-		st.cancel()
+		st.ctx.cancel()
 	}
 }
 
@@ -451,15 +451,14 @@ func (sc *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	st := &h2Stream{sc: sc, id: id, declared: declared, recvWin: h2StreamWindow}
 	st.w = h2Writer{st: st, req: req}
-	ctx, cancel := context.WithCancel(sc.ctx)
-	st.cancel = cancel
-	req = req.WithContext(ctx)
+	st.ctx = newReqContext(sc.ctx)
+	req = req.WithContext(st.ctx)
 	st.w.req = req
 	if f.StreamEnded() {
 		st.remoteDone = true
 		req.Body = http.NoBody
 		if declared > 0 {
-			cancel()
+			st.ctx.cancel()
 			sc.resetStream(id, http2.ErrCodeProtocol)
 			return nil
 		}
@@ -474,7 +473,7 @@ func (sc *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		// The idle wait expired as the request came: the connection's
 		// reads fail from now on. Refused, the request is safe to retry.
 		sc.mu.Unlock()
-		cancel()
+		st.ctx.cancel()
 		sc.resetStream(id, http2.ErrCodeRefusedStream)
 		return nil
 	}
@@ -782,7 +781,7 @@ func (sc *h2Conn) shut() {
 	sc.mu.Unlock()
 	for _, st := range streams {
 		sc.endRemote(st, errH2ConnClosed)
-		st.cancel()
+		st.ctx.cancel()
 	}
 }
 
@@ -923,7 +922,7 @@ func (st *h2Stream) run() {
 // end removes the stream once its handler returned.
 func (st *h2Stream) end() {
 	sc := st.sc
-	st.cancel()
+	st.ctx.cancel()
 	if st.body != nil {
 		st.body.Close()
 	}

@@ -122,6 +122,9 @@ func (pc *h1Conn) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// cancelled closes the connection: its request's context is cancelled.
+func (pc *h1Conn) cancelled() { pc.close() }
+
 // close closes the connection. It does not wait for a write in progress.
 func (pc *h1Conn) close() {
 	pc.watch.remove(&pc.header)
@@ -165,7 +168,7 @@ func (h *h1Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 // exchange writes req on pc and reads the response header.
 func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request) (*http.Response, error) {
 	pc.nread = 0
-	stop := context.AfterFunc(ctx, pc.close)
+	stop := onCancel(ctx, pc)
 	var written chan error
 	if req.Body == nil || (req.ContentLength > 0 && req.ContentLength <= inlineBodyMax) {
 		err := writeRequest(pc.bw, req, false)
@@ -173,7 +176,7 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 			err = pc.bw.Flush()
 		}
 		if err != nil {
-			stop()
+			stop.Stop()
 			return nil, err
 		}
 		h.watch.arm(&pc.header, h.headerTimeout)
@@ -184,7 +187,7 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 	}
 	res, err := h.readHeader(ctx, pc, req)
 	if err != nil {
-		stop()
+		stop.Stop()
 		if written != nil {
 			<-written // pc is closed by now: the writer ends
 		}
@@ -257,7 +260,7 @@ type h1Body struct {
 	h       *h1Upstream
 	pc      *h1Conn
 	rc      io.ReadCloser
-	stop    func() bool // ends the request's context watch
+	stop    cancelWatch // of the request's context
 	written chan error  // the body writer's result, when there is one
 	keep    bool        // the connection may serve another request
 	done    bool
@@ -289,7 +292,7 @@ func (b *h1Body) Close() error {
 // wholly written and the context watch did not fire, else closed.
 func (b *h1Body) end(keep bool) {
 	b.done = true
-	if !b.stop() {
+	if !b.stop.Stop() {
 		keep = false
 	}
 	if b.written != nil {

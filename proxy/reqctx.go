@@ -1,0 +1,165 @@
+package proxy
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// reqContext is the context of one request read from a tunnel's
+// connection: the connection's context (the tunnel; never cancelled by
+// itself), cancelled once the request is over or its client went away. It
+// is context.WithCancel with a cheaper way to have the request's upstream
+// connection closed at the cancel (onCancel): context.WithCancel and
+// context.AfterFunc cost seven allocations and a map a request, the most
+// of any step of sending a kept-alive request upstream.
+type reqContext struct {
+	context.Context // the connection's
+
+	mu     sync.Mutex
+	done   chan struct{} // made by the first Done, or closed (closedChan) at the cancel
+	err    error
+	hooks  []cancelHook // run at the cancel, in order
+	inline [2]cancelHook
+	nextID uint64
+}
+
+// canceller is what a hook does at the cancel: close an upstream
+// connection. It must not block.
+type canceller interface{ cancelled() }
+
+type cancelHook struct {
+	id uint64
+	c  canceller
+	f  func() // AfterFunc's, when c is nil
+}
+
+type reqContextKey struct{}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func newReqContext(parent context.Context) *reqContext {
+	c := &reqContext{Context: parent}
+	c.hooks = c.inline[:0]
+	return c
+}
+
+func (c *reqContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+	}
+	return c.done
+}
+
+func (c *reqContext) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *reqContext) Value(key any) any {
+	if key == (reqContextKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// AfterFunc is how the context package has a context derived from c
+// cancelled with it (without it, each derived context would cost a
+// goroutine). f runs on the goroutine that cancels c: context's own f,
+// cancelling the derived context, does not block.
+func (c *reqContext) AfterFunc(f func()) (stop func() bool) {
+	id, ok := c.add(cancelHook{f: f})
+	if !ok {
+		go f()
+		return func() bool { return false }
+	}
+	return func() bool { return c.remove(id) }
+}
+
+// cancel cancels c and runs its hooks; later calls do nothing.
+func (c *reqContext) cancel() {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = context.Canceled
+	if c.done == nil {
+		c.done = closedChan
+	} else {
+		close(c.done)
+	}
+	hooks := c.hooks
+	c.hooks = nil
+	c.mu.Unlock()
+	for _, h := range hooks {
+		if h.c != nil {
+			h.c.cancelled()
+		} else {
+			h.f()
+		}
+	}
+}
+
+// add registers h; false means c is cancelled already.
+func (c *reqContext) add(h cancelHook) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, false
+	}
+	c.nextID++
+	h.id = c.nextID
+	c.hooks = append(c.hooks, h)
+	return h.id, true
+}
+
+// remove unregisters hook id; false means it has run (or is running).
+func (c *reqContext) remove(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, h := range c.hooks {
+		if h.id == id {
+			c.hooks = slices.Delete(c.hooks, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// cancelWatch is onCancel's registration.
+type cancelWatch struct {
+	rc   *reqContext
+	id   uint64
+	stop func() bool // context.AfterFunc's, for any other context
+}
+
+// onCancel has x.cancelled called once ctx is cancelled, unless the
+// watch is stopped first. A reqContext, or a context that only adds values
+// to one, takes it without an allocation; any other context goes through
+// context.AfterFunc.
+func onCancel(ctx context.Context, x canceller) cancelWatch {
+	if rc, ok := ctx.Value(reqContextKey{}).(*reqContext); ok && ctx.Done() == rc.Done() {
+		if id, ok := rc.add(cancelHook{c: x}); ok {
+			return cancelWatch{rc: rc, id: id}
+		}
+		x.cancelled()
+		return cancelWatch{}
+	}
+	return cancelWatch{stop: context.AfterFunc(ctx, x.cancelled)}
+}
+
+// Stop ends the watch: true if x.cancelled has not been called and will
+// not be, as the stop function of context.AfterFunc.
+func (w cancelWatch) Stop() bool {
+	switch {
+	case w.rc != nil:
+		return w.rc.remove(w.id)
+	case w.stop != nil:
+		return w.stop()
+	}
+	return false
+}
