@@ -37,9 +37,9 @@ const headerFlushDelay = time.Millisecond
 //   - no byte is held: streams (text/event-stream, or a body of unknown
 //     length) have their header and every write flushed at once; a body of
 //     known length has every write flushed except the one that completes
-//     it, which the handler's return sends together with the header, and
-//     its header is flushed alone if the body is slower than
-//     headerFlushDelay.
+//     it, which is sent with the header, before the bookkeeping of the
+//     request's end (at the handler's return, over HTTP/2), and its header
+//     is flushed alone if the body is slower than headerFlushDelay.
 //
 // A failure while copying the body is recorded in the event's Error;
 // abort then says the response must be aborted, once the event is
@@ -194,6 +194,7 @@ func (p *Proxy) copyBody(x *exchange, r *http.Request, res *http.Response) error
 	fw := &x.fw
 	fw.w = &x.sw
 	fw.f, _ = x.sw.ResponseWriter.(http.Flusher)
+	fw.c, _ = x.sw.ResponseWriter.(bodyCompleter)
 	remaining := res.ContentLength // bytes to the end of a known-length body; -1 for a stream
 	if remaining < 0 || isEventStream(res.Header["Content-Type"]) {
 		remaining = -1
@@ -222,6 +223,9 @@ func (p *Proxy) copyBody(x *exchange, r *http.Request, res *http.Response) error
 				return err
 			}
 			sent += int64(n)
+			if last {
+				fw.complete()
+			}
 		}
 		switch {
 		case rerr == io.EOF:
@@ -274,7 +278,8 @@ type readyBody interface{ ready() bool }
 type flushWriter struct {
 	mu      sync.Mutex
 	w       http.ResponseWriter
-	f       http.Flusher // nil if the writer cannot flush
+	f       http.Flusher  // nil if the writer cannot flush
+	c       bodyCompleter // nil if the writer cannot send a complete body early
 	t       *time.Timer
 	held    bool // the header is written and may not have been sent
 	stopped bool // the handler is done with the writer
@@ -302,6 +307,20 @@ func (fw *flushWriter) flush() {
 	}
 	fw.held = false
 }
+
+// complete tells the writer the body is all written.
+func (fw *flushWriter) complete() {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if fw.c != nil {
+		fw.c.bodyComplete()
+		fw.held = false
+	}
+}
+
+// bodyCompleter is a response writer that can send a response whose body
+// is complete before the handler returns (h1Writer).
+type bodyCompleter interface{ bodyComplete() }
 
 func (fw *flushWriter) delayedFlush() {
 	fw.mu.Lock()

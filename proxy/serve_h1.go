@@ -530,6 +530,17 @@ func (w *h1Writer) Flush() {
 	w.cc.startWatch(w.ctx)
 }
 
+// bodyComplete sends the response now if its body is complete: all of
+// its declared length written. What the handler does after the body (the
+// upstream connection back to its pool, the request's event) then no
+// longer delays the client. Unlike Flush, it starts no watch: the handler
+// is about to return.
+func (w *h1Writer) bodyComplete() {
+	if w.sent && !w.chunked && w.clen >= 0 && w.written == w.clen && !w.done && !w.hijacked && w.err == nil {
+		w.noteErr(w.cc.bw.Flush())
+	}
+}
+
 // FlushError is Flush that reports a write error.
 func (w *h1Writer) FlushError() error {
 	w.Flush()

@@ -3,11 +3,13 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	stdtls "crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -215,5 +217,66 @@ func FuzzServeH1(f *testing.F) {
 		if _, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil); err != nil {
 			t.Fatalf("answer %q does not start with a response: %v", out, err)
 		}
+	})
+}
+
+// TestServeH1ResponseBeforeBookkeeping: a response of known length reaches
+// the client as soon as its body is complete, before the request's event
+// is published (which here waits for the client to have the response),
+// and a stream's does not wait for it either.
+func TestServeH1ResponseBeforeBookkeeping(t *testing.T) {
+	clientGot := make(chan struct{})
+	var waitedOut atomic.Bool
+	e := newEnv(t, envOptions{tune: func(o *Options) {
+		publish := o.Publish
+		o.Publish = func(ev *event.Event) {
+			if ev.HTTP != nil && strings.HasSuffix(ev.HTTP.URL, "/early") {
+				select {
+				case <-clientGot:
+				case <-time.After(5 * time.Second):
+					waitedOut.Store(true)
+				}
+			}
+			publish(ev)
+		}
+	}})
+	up := e.upstream(upstream.Options{Name: "early.example.test", CA: e.upCA,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "5")
+			io.WriteString(w, "hello")
+		})})
+	c, _, resp := e.connect(hostPort(up), basicAuth(proxyUser, testToken))
+	if resp != nil {
+		t.Fatalf("CONNECT: %s", resp.Status)
+	}
+	tc := stdtls.Client(c, &stdtls.Config{RootCAs: e.caPool, ServerName: up.Name, NextProtos: []string{"http/1.1"}})
+	defer tc.Close()
+	br := bufio.NewReader(tc)
+	for i := range 2 {
+		io.WriteString(tc, "GET /early HTTP/1.1\r\nHost: "+hostPort(up)+"\r\n\r\n")
+		tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, err := io.ReadAll(res.Body)
+		if err != nil || string(b) != "hello" {
+			t.Fatalf("request %d: body %q, %v", i, b, err)
+		}
+		if i == 0 {
+			close(clientGot)
+		}
+	}
+	if waitedOut.Load() {
+		t.Error("the response reached the client only after its event was published")
+	}
+	e.rec.wait(t, "the two requests' events", func(*event.Event) bool {
+		n := 0
+		for _, ev := range e.rec.kinds(event.KindHTTP) {
+			if strings.HasSuffix(ev.HTTP.URL, "/early") && ev.HTTP.Status == http.StatusOK {
+				n++
+			}
+		}
+		return n == 2
 	})
 }
