@@ -33,7 +33,8 @@ type exchange struct {
 	http event.HTTP
 	sw   statusWriter
 
-	url   url.URL // the outgoing request's
+	url   url.URL   // the outgoing request's
+	octx  reqValues // the outgoing request's context, over a reqContext
 	body  guardedBody
 	trace httptrace.ClientTrace
 	fw    flushWriter

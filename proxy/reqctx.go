@@ -130,6 +130,18 @@ func (c *reqContext) remove(id uint64) bool {
 	return false
 }
 
+// reqValues is a context that only adds values to a reqContext (as
+// httptrace.WithClientTrace does) and passes AfterFunc on to it. The
+// context package looks for AfterFunc on a derived context's direct parent
+// only: without it, each context derived from the values (a handshake's
+// timeout, say) would cost a goroutine until it ends.
+type reqValues struct {
+	context.Context // the values over rc
+	rc              *reqContext
+}
+
+func (c *reqValues) AfterFunc(f func()) (stop func() bool) { return c.rc.AfterFunc(f) }
+
 // cancelWatch is onCancel's registration.
 type cancelWatch struct {
 	rc   *reqContext

@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"runtime"
 	"sync/atomic"
@@ -179,4 +181,39 @@ func BenchmarkRequestContext(b *testing.B) {
 			c.cancel()
 		}
 	})
+}
+
+// TestOutgoingContextDerived: contexts derived from an outgoing request's
+// context (the upstream handshake's timeout, say) are cancelled with the
+// request without a goroutine each, and its upstream watch takes the fast
+// path.
+func TestOutgoingContextDerived(t *testing.T) {
+	rc := newReqContext(context.Background())
+	r := httptest.NewRequest(http.MethodGet, "https://example.com/", nil).WithContext(rc)
+	x := &exchange{}
+	out := x.outgoing(r)
+	goroutines := runtime.NumGoroutine()
+	var derived []context.Context
+	for range 10 {
+		ctx, cancel := context.WithTimeout(out.Context(), time.Hour)
+		defer cancel()
+		derived = append(derived, ctx)
+	}
+	if n := runtime.NumGoroutine() - goroutines; n > 0 {
+		t.Errorf("%d goroutines for 10 contexts derived from the outgoing request's", n)
+	}
+	if w := onCancel(out.Context(), &countCancel{}); w.rc != rc {
+		t.Error("the outgoing request's context did not take the fast path")
+	}
+	rc.cancel()
+	for i, ctx := range derived {
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("derived context %d not done after the request's cancel", i)
+		}
+	}
+	if httptrace.ContextClientTrace(out.Context()) != &x.trace {
+		t.Error("the outgoing request's context lost its client trace")
+	}
 }

@@ -98,7 +98,12 @@ func needsH2(h http.Header) bool {
 func (x *exchange) outgoing(r *http.Request) *http.Request {
 	ctx := r.Context()
 	x.trace.Got1xxResponse = x.got1xx
-	out := r.WithContext(httptrace.WithClientTrace(ctx, &x.trace))
+	octx := httptrace.WithClientTrace(ctx, &x.trace)
+	if rc, ok := ctx.(*reqContext); ok {
+		x.octx = reqValues{Context: octx, rc: rc}
+		octx = &x.octx
+	}
+	out := r.WithContext(octx)
 	out.RequestURI = ""
 	out.Close = false
 	out.Header = outboundHeader(r.Header)
