@@ -222,7 +222,7 @@ func (h *h1Upstream) readHeader(ctx context.Context, pc *h1Conn, req *http.Reque
 	pc.limit = h.maxHeader
 	defer func() { pc.limit = -1 }()
 	for n := 0; ; n++ {
-		res, err := http.ReadResponse(pc.br, req)
+		res, err := readResponse(pc.br, req)
 		if err == nil && res.StatusCode >= 200 && pc.header.disarm() {
 			err = os.ErrDeadlineExceeded // the header came as the wait expired
 		}
