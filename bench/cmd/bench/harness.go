@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,6 +96,7 @@ type column struct {
 	out    report.Proxy
 	peer   peer
 	best   map[string]loadgen.Result // per scenario: the least disturbed round
+	rounds map[string][]float64      // per scenario: each round's score (0: failed)
 	failed map[string]string         // per scenario: the last failure
 	peakKB uint64
 }
@@ -105,6 +107,7 @@ func (h *harness) startColumn(ctx context.Context, name string) *column {
 	c := &column{
 		out:    report.Proxy{Name: name, Values: map[string]report.Value{}, Raw: map[string]json.RawMessage{}},
 		best:   map[string]loadgen.Result{},
+		rounds: map[string][]float64{},
 		failed: map[string]string{},
 	}
 	var err error
@@ -171,11 +174,62 @@ func (h *harness) measure(ctx context.Context) []report.Proxy {
 			h.runOne(ctx, c, s, 1)
 		}
 	}
+	var direct *column
+	for _, c := range cols {
+		if c.out.Name == colDirect {
+			direct = c
+		}
+	}
 	var out []report.Proxy
 	for _, c := range cols {
+		if direct != nil && c != direct && c.peer != nil {
+			if note := roundRatios(c.rounds, direct.rounds, scen); note != "" {
+				c.out.Notes = append(c.out.Notes, note)
+			}
+		}
 		out = append(out, h.finish(ctx, c, scen))
 	}
 	return out
+}
+
+// roundRatios lists, for each load scenario, the column's figure over
+// direct's in the same round, and their median. Each round measures a
+// scenario's columns within a minute or so, so these ratios are less
+// disturbed by the machine's changes of speed than the best rounds' ratio,
+// which may pair rounds far apart.
+func roundRatios(col, direct map[string][]float64, scen []scenario) string {
+	var parts []string
+	for _, s := range scen {
+		if s.hold {
+			continue
+		}
+		a, b := col[s.id], direct[s.id]
+		var rs []float64
+		for i := range min(len(a), len(b)) {
+			if a[i] > 0 && b[i] > 0 {
+				rs = append(rs, a[i]/b[i])
+			}
+		}
+		if len(rs) < 2 {
+			continue // one round: the table's ratio says it all
+		}
+		var b2 strings.Builder
+		fmt.Fprintf(&b2, "%s", s.id)
+		for _, r := range rs {
+			fmt.Fprintf(&b2, " %.2f", r)
+		}
+		slices.Sort(rs)
+		m := rs[len(rs)/2]
+		if len(rs)%2 == 0 {
+			m = (rs[len(rs)/2-1] + m) / 2
+		}
+		fmt.Fprintf(&b2, " (median %.2f)", m)
+		parts = append(parts, b2.String())
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "rounds' own ratios to direct: " + strings.Join(parts, "; ")
 }
 
 // holdsIdle says whether column name runs the idle-connections scenario:
@@ -194,6 +248,12 @@ func (h *harness) runOne(ctx context.Context, c *column, s scenario, round int) 
 		return
 	}
 	h.logf("%s %s #%d: %s", name, s.id, round, summary(res))
+	if !s.hold {
+		for len(c.rounds[s.id]) < round-1 {
+			c.rounds[s.id] = append(c.rounds[s.id], 0) // a round that failed
+		}
+		c.rounds[s.id] = append(c.rounds[s.id], roundFigure(s, res))
+	}
 	if !s.hold && res.After != nil {
 		c.peakKB = max(c.peakKB, res.After.PeakKB)
 	}
@@ -206,17 +266,32 @@ func (h *harness) runOne(ctx context.Context, c *column, s scenario, round int) 
 
 // better says whether a is a less disturbed run than b: more successful
 // requests per second (bytes for a download), errors counting against.
-func better(a, b loadgen.Result) bool {
-	score := func(r loadgen.Result) float64 {
-		if r.Mode == "hold" {
-			return float64(r.Held)
-		}
-		if r.Requests == 0 {
-			return -1
-		}
-		return r.MBps + r.RPS - float64(r.Errors)
+func better(a, b loadgen.Result) bool { return score(a) > score(b) }
+
+// roundFigure is the figure of a round that the rounds' own ratios
+// compare: MB/s for the download, requests per second for the others; 0
+// for a round with errors.
+func roundFigure(s scenario, r loadgen.Result) float64 {
+	switch {
+	case r.Errors > 0 || r.Requests == 0:
+		return 0
+	case s.group == "download":
+		return r.MBps
 	}
-	return score(a) > score(b)
+	return r.RPS
+}
+
+// score is a run's figure for comparing rounds: requests per second, or
+// MB/s for a download (whose requests per second are a handful), errors
+// counting against; connections held for the idle scenario.
+func score(r loadgen.Result) float64 {
+	if r.Mode == "hold" {
+		return float64(r.Held)
+	}
+	if r.Requests == 0 {
+		return -1
+	}
+	return r.MBps + r.RPS - float64(r.Errors)
 }
 
 // finish turns a column's best results into its figures and notes.

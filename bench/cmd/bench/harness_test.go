@@ -118,3 +118,39 @@ func TestParseFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundRatios: each round's figure over direct's in the same round,
+// and their median; failed rounds and single rounds left out.
+func TestRoundRatios(t *testing.T) {
+	scen := []scenario{{id: "ka-h1-c1", group: "ka"}, {id: "download", group: "download"}, {id: "new", group: "new"},
+		{id: "ka-h1-c64", group: "ka"}, {id: "idle", group: "idle", hold: true}}
+	direct := map[string][]float64{"ka-h1-c1": {100, 200, 100}, "download": {1000, 1000}, "new": {50}, "ka-h1-c64": {10, 0, 10, 10}, "idle": {1, 1}}
+	col := map[string][]float64{"ka-h1-c1": {60, 80, 45}, "download": {400, 600}, "new": {30}, "ka-h1-c64": {5, 5, 0, 6}, "idle": {1, 1}}
+	got := roundRatios(col, direct, scen)
+	want := "rounds' own ratios to direct: ka-h1-c1 0.60 0.40 0.45 (median 0.45); download 0.40 0.60 (median 0.50); ka-h1-c64 0.50 0.60 (median 0.55)"
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if got := roundRatios(map[string][]float64{"new": {1}}, map[string][]float64{"new": {2}}, scen); got != "" {
+		t.Errorf("one round: %q, want no note", got)
+	}
+}
+
+// TestRoundFigure: the figure a round is compared by.
+func TestRoundFigure(t *testing.T) {
+	ka, dl := scenario{id: "ka-h1-c1", group: "ka"}, scenario{id: "download", group: "download"}
+	for _, tt := range []struct {
+		s    scenario
+		r    loadgen.Result
+		want float64
+	}{
+		{ka, loadgen.Result{Requests: 10, RPS: 5000, MBps: 5}, 5000},
+		{dl, loadgen.Result{Requests: 10, RPS: 9, MBps: 900}, 900},
+		{ka, loadgen.Result{Requests: 10, RPS: 5000, Errors: 1}, 0},
+		{ka, loadgen.Result{}, 0},
+	} {
+		if got := roundFigure(tt.s, tt.r); got != tt.want {
+			t.Errorf("%s %+v: %v, want %v", tt.s.id, tt.r, got, tt.want)
+		}
+	}
+}

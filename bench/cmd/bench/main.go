@@ -89,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	)
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time of each scenario")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up before each scenario (fills pools and leaf caches)")
-	fs.IntVar(&o.rounds, "rounds", 2, "rounds of the load scenarios; the least disturbed (fastest) round of each is reported")
+	fs.IntVar(&o.rounds, "rounds", 2, "rounds of the load scenarios; the least disturbed (fastest) round of each is reported, and each round's ratio to direct in the notes")
 	fs.IntVar(&o.newConnC, "new-conn-c", 16, "concurrency of the new-connection scenario")
 	fs.IntVar(&o.idle, "idle", 10000, "idle connections to hold")
 	fs.DurationVar(&o.holdOpen, "hold-open", 2*time.Minute, "budget to open the idle connections")
