@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -124,7 +125,7 @@ func writeRequest(bw *bufio.Writer, req *http.Request, flushHead bool) error {
 	return err
 }
 
-var errCTLInURL = fmt.Errorf("net/http: can't write control character in Request.URL")
+var errCTLInURL = errors.New("net/http: can't write control character in Request.URL")
 
 // plainRequest reports whether writeRequest writes req itself.
 func plainRequest(req *http.Request) bool {
@@ -147,7 +148,7 @@ func plainRequest(req *http.Request) bool {
 }
 
 // hasCTL reports whether s holds an ASCII control character.
-func hasCTL(s string) bool {
+func hasCTL[T string | []byte](s T) bool {
 	for i := range len(s) {
 		if b := s[i]; b < ' ' || b == 0x7f {
 			return true

@@ -62,7 +62,7 @@ func parsePlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, in
 		code = code*10 + int(c-'0')
 	}
 	if code < 200 || code == http.StatusNoContent || code == http.StatusNotModified ||
-		len(status) > 3 && status[3] != ' ' || !printable(status) {
+		len(status) > 3 && status[3] != ' ' || hasCTL(status) {
 		return nil, 0
 	}
 
@@ -171,16 +171,6 @@ func (b *lengthBody) Read(p []byte) (int, error) {
 }
 
 func (b *lengthBody) Close() error { return nil }
-
-// printable reports whether a status line's rest holds no control byte.
-func printable(b []byte) bool {
-	for _, c := range b {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
 
 // trimOWS trims a field value of the spaces and tabs around it.
 func trimOWS(s string) string {
