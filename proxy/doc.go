@@ -41,8 +41,9 @@
 //     upstream connections, and leaves no goroutine behind.
 //
 // Decrypted and plain HTTP/1 requests from a tunnel are served by a loop
-// of its own on the connection (serveH1: http.ReadRequest, a lean
-// ResponseWriter, no buffer held while idle); HTTP/2 (by ALPN) and h2c (by
+// of its own on the connection (serveH1: plain requests parsed by our own
+// reader, any other by http.ReadRequest, a lean ResponseWriter, no buffer
+// held while idle); HTTP/2 (by ALPN) and h2c (by
 // prior knowledge) by a server of its own too (serveH2: x/net's framer and
 // HPACK, handlers on long-lived workers that write their own frames).
 // Either way each connection carries its tunnel, so requests find it in

@@ -24,7 +24,7 @@ import (
 // an http.Server, which costs per connection a goroutine stack grown by
 // the handler and 8 KiB of buffers held while idle, and per request a
 // background read, five updates of the runtime's timers and a goroutine
-// switch. The loop reads requests with http.ReadRequest and answers them
+// switch. The loop reads requests with readRequest and answers them
 // through h1Writer on its own goroutine; between requests it holds no
 // buffer, only its goroutine parked in a one-byte read. Its timeouts
 // (ReadHeaderTimeout, and idleTimeout between requests) are kept by a
@@ -123,9 +123,19 @@ func (cc *clientConn) Read(b []byte) (int, error) {
 		return 0, nil
 	}
 	if cc.has1 {
+		// With what follows it, if the connection has more: a request
+		// read whole is read by readRequest's fast path.
 		b[0], cc.has1 = cc.first[0], false
-		return 1, nil
+		if len(b) == 1 {
+			return 1, nil
+		}
+		n, err := cc.read(b[1:])
+		return n + 1, err
 	}
+	return cc.read(b)
+}
+
+func (cc *clientConn) read(b []byte) (int, error) {
 	if cc.limit >= 0 {
 		if cc.limit == 0 {
 			return 0, errHeaderLimit
@@ -183,11 +193,11 @@ func (cc *clientConn) serve() bool {
 	p := cc.p
 	p.clientWatch.arm(&cc.wait, p.readHeaderTimeout)
 	cc.limit = headerHardLimit(p.maxHeaderBytes) + headerSlack
-	req, err := http.ReadRequest(cc.br)
+	req, err := readRequest(cc.br)
 	overLimit := cc.limit == 0
 	cc.limit = -1
 	// A read cut short by the timeout or the limit may end a line early:
-	// ReadRequest then says the request is malformed.
+	// readRequest then says the request is malformed.
 	switch {
 	case cc.wait.disarm():
 		err = errTimeout{}

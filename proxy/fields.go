@@ -1,0 +1,129 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// plainFields is what parsePlainFields learnt of a header beyond its map.
+type plainFields struct {
+	contentLength int64 // -1 when there is none
+	closing       bool  // Connection: close
+	hosts         int   // Host fields
+}
+
+// parsePlainFields parses header fields, each line ending in CRLF, into a
+// header map as textproto.ReadMIMEHeader does, its values substrings of
+// head. It returns ok false for fields that net/http's reader must read:
+// a line it would refuse or fix up (no colon, a name that is not a token,
+// a control byte in a value, a bare LF, a folded line), a framing other
+// than one plain Content-Length (Transfer-Encoding, Trailer, a repeated,
+// empty or signed Content-Length), or Pragma, which net/http fixes up.
+func parsePlainFields(head string) (http.Header, plainFields, bool) {
+	f := plainFields{contentLength: -1}
+	lines := strings.Count(head, "\n")
+	h := make(http.Header, lines)
+	vals := make([]string, lines) // each field's first value, cap 1, as textproto does
+	for rest := head; rest != ""; {
+		i := strings.IndexByte(rest, '\n')
+		if i < 1 || rest[i-1] != '\r' {
+			return nil, f, false // a bare LF
+		}
+		field := rest[:i-1]
+		rest = rest[i+1:]
+		colon := strings.IndexByte(field, ':')
+		if colon <= 0 {
+			return nil, f, false // no name, or no colon
+		}
+		name, value := field[:colon], trimOWS(field[colon+1:])
+		if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
+			return nil, f, false
+		}
+		key := name
+		if !isCanonicalKey(name) {
+			key = http.CanonicalHeaderKey(name)
+		}
+		switch key {
+		case "Transfer-Encoding", "Trailer", "Pragma":
+			return nil, f, false // chunked, trailers, Pragma's fix-up
+		case "Content-Length":
+			if f.contentLength >= 0 || value == "" || len(value) > 18 {
+				return nil, f, false // repeated, empty or too long
+			}
+			n, err := strconv.ParseUint(value, 10, 63)
+			if err != nil {
+				return nil, f, false
+			}
+			f.contentLength = int64(n)
+		case "Connection":
+			f.closing = f.closing || httpguts.HeaderValuesContainsToken([]string{value}, "close")
+		case "Host":
+			f.hosts++
+		}
+		if vv := h[key]; vv != nil {
+			h[key] = append(vv, value)
+		} else {
+			vals[0] = value
+			h[key] = vals[:1:1]
+			vals = vals[1:]
+		}
+	}
+	return h, f, true
+}
+
+// lengthBody is a body of known length read from r: io.EOF with its last
+// bytes, io.ErrUnexpectedEOF if r ends first, as net/http's body.
+type lengthBody struct {
+	r *bufio.Reader
+	n int64 // bytes left
+}
+
+func (b *lengthBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	switch {
+	case b.n == 0:
+		return n, io.EOF
+	case err == io.EOF:
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (b *lengthBody) Close() error { return nil }
+
+// trimOWS trims a field value of the spaces and tabs around it.
+func trimOWS(s string) string {
+	for s != "" && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for s != "" && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// isCanonicalKey reports whether a valid field name is in canonical form:
+// each letter upper case at the start and after a hyphen, else lower case.
+func isCanonicalKey(s string) bool {
+	upper := true
+	for i := range len(s) {
+		c := s[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return false
+		}
+		upper = c == '-'
+	}
+	return true
+}
