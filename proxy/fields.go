@@ -12,9 +12,10 @@ import (
 
 // plainFields is what parsePlainFields learnt of a header beyond its map.
 type plainFields struct {
-	contentLength int64 // -1 when there is none
-	closing       bool  // Connection: close
-	hosts         int   // Host fields
+	contentLength int64  // -1 when there is none
+	closing       bool   // Connection: close
+	hosts         int    // Host fields
+	host          string // the first one's value, for a request
 }
 
 // parsePlainFields parses header fields, each line ending in CRLF, into a
@@ -24,9 +25,14 @@ type plainFields struct {
 // a control byte in a value, a bare LF, a folded line), a framing other
 // than one plain Content-Length (Transfer-Encoding, Trailer, a repeated,
 // empty or signed Content-Length), or Pragma, which net/http fixes up.
-func parsePlainFields(head string) (http.Header, plainFields, bool) {
+// A request's Host fields go to plainFields, not to the map (as
+// http.ReadRequest has it), which then stays small for eight other fields.
+func parsePlainFields(head string, request bool) (http.Header, plainFields, bool) {
 	f := plainFields{contentLength: -1}
 	lines := strings.Count(head, "\n")
+	if request && lines > 0 {
+		lines-- // for the Host field, as a rule
+	}
 	h := make(http.Header, lines)
 	vals := make([]string, lines) // each field's first value, cap 1, as textproto does
 	for rest := head; rest != ""; {
@@ -64,13 +70,21 @@ func parsePlainFields(head string) (http.Header, plainFields, bool) {
 			f.closing = f.closing || httpguts.HeaderValuesContainsToken([]string{value}, "close")
 		case "Host":
 			f.hosts++
+			if request {
+				if f.hosts == 1 {
+					f.host = value
+				}
+				continue
+			}
 		}
 		if vv := h[key]; vv != nil {
 			h[key] = append(vv, value)
-		} else {
+		} else if len(vals) > 0 {
 			vals[0] = value
 			h[key] = vals[:1:1]
 			vals = vals[1:]
+		} else {
+			h[key] = []string{value}
 		}
 	}
 	return h, f, true

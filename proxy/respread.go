@@ -63,7 +63,7 @@ func parsePlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, in
 
 	// The status text and the header fields, as substrings of one string.
 	all := string(buf[len(proto) : end+2])
-	h, f, ok := parsePlainFields(all[eol-len(proto)+2:])
+	h, f, ok := parsePlainFields(all[eol-len(proto)+2:], false)
 	if !ok || f.contentLength < 0 {
 		return nil, 0 // or a body up to the connection's close
 	}
