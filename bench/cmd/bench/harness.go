@@ -135,8 +135,9 @@ func (h *harness) startColumn(ctx context.Context, name string) *column {
 
 // measure runs every column: the load scenarios round after round, each
 // scenario across all columns before the next (so that a burst of other
-// load on the machine hits them alike), then the idle connections once per
-// proxy. Each peer runs from the first scenario to the last.
+// load on the machine hits them alike), in the reverse order every other
+// round (roundOrder), then the idle connections once per proxy. Each peer
+// runs from the first scenario to the last.
 func (h *harness) measure(ctx context.Context) []report.Proxy {
 	var cols []*column
 	for _, name := range h.o.columns {
@@ -155,7 +156,7 @@ func (h *harness) measure(ctx context.Context) []report.Proxy {
 			if s.hold {
 				continue
 			}
-			for _, c := range cols {
+			for _, c := range roundOrder(cols, round) {
 				if ctx.Err() != nil || c.peer == nil {
 					continue
 				}
@@ -190,6 +191,21 @@ func (h *harness) measure(ctx context.Context) []report.Proxy {
 		out = append(out, h.finish(ctx, c, scen))
 	}
 	return out
+}
+
+// roundOrder is the order of the columns in a round: as given in odd
+// rounds, reversed in even ones, so that a column measured just after
+// another (its session's end, its daemon's last work) in one round is
+// measured just before it in the next. Reversing the two Chaperone
+// columns' order has been seen to reverse which of them did better at
+// c=1.
+func roundOrder[T any](cols []T, round int) []T {
+	if round%2 == 1 {
+		return cols
+	}
+	rev := slices.Clone(cols)
+	slices.Reverse(rev)
+	return rev
 }
 
 // roundRatios lists, for each load scenario, the column's figure over

@@ -4,6 +4,7 @@ package main
 
 import (
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -152,5 +153,23 @@ func TestRoundFigure(t *testing.T) {
 		if got := roundFigure(tt.s, tt.r); got != tt.want {
 			t.Errorf("%s %+v: %v, want %v", tt.s.id, tt.r, got, tt.want)
 		}
+	}
+}
+
+// TestRoundOrder: the columns run as given in odd rounds, reversed in
+// even ones, and the given order is left as it was.
+func TestRoundOrder(t *testing.T) {
+	cols := []string{"direct", "relay", "chaperone-proxy", "chaperone-transparent"}
+	for round, want := range map[int][]string{
+		1: {"direct", "relay", "chaperone-proxy", "chaperone-transparent"},
+		2: {"chaperone-transparent", "chaperone-proxy", "relay", "direct"},
+		3: {"direct", "relay", "chaperone-proxy", "chaperone-transparent"},
+	} {
+		if got := roundOrder(cols, round); !slices.Equal(got, want) {
+			t.Errorf("round %d: %v, want %v", round, got, want)
+		}
+	}
+	if cols[0] != "direct" {
+		t.Errorf("the given order changed: %v", cols)
 	}
 }
