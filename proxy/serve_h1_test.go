@@ -3,12 +3,18 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	stdtls "crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/textproto"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -279,4 +285,166 @@ func TestServeH1ResponseBeforeBookkeeping(t *testing.T) {
 		}
 		return n == 2
 	})
+}
+
+// TestServeH1Smuggling sends requests whose framing a proxy and a server
+// might read differently, with a request the policy denies hidden where
+// one reading would see a body and another a request. Whatever the
+// framing, the upstream must receive only requests the policy saw and
+// allowed, each framed one way only (never Content-Length together with
+// Transfer-Encoding), and an ambiguous request gets 400 or 501 and goes
+// nowhere.
+func TestServeH1Smuggling(t *testing.T) {
+	dec := DeciderFunc(func(_ context.Context, ev *event.Event) event.Verdict {
+		if ev.Kind == event.KindHTTP && strings.Contains(ev.HTTP.URL, "/admin") {
+			return event.Verdict{Action: event.Deny, Rule: "no-admin"}
+		}
+		return event.Verdict{Action: event.Allow}
+	})
+	const hidden = "GET /admin HTTP/1.1\r\nHost: H\r\n\r\n"
+	tests := []struct {
+		name, head string // head: the first request's header fields after Host
+		body       string
+		want       []int // the statuses answered
+	}{
+		{"length then chunked", "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n" + hidden, []int{200, 403}},
+		{"chunked then length", "Transfer-Encoding: chunked\r\nContent-Length: 40\r\n", "0\r\n\r\n" + hidden, []int{200, 403}},
+		{"chunked hides nothing", "Transfer-Encoding: chunked\r\n", "CHUNK", []int{200}},
+		{"two lengths", "Content-Length: 0\r\nContent-Length: 33\r\n", hidden, []int{400}},
+		{"length list", "Content-Length: 0, 33\r\n", hidden, []int{400}},
+		{"space before colon", "Content-Length : 33\r\n", hidden, []int{400}},
+		{"space before colon of chunked", "Transfer-Encoding : chunked\r\nContent-Length: 5\r\n", "0\r\n\r\n" + hidden, []int{400}},
+		{"chunked not last", "Transfer-Encoding: chunked, identity\r\n", "0\r\n\r\n" + hidden, []int{400}},
+		{"signed length", "Content-Length: +33\r\n", hidden, []int{400}},
+	}
+	e := newEnv(t, envOptions{decider: dec})
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := fmt.Sprintf("smuggle-%d.test", i)
+			up := startRawUpstream(t)
+			e.namesMu.Lock()
+			e.names[name] = up.addr.Addr()
+			e.namesMu.Unlock()
+			host := net.JoinHostPort(name, fmt.Sprint(up.addr.Port()))
+			c, br, resp := e.connect(host, basicAuth(proxyUser, testToken))
+			if resp != nil {
+				t.Fatalf("CONNECT: %s", resp.Status)
+			}
+			body := strings.ReplaceAll(tt.body, "Host: H", "Host: "+host)
+			if body == "CHUNK" { // the hidden request as the body's one chunk
+				hidden := strings.ReplaceAll(hidden, "Host: H", "Host: "+host)
+				body = fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(hidden), hidden)
+			}
+			raw := "POST /a HTTP/1.1\r\nHost: " + host + "\r\n" + tt.head + "\r\n" + body
+			io.WriteString(c, raw)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			var statuses []int
+			for len(statuses) < len(tt.want) {
+				res, err := http.ReadResponse(br, nil)
+				if err != nil {
+					break
+				}
+				io.Copy(io.Discard, res.Body)
+				statuses = append(statuses, res.StatusCode)
+			}
+			if !slices.Equal(statuses, tt.want) {
+				t.Errorf("answered %v, want %v", statuses, tt.want)
+			}
+			c.Close()
+			got := up.received()
+			for _, r := range got {
+				if strings.Contains(r.target, "admin") {
+					t.Errorf("the upstream received the hidden request: %+v", r)
+				}
+				if r.length && r.chunked {
+					t.Errorf("the upstream received both Content-Length and Transfer-Encoding: %+v", r)
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[tt.want[0] == 200]; len(got) != want {
+				t.Errorf("the upstream received %d requests, want %d: %+v", len(got), want, got)
+			}
+		})
+	}
+}
+
+// rawUpstream is a plain HTTP/1.1 server that notes each request's target
+// and framing fields as they arrived, answering each with "ok".
+type rawUpstream struct {
+	addr netip.AddrPort
+	mu   sync.Mutex
+	reqs []rawRequest
+}
+
+type rawRequest struct {
+	target          string
+	length, chunked bool // a Content-Length, a Transfer-Encoding field
+}
+
+func startRawUpstream(t *testing.T) *rawUpstream {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	u := &rawUpstream{addr: ln.Addr().(*net.TCPAddr).AddrPort()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			go u.serve(c)
+		}
+	}()
+	return u
+}
+
+func (u *rawUpstream) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		tp := textproto.NewReader(br)
+		line, err := tp.ReadLine()
+		if err != nil {
+			return
+		}
+		h, err := tp.ReadMIMEHeader()
+		if err != nil {
+			return
+		}
+		parts := strings.Fields(line)
+		r := rawRequest{length: h["Content-Length"] != nil, chunked: h["Transfer-Encoding"] != nil}
+		if len(parts) > 1 {
+			r.target = parts[1]
+		}
+		u.mu.Lock()
+		u.reqs = append(u.reqs, r)
+		u.mu.Unlock()
+		// The body as the fields frame it, as a strict server reads it.
+		req, err := http.ReadRequest(bufio.NewReader(io.MultiReader(strings.NewReader(line+"\r\n"+headerText(h)+"\r\n"), br)))
+		if err != nil {
+			return
+		}
+		if _, err := io.Copy(io.Discard, req.Body); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	}
+}
+
+func headerText(h textproto.MIMEHeader) string {
+	var b strings.Builder
+	for k, vv := range h {
+		for _, v := range vv {
+			b.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	return b.String()
+}
+
+func (u *rawUpstream) received() []rawRequest {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]rawRequest(nil), u.reqs...)
 }
