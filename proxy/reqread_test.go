@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -41,16 +40,7 @@ func compareRequest(t testing.TB, raw []byte) bool {
 	if (fast.Body == http.NoBody) != (std.Body == http.NoBody) {
 		t.Fatalf("NoBody %v, http.ReadRequest's %v, from %q", fast.Body == http.NoBody, std.Body == http.NoBody, raw)
 	}
-	gotBody, gotErr := io.ReadAll(fast.Body)
-	wantBody, wantErr := io.ReadAll(std.Body)
-	if !bytes.Equal(gotBody, wantBody) || !errors.Is(gotErr, wantErr) && !errors.Is(wantErr, gotErr) {
-		t.Fatalf("body %q, %v; http.ReadRequest's %q, %v; from %q", gotBody, gotErr, wantBody, wantErr, raw)
-	}
-	gotRest, _ := io.ReadAll(brFast)
-	wantRest, _ := io.ReadAll(brStd)
-	if !bytes.Equal(gotRest, wantRest) {
-		t.Fatalf("left %q after the request, http.ReadRequest %q", gotRest, wantRest)
-	}
+	compareTail(t, "http.ReadRequest", fast.Body, std.Body, brFast, brStd, raw)
 	return true
 }
 

@@ -51,17 +51,25 @@ func compareRead(t testing.TB, raw []byte, method string) bool {
 	if fast.Request != req {
 		t.Fatal("Request not set")
 	}
-	gotBody, gotErr := io.ReadAll(fast.Body)
-	wantBody, wantErr := io.ReadAll(std.Body)
+	compareTail(t, "http.ReadResponse", fast.Body, std.Body, brFast, brStd, raw)
+	return true
+}
+
+// compareTail checks that a message's body read by the fast path (fast,
+// then what is left in brFast) reads as the one std read: the same bytes,
+// the same error, and the same bytes after it.
+func compareTail(t testing.TB, std string, fastBody, stdBody, brFast, brStd io.Reader, raw []byte) {
+	t.Helper()
+	gotBody, gotErr := io.ReadAll(fastBody)
+	wantBody, wantErr := io.ReadAll(stdBody)
 	if !bytes.Equal(gotBody, wantBody) || !errors.Is(gotErr, wantErr) && !errors.Is(wantErr, gotErr) {
-		t.Fatalf("body %q, %v; http.ReadResponse's %q, %v; from %q", gotBody, gotErr, wantBody, wantErr, raw)
+		t.Fatalf("body %q, %v; %s's %q, %v; from %q", gotBody, gotErr, std, wantBody, wantErr, raw)
 	}
 	gotRest, _ := io.ReadAll(brFast)
 	wantRest, _ := io.ReadAll(brStd)
 	if !bytes.Equal(gotRest, wantRest) {
-		t.Fatalf("left %q after the response, http.ReadResponse %q", gotRest, wantRest)
+		t.Fatalf("left %q after the message, %s %q", gotRest, std, wantRest)
 	}
-	return true
 }
 
 // TestReadResponse: the responses the fast path takes read exactly as
