@@ -15,12 +15,13 @@ import (
 // fields and no body or a Content-Length, all already buffered, it parses
 // itself, from one string for the whole header: seven allocations for a
 // request of eight fields and a body, where http.ReadRequest makes sixteen
-// (a string per field, a textproto reader's, a transfer reader). Any other request (CONNECT, HTTP/1.0, a
-// chunked body, a field that net/http would fix up or refuse, two Host
-// fields, a header still arriving) goes to http.ReadRequest, with nothing
-// consumed: whatever decides framing in a way a client could play on
-// (RFC 9112 section 11.2, request smuggling) is net/http's alone.
-// TestReadRequest and FuzzReadRequest compare the two.
+// (a string per field, a textproto reader's, a transfer reader). Any
+// other request (CONNECT, HTTP/1.0, a chunked body, a field that net/http
+// would fix up or refuse, two Host fields, a header still arriving) goes
+// to http.ReadRequest, with nothing consumed: whatever decides framing in
+// a way a client could play on (RFC 9112 section 11.2, request smuggling)
+// is net/http's alone. TestReadRequest and FuzzReadRequest compare the
+// two.
 func readRequest(br *bufio.Reader) (*http.Request, error) {
 	if _, err := br.Peek(1); err != nil {
 		return nil, err // as http.ReadRequest, which has read nothing either
@@ -48,10 +49,10 @@ func parsePlainRequest(br *bufio.Reader) (*http.Request, int) {
 	method, rest, ok1 := strings.Cut(line, " ")
 	uri, proto, ok2 := strings.Cut(rest, " ")
 	if !ok1 || !ok2 || proto != "HTTP/1.1" || method == http.MethodConnect ||
-		!httpguts.ValidHeaderFieldName(method) || hasCTL(uri) {
+		!httpguts.ValidHeaderFieldName(method) {
 		return nil, 0
 	}
-	u, err := url.ParseRequestURI(uri)
+	u, err := url.ParseRequestURI(uri) // refuses control bytes too
 	if err != nil {
 		return nil, 0
 	}

@@ -11,11 +11,11 @@ import (
 // Content-Length, all already buffered, it parses itself, from one string
 // for the whole header: six allocations for a response of seven fields,
 // where http.ReadResponse makes thirteen (a string per field, a textproto
-// reader, a transfer reader, a limited reader). Any other response (a chunked or close-delimited body, a header
-// field that net/http would fix up or refuse, a 1xx, 204 or 304, a
-// response to HEAD, a header still arriving) goes to http.ReadResponse,
-// with nothing consumed. TestReadResponse and FuzzReadResponse compare the
-// two.
+// reader, a transfer reader, a limited reader). Any other response (a
+// chunked or close-delimited body, a header field that net/http would fix
+// up or refuse, a 1xx, 204 or 304, a response to HEAD, a header still
+// arriving) goes to http.ReadResponse, with nothing consumed.
+// TestReadResponse and FuzzReadResponse compare the two.
 func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 	if res, n := parsePlainResponse(br, req); res != nil {
 		br.Discard(n)
