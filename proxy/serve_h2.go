@@ -107,6 +107,8 @@ type h2Conn struct {
 	recvWin  int64                // bytes the client may still send on the connection
 	unacked  int64                // bytes read by handlers and not yet given back to the client
 	finished bool                 // the reader is done: streams end with it
+
+	failed bool // the reader's GOAWAY is for an error; only the reader uses it
 }
 
 // h2Stream is one request.
@@ -176,7 +178,23 @@ func (sc *h2Conn) serve() {
 	s.watch.add(&sc.out.out.dl)
 	defer s.watch.remove(&sc.out.out.dl)
 	sc.read()
+	if sc.failed {
+		sc.linger()
+	}
 	sc.shut()
+}
+
+// linger half-closes a connection ended by an error and reads what the
+// client still sends for a moment, so that it reads the GOAWAY rather than
+// a reset caused by its unread frames.
+func (sc *h2Conn) linger() {
+	if tlsc, ok := sc.c.(*stdtls.Conn); ok {
+		tlsc.CloseWrite() // close_notify, so the client sees the end
+	}
+	raw := sc.wait.conn
+	closeWrite(raw)
+	raw.SetReadDeadline(time.Now().Add(closeLinger))
+	io.CopyN(io.Discard, raw, 1<<20)
 }
 
 // read reads and processes frames until the connection ends.
@@ -753,6 +771,7 @@ func (sc *h2Conn) fail(err error) {
 }
 
 func (sc *h2Conn) goAwayWith(code http2.ErrCode) {
+	sc.failed = code != http2.ErrCodeNo
 	sc.mu.Lock()
 	last := sc.maxID
 	sc.mu.Unlock()
