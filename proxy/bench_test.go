@@ -199,3 +199,48 @@ func BenchmarkPolicyHeader(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDownload measures a 4 MB GET over a kept-alive HTTP/1.1
+// connection, direct and through the proxy: the proxy's cost per byte.
+func BenchmarkDownload(b *testing.B) {
+	const size = 4 << 20
+	body := make([]byte, size)
+	dec, err := policy.NewBuiltin(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := newEnv(b, envOptions{decider: dec})
+	e.p.publishFn = func(*event.Event) {}
+	up := e.upstream(upstream.Options{Name: "download.example.test", CA: e.upCA, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", "4194304")
+		w.Write(body)
+	})})
+	next := []string{"http/1.1"}
+	clients := map[string]*http.Client{
+		"direct": {Transport: &http.Transport{DialContext: upstream.Dial(up), TLSClientConfig: &stdtls.Config{RootCAs: e.upCA.Pool, NextProtos: next}}},
+		"proxy": {Transport: &http.Transport{Proxy: http.ProxyURL(e.proxyURL(proxyUser, testToken)),
+			TLSClientConfig: &stdtls.Config{RootCAs: e.caPool, NextProtos: next}}},
+	}
+	get := func(b *testing.B, c *http.Client) {
+		resp, err := c.Get(up.URL + "/4m")
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || n != size {
+			b.Fatalf("got %d bytes, %v", n, err)
+		}
+	}
+	for _, path := range []string{"direct", "proxy"} {
+		c := clients[path]
+		b.Cleanup(c.CloseIdleConnections)
+		get(b, c)
+		b.Run(path, func(b *testing.B) {
+			b.SetBytes(size)
+			for b.Loop() {
+				get(b, c)
+			}
+		})
+	}
+}

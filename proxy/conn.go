@@ -148,6 +148,9 @@ type tunnelConn struct {
 	release func()        // set before the tunnel is tracked
 	once    sync.Once
 	done    chan struct{}
+	// gathered keeps writes between gather(true) and gather(false); nil
+	// otherwise. Only the goroutine writing the connection touches it.
+	gathered *[]byte
 }
 
 func (c *tunnelConn) Read(b []byte) (int, error) {
@@ -246,7 +249,7 @@ func (bp bufferPool) Get() []byte {
 	case b := <-bp:
 		return b
 	default:
-		return make([]byte, 32<<10)
+		return make([]byte, 64<<10)
 	}
 }
 

@@ -99,6 +99,7 @@ func (w *deadlineWatch) check() {
 // past. Its deadline must be added to the watch.
 type stallWriter struct {
 	w       io.Writer
+	g       gatherer // beneath w when w is TLS: a write of several records goes out as one
 	watch   *deadlineWatch
 	dl      deadline
 	timeout time.Duration
@@ -111,7 +112,16 @@ func newStallWriter(w io.Writer, raw net.Conn, watch *deadlineWatch, timeout tim
 
 func (s *stallWriter) Write(b []byte) (int, error) {
 	s.watch.arm(&s.dl, s.timeout)
+	gather := s.g != nil && len(b) > maxPlaintext
+	if gather {
+		s.g.gather(true)
+	}
 	n, err := s.w.Write(b)
+	if gather {
+		if gerr := s.g.gather(false); err == nil {
+			err = gerr
+		}
+	}
 	s.dl.disarm()
 	return n, err
 }

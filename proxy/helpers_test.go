@@ -118,6 +118,8 @@ type envOptions struct {
 	tune        func(*Options)
 	// servers changes the proxy's HTTP servers before they start.
 	servers func(p *Proxy)
+	// listener wraps the proxy's listener.
+	listener func(net.Listener) net.Listener
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -184,6 +186,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.addr = ln.Addr().String()
+	if o.listener != nil {
+		ln = o.listener(ln)
+	}
 	// The labels let a CPU profile tell the proxy's goroutines (and the
 	// ones they start: tunnels, the inner server, the transport's) from
 	// the client's and the upstream's: go tool pprof -tagfocus side=proxy.

@@ -208,7 +208,7 @@ func (p *Proxy) copyBody(x *exchange, r *http.Request, res *http.Response) error
 		fw.held = true
 		// Most bodies arrive with their header: the timer is only for one
 		// that has to be waited for (arming a timer wakes a thread).
-		if rb, ok := res.Body.(readyBody); !ok || !rb.ready() {
+		if !ready(res.Body) {
 			fw.t = time.AfterFunc(headerFlushDelay, fw.delayedFlush)
 			defer fw.stop()
 		}
@@ -218,6 +218,13 @@ func (p *Proxy) copyBody(x *exchange, r *http.Request, res *http.Response) error
 	var sent int64
 	for {
 		n, rerr := res.Body.Read(buf)
+		// Of a known length, what has already arrived goes out with
+		// this in one write, and so in one system call.
+		for rerr == nil && int64(n) < remaining && len(buf)-n >= maxPlaintext && ready(res.Body) {
+			var m int
+			m, rerr = res.Body.Read(buf[n:])
+			n += m
+		}
 		if n > 0 {
 			last := remaining > 0 && int64(n) >= remaining
 			if remaining > 0 {
@@ -277,6 +284,11 @@ func bodyError(r *http.Request, readErr error, n int64) string {
 // readyBody is a response body that can tell whether its next Read returns
 // at least a byte without waiting on the network.
 type readyBody interface{ ready() bool }
+
+func ready(body io.Reader) bool {
+	rb, ok := body.(readyBody)
+	return ok && rb.ready()
+}
 
 // flushWriter writes a response body to the client. Its lock orders the
 // handler's writes with the timer that flushes a held header.

@@ -107,6 +107,9 @@ func (p *Proxy) serveH1(c net.Conn, tc *tunnelConn) {
 	p.clientWatch.add(&cc.wait)
 	defer p.clientWatch.remove(&cc.wait)
 	cc.out = newStallWriter(c, tc.Conn, p.clientWatch, p.stallTimeout)
+	if cc.tls != nil {
+		cc.out.g = tc
+	}
 	p.clientWatch.add(&cc.out.dl)
 	defer p.clientWatch.remove(&cc.out.dl)
 	for cc.next() && cc.serve() {

@@ -89,8 +89,9 @@ func (headerTimeoutError) Temporary() bool { return true }
 // h1Conn is one upstream connection. Reads go through it so that the
 // response header is bounded and a retry knows whether any answer came.
 type h1Conn struct {
-	raw    net.Conn // the TCP connection
-	c      net.Conn // raw, or TLS over it
+	raw    net.Conn   // the TCP connection
+	batch  *batchConn // beneath TLS; nil for plain HTTP
+	c      net.Conn   // raw, or TLS over it
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	key    h1Key
@@ -121,6 +122,15 @@ func (pc *h1Conn) Read(b []byte) (int, error) {
 	pc.nread += int64(n)
 	return n, err
 }
+
+// buffered reports whether bytes the connection received are buffered:
+// after a response, bytes no request asked for.
+func (pc *h1Conn) buffered() bool {
+	return pc.br.Buffered() > 0 || pc.batch != nil && pc.batch.buffered()
+}
+
+// alive reports whether an idle connection is still open and quiet.
+func (pc *h1Conn) alive() bool { return !pc.buffered() && alive(pc.raw) }
 
 // cancelled closes the connection: its request's context is cancelled.
 func (pc *h1Conn) cancelled() { pc.close() }
@@ -278,7 +288,9 @@ func (b *h1Body) Read(p []byte) (int, error) {
 }
 
 // ready reports whether bytes of the body are already buffered.
-func (b *h1Body) ready() bool { return !b.done && b.pc.br.Buffered() > 0 }
+func (b *h1Body) ready() bool {
+	return !b.done && (b.pc.br.Buffered() > 0 || b.pc.batch != nil && b.pc.batch.recordReady())
+}
 
 // Close gives up on the rest of the body: the connection is closed.
 func (b *h1Body) Close() error {
@@ -303,7 +315,7 @@ func (b *h1Body) end(keep bool) {
 			keep = false
 		}
 	}
-	if !keep || b.pc.br.Buffered() > 0 {
+	if !keep || b.pc.buffered() {
 		b.pc.close() // a body writer still running fails and ends; its result channel has room
 		return
 	}
@@ -324,7 +336,7 @@ func (h *h1Upstream) get(ctx context.Context, key h1Key, replayable bool) (pc *h
 		h.idle[key] = l[:len(l)-1]
 		h.nIdle--
 		h.mu.Unlock()
-		if now.Sub(pc.idleAt) < h.idleTimeout && (replayable || alive(pc.raw)) {
+		if now.Sub(pc.idleAt) < h.idleTimeout && (replayable || pc.alive()) {
 			return pc, true, nil
 		}
 		pc.close()
@@ -347,7 +359,8 @@ func (h *h1Upstream) dialConn(ctx context.Context, key h1Key) (*h1Conn, error) {
 		conf := h.tls.Clone()
 		conf.ServerName, _, _ = net.SplitHostPort(key.authority)
 		conf.ServerName = normalizeHost(conf.ServerName)
-		tc := stdtls.Client(raw, conf)
+		pc.batch = &batchConn{Conn: raw}
+		tc := stdtls.Client(pc.batch, conf)
 		hctx, cancel := context.WithTimeout(ctx, upstreamHandshakeTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
@@ -403,7 +416,7 @@ func (h *h1Upstream) prune() {
 	for k, l := range h.idle {
 		kept := l[:0]
 		for _, pc := range l {
-			if age := now.Sub(pc.idleAt); age >= h.idleTimeout || !alive(pc.raw) {
+			if age := now.Sub(pc.idleAt); age >= h.idleTimeout || !pc.alive() {
 				doomed = append(doomed, pc)
 			} else {
 				kept = append(kept, pc)

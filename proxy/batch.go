@@ -1,0 +1,153 @@
+package proxy
+
+import (
+	"net"
+	"sync"
+)
+
+// A large body crosses the proxy as TLS records of at most 16 KiB, and
+// crypto/tls reads and writes each with a system call of its own: on
+// loopback the calls cost about as much as the cipher. batchConn, beneath
+// the upstream's TLS, reads what the socket has in one call, and tells the
+// body's copy whether a whole record is already here (copyBody then reads
+// it too before writing); the client's tunnelConn, beneath its TLS, sends
+// the records of one write in one call (gather). Both hold a buffer only
+// while bytes are in it: an idle connection costs nothing more.
+
+const (
+	// batchSize is how much one socket read may bring in.
+	batchSize = 64 << 10
+	// maxPlaintext is the most a TLS record carries.
+	maxPlaintext = 16 << 10
+	// maxRecord is the largest TLS record: 16 KiB of plaintext and the
+	// most a record's header, padding and tag may add.
+	maxRecord = 5 + maxPlaintext + 256
+)
+
+var batchBufs = sync.Pool{New: func() any { return new([batchSize]byte) }}
+
+// batchConn reads a connection of TLS records in batches of up to
+// batchSize bytes, and hands them on one record at a time, so that what
+// is buffered here is what the TLS connection above has not yet taken:
+// recordReady can tell whether its next record is here.
+type batchConn struct {
+	net.Conn
+	buf  *[batchSize]byte // nil while empty
+	r, w int
+	hdr  [5]byte // the header of the record being handed on
+	hn   int     // bytes of hdr handed on
+	left int     // bytes of the record's body still to hand on
+}
+
+func (c *batchConn) Read(p []byte) (int, error) {
+	if c.r == c.w {
+		if c.buf == nil {
+			c.buf = batchBufs.Get().(*[batchSize]byte)
+		}
+		// A socket read returns bytes or an error; an error that came with
+		// bytes comes again at the next read.
+		n, err := c.Conn.Read(c.buf[:])
+		if n == 0 {
+			c.release()
+			return 0, err
+		}
+		c.r, c.w = 0, n
+	}
+	b := c.buf[c.r:c.w]
+	if c.left > 0 {
+		b = b[:min(len(b), c.left)]
+	} else {
+		b = b[:min(len(b), len(c.hdr)-c.hn)]
+	}
+	n := copy(p, b)
+	if c.left > 0 {
+		c.left -= n
+	} else {
+		c.hn += copy(c.hdr[c.hn:], p[:n])
+		if c.hn == len(c.hdr) {
+			c.hn, c.left = 0, int(c.hdr[3])<<8|int(c.hdr[4])
+		}
+	}
+	c.r += n
+	if c.r == c.w {
+		c.release()
+	}
+	return n, nil
+}
+
+// buffered reports whether bytes are buffered.
+func (c *batchConn) buffered() bool { return c.r < c.w }
+
+func (c *batchConn) release() {
+	if c.buf != nil {
+		batchBufs.Put(c.buf)
+		c.buf, c.r, c.w = nil, 0, 0
+	}
+}
+
+// recordReady reports whether the next record is all buffered: the TLS
+// connection above reads it without waiting on the network.
+func (c *batchConn) recordReady() bool {
+	if c.buf == nil || c.left > 0 || c.hn > 0 || c.w-c.r < 5 {
+		return false
+	}
+	n := int(c.buf[c.r+3])<<8 | int(c.buf[c.r+4])
+	return c.w-c.r >= 5+n
+}
+
+// gatherBufs recycles tunnelConn's gathering buffers: room for a body
+// copy's 64 KiB as records, and more.
+var gatherBufs = sync.Pool{New: func() any { b := make([]byte, 0, batchSize+4*maxRecord); return &b }}
+
+// gatherer sends a series of writes as one: between gather(true) and
+// gather(false), writes are kept, and gather(false) sends them.
+type gatherer interface{ gather(on bool) error }
+
+func (c *tunnelConn) Write(b []byte) (int, error) {
+	g := c.gathered
+	if g == nil {
+		return c.Conn.Write(b)
+	}
+	if len(*g)+len(b) > cap(*g) {
+		// Never grow the buffer: send what it holds, and b alone if
+		// it is as large.
+		if err := c.send(); err != nil {
+			return 0, err
+		}
+		if len(b) > cap(*g) {
+			return c.Conn.Write(b)
+		}
+	}
+	*g = append(*g, b...)
+	return len(b), nil
+}
+
+// gather(true) starts keeping writes; gather(false) sends what was kept,
+// in one write.
+func (c *tunnelConn) gather(on bool) error {
+	if on {
+		if c.gathered == nil {
+			c.gathered = gatherBufs.Get().(*[]byte)
+		}
+		return nil
+	}
+	g := c.gathered
+	if g == nil {
+		return nil
+	}
+	err := c.send()
+	c.gathered = nil
+	gatherBufs.Put(g)
+	return err
+}
+
+// send writes what was gathered.
+func (c *tunnelConn) send() error {
+	g := c.gathered
+	if len(*g) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(*g)
+	*g = (*g)[:0]
+	return err
+}
