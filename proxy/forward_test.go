@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -326,6 +328,48 @@ func TestForwardAbortsTruncatedBody(t *testing.T) {
 				t.Errorf("event status %d, want 200", ev.HTTP.Status)
 			}
 		})
+	}
+}
+
+// TestForwardLargeBodyFraming: a body too large to scan goes upstream
+// framed as it came: with its Content-Length when it had one (servers
+// that need a length refuse a chunked upload), chunked when it was.
+func TestForwardLargeBodyFraming(t *testing.T) {
+	const size = maxScanBody + 1
+	type seen struct {
+		length  int64
+		chunked bool
+		n       int64
+	}
+	got := make(chan seen, 1)
+	for _, cp := range clientProtos {
+		for _, known := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/length known %v", cp.name, known), func(t *testing.T) {
+				e := newEnv(t, envOptions{rewrites: &Rewrites{}}) // bodies are read to be scanned
+				up := e.upstream(upstream.Options{Name: "upload.example.test", CA: e.upCA,
+					Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						n, _ := io.Copy(io.Discard, r.Body)
+						got <- seen{r.ContentLength, slices.Contains(r.TransferEncoding, "chunked"), n}
+					})})
+				c, _ := e.client(cp.h2)
+				var body io.Reader = bytes.NewReader(make([]byte, size))
+				if !known {
+					body = io.MultiReader(body) // hides the length from the client
+				}
+				resp, err := c.Post(up.URL+"/upload", "application/octet-stream", body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				want := seen{size, false, size}
+				if !known {
+					want = seen{-1, true, size}
+				}
+				if s := <-got; s != want {
+					t.Errorf("upstream got length %d, chunked %v, %d bytes; want %d, %v, %d", s.length, s.chunked, s.n, want.length, want.chunked, want.n)
+				}
+			})
+		}
 	}
 }
 

@@ -95,7 +95,7 @@ func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request, x *exchange) boo
 	}
 	raw, whole, err := readUpTo(r.Body, limit)
 	x.body.rc = io.NopCloser(io.MultiReader(bytes.NewReader(raw), r.Body))
-	x.sendLen = -1
+	x.sendLen = r.ContentLength // what the client declared, or -1: a body too large to scan is sent as it came
 	if err != nil {
 		p.refuse(w, e, http.StatusBadRequest, proxyVerdict(ruleRedactFailed, "the request body could not be read"))
 		return false
