@@ -151,3 +151,59 @@ func (c *tunnelConn) send() error {
 	*g = (*g)[:0]
 	return err
 }
+
+// byteQueue holds bytes in pooled chunks of batchSize: it grows without
+// copying what it holds, and gives each chunk back to the pool once read.
+// An empty queue holds no chunk.
+type byteQueue struct {
+	chunks []*[batchSize]byte
+	r, w   int // read offset in the first chunk, write offset in the last
+	n      int // bytes held
+}
+
+func (q *byteQueue) len() int { return q.n }
+
+func (q *byteQueue) write(p []byte) {
+	for len(p) > 0 {
+		if len(q.chunks) == 0 || q.w == batchSize {
+			q.chunks = append(q.chunks, batchBufs.Get().(*[batchSize]byte))
+			q.w = 0
+		}
+		k := copy(q.chunks[len(q.chunks)-1][q.w:], p)
+		q.w += k
+		q.n += k
+		p = p[k:]
+	}
+}
+
+func (q *byteQueue) read(p []byte) int {
+	n := 0
+	for n < len(p) && q.n > 0 {
+		end := batchSize
+		if len(q.chunks) == 1 {
+			end = q.w
+		}
+		k := copy(p[n:], q.chunks[0][q.r:end])
+		q.r += k
+		q.n -= k
+		n += k
+		if q.r == end {
+			batchBufs.Put(q.chunks[0])
+			q.chunks[0] = nil
+			q.chunks, q.r = q.chunks[1:], 0
+		}
+	}
+	if q.n == 0 {
+		q.reset()
+	}
+	return n
+}
+
+// reset drops what the queue holds.
+func (q *byteQueue) reset() {
+	for i, c := range q.chunks {
+		batchBufs.Put(c)
+		q.chunks[i] = nil
+	}
+	q.chunks, q.r, q.w, q.n = q.chunks[:0], 0, 0, 0
+}

@@ -447,3 +447,48 @@ func TestDownloadGathered(t *testing.T) {
 		t.Errorf("%d writes to the client for a body of %d records; want at most %d", got, size/maxPlaintext, size/maxPlaintext/2)
 	}
 }
+
+// TestByteQueue: bytes come out as they went in, whatever the sizes of
+// the writes and reads; the queue holds only the chunks its bytes need,
+// and none once empty or reset.
+func TestByteQueue(t *testing.T) {
+	for seed := range uint64(8) {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		var q byteQueue
+		var in, out []byte
+		for range 200 {
+			if rng.IntN(2) == 0 {
+				p := make([]byte, size(rng, 3*batchSize))
+				for i := range p {
+					p[i] = byte((len(in) + i) % 251) // a byte out of place shows
+				}
+				q.write(p)
+				in = append(in, p...)
+			} else {
+				p := make([]byte, size(rng, 3*batchSize))
+				out = append(out, p[:q.read(p)]...)
+			}
+			if q.len() != len(in)-len(out) {
+				t.Fatalf("seed %d: len %d, want %d", seed, q.len(), len(in)-len(out))
+			}
+			if need := (q.r + q.len() + batchSize - 1) / batchSize; len(q.chunks) != need {
+				t.Fatalf("seed %d: %d chunks for %d bytes from offset %d, want %d", seed, len(q.chunks), q.len(), q.r, need)
+			}
+		}
+		for q.len() > 0 {
+			p := make([]byte, size(rng, batchSize))
+			out = append(out, p[:q.read(p)]...)
+		}
+		if !bytes.Equal(in, out) {
+			t.Fatalf("seed %d: %d bytes out differ from the %d in", seed, len(out), len(in))
+		}
+		if len(q.chunks) != 0 {
+			t.Fatalf("seed %d: %d chunks held when empty", seed, len(q.chunks))
+		}
+		q.write(make([]byte, batchSize+1))
+		q.reset()
+		if q.len() != 0 || len(q.chunks) != 0 {
+			t.Fatalf("seed %d: %d bytes in %d chunks after reset", seed, q.len(), len(q.chunks))
+		}
+	}
+}

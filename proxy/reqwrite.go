@@ -111,7 +111,7 @@ func writeRequest(bw *bufio.Writer, req *http.Request, flushHead bool) error {
 		err = bw.Flush()
 	}
 	if err == nil {
-		n, err = io.Copy(bw, io.LimitReader(body, req.ContentLength))
+		n, err = copyRequestBody(bw, io.LimitReader(body, req.ContentLength), req.ContentLength)
 	}
 	if err == nil {
 		extra, err = io.Copy(io.Discard, body)
@@ -123,6 +123,19 @@ func writeRequest(bw *bufio.Writer, req *http.Request, flushHead bool) error {
 		err = fmt.Errorf("http: ContentLength=%d with Body length %d", req.ContentLength, n)
 	}
 	return err
+}
+
+// copyRequestBody copies a body of length n to bw. One larger than bw's
+// buffer is copied through a larger buffer and written past bw's: through
+// bw, each of its 4 KiB fills would go out as a TLS record and a system
+// call of its own.
+func copyRequestBody(bw *bufio.Writer, body io.Reader, n int64) (int64, error) {
+	if n <= int64(bw.Available()) {
+		return io.Copy(bw, body)
+	}
+	buf := batchBufs.Get().(*[batchSize]byte)
+	defer batchBufs.Put(buf)
+	return io.CopyBuffer(struct{ io.Writer }{bw}, body, buf[:])
 }
 
 var errCTLInURL = errors.New("net/http: can't write control character in Request.URL")

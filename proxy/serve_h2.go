@@ -969,11 +969,10 @@ type h2Body struct {
 	st   *h2Stream
 	mu   sync.Mutex
 	cond sync.Cond // on mu: bytes came, or the body ended
-	buf  []byte
-	off  int
-	err  error // set when the client ended the stream: read after buf
-	cont bool  // the client awaits 100 Continue: sent at the first read
-	shut bool  // the handler closed the body
+	q    byteQueue // what came and is not yet read
+	err  error     // set when the client ended the stream: read after q
+	cont bool      // the client awaits 100 Continue: sent at the first read
+	shut bool      // the handler closed the body
 }
 
 // push appends b; false means the body is closed and b was dropped.
@@ -984,13 +983,7 @@ func (b *h2Body) push(p []byte) bool {
 		return false
 	}
 	b.cont = false // the client did not wait
-	if b.off > 0 && len(b.buf)+len(p) > cap(b.buf) {
-		// What was read goes before the buffer grows: what it holds stays
-		// within the stream's window however the handler reads.
-		n := copy(b.buf, b.buf[b.off:])
-		b.buf, b.off = b.buf[:n], 0
-	}
-	b.buf = append(b.buf, p...)
+	b.q.write(p)
 	b.cond.Signal()
 	return true
 }
@@ -1006,30 +999,21 @@ func (b *h2Body) end(err error) {
 
 func (b *h2Body) Read(p []byte) (int, error) {
 	b.mu.Lock()
-	if b.cont && b.off == len(b.buf) && b.err == nil {
+	if b.cont && b.q.len() == 0 && b.err == nil {
 		b.cont = false
 		b.mu.Unlock()
 		b.st.sc.sendContinue(b.st)
 		b.mu.Lock()
 	}
-	for b.off == len(b.buf) && b.err == nil && !b.shut {
+	for b.q.len() == 0 && b.err == nil && !b.shut {
 		b.cond.Wait()
 	}
 	switch {
 	case b.shut:
 		b.mu.Unlock()
 		return 0, errH2BodyClosed
-	case b.off < len(b.buf):
-		n := copy(p, b.buf[b.off:])
-		b.off += n
-		if b.off == len(b.buf) {
-			// Drained: a buffer grown by a burst is not kept for the
-			// rest of the stream.
-			if cap(b.buf) > 16<<10 {
-				b.buf = nil
-			}
-			b.buf, b.off = b.buf[:0], 0
-		}
+	case b.q.len() > 0:
+		n := b.q.read(p)
 		b.mu.Unlock()
 		b.st.sc.giveBack(b.st, int64(n))
 		return n, nil
@@ -1042,8 +1026,9 @@ func (b *h2Body) Read(p []byte) (int, error) {
 // Close drops what is left; the client's further bytes are dropped too.
 func (b *h2Body) Close() error {
 	b.mu.Lock()
-	left := len(b.buf) - b.off
-	b.buf, b.off, b.shut = nil, 0, true
+	left := b.q.len()
+	b.q.reset()
+	b.shut = true
 	b.cond.Broadcast()
 	b.mu.Unlock()
 	if left > 0 {

@@ -838,10 +838,16 @@ func TestH2IdleBuffers(t *testing.T) {
 		for range 600 { // 9.6 MB
 			b.push(chunk)
 			b.Read(p)
-			peak = max(peak, cap(b.buf))
+			peak = max(peak, len(b.q.chunks)*batchSize)
 		}
-		if unread := len(b.buf) - b.off; peak > 4*unread {
-			t.Errorf("body buffer grew to %d bytes holding %d unread", peak, unread)
+		if unread := b.q.len(); peak > unread+2*batchSize {
+			t.Errorf("body buffers grew to %d bytes holding %d unread", peak, unread)
+		}
+		for b.q.len() > 0 {
+			b.Read(p)
+		}
+		if len(b.q.chunks) != 0 {
+			t.Errorf("%d buffers held once the body is read", len(b.q.chunks))
 		}
 	})
 }
