@@ -104,6 +104,8 @@ var gatherBufs = sync.Pool{New: func() any { b := make([]byte, 0, batchSize+4*ma
 type gatherer interface{ gather(on bool) error }
 
 func (c *tunnelConn) Write(b []byte) (int, error) {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
 	g := c.gathered
 	if g == nil {
 		return c.Conn.Write(b)
@@ -125,6 +127,8 @@ func (c *tunnelConn) Write(b []byte) (int, error) {
 // gather(true) starts keeping writes; gather(false) sends what was kept,
 // in one write.
 func (c *tunnelConn) gather(on bool) error {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
 	if on {
 		if c.gathered == nil {
 			c.gathered = gatherBufs.Get().(*[]byte)
@@ -141,7 +145,7 @@ func (c *tunnelConn) gather(on bool) error {
 	return err
 }
 
-// send writes what was gathered.
+// send writes what was gathered. gmu is held.
 func (c *tunnelConn) send() error {
 	g := c.gathered
 	if len(*g) == 0 {

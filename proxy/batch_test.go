@@ -403,48 +403,52 @@ func (l *countListener) Accept() (net.Conn, error) {
 }
 
 // TestDownloadGathered: a large body is sent to the client in writes of
-// several TLS records each, and arrives whole.
+// several TLS records each, and arrives whole, over HTTP/1.1 and HTTP/2.
 func TestDownloadGathered(t *testing.T) {
-	var cl *countListener
-	e := newEnv(t, envOptions{listener: func(ln net.Listener) net.Listener {
-		cl = &countListener{Listener: ln}
-		return cl
-	}})
-	const size = 256 << 10 // sixteen records
-	addr, sent := bodyServer(t, e.upCA, "gather.example.test", size)
-	ap := netip.MustParseAddrPort(addr)
-	e.namesMu.Lock()
-	e.names["gather.example.test"] = ap.Addr()
-	e.namesMu.Unlock()
-	c, _ := e.client(false)
-	url := "https://gather.example.test:" + strconv.Itoa(int(ap.Port())) + "/big"
-	get := func() {
-		t.Helper()
-		res, err := c.Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		if err != nil || len(b) != size || !bytes.Equal(b[:16], []byte("0123456789abcdef")) {
-			t.Fatalf("body: %d bytes, %v", len(b), err)
-		}
-		if err := <-sent; err != nil {
-			t.Fatal(err)
-		}
-	}
-	get() // the connections, both sides
-	cl.mu.Lock()
-	if len(cl.conns) != 1 {
-		t.Fatalf("%d client connections, want 1", len(cl.conns))
-	}
-	cc := cl.conns[0]
-	cl.mu.Unlock()
-	before, _ := cc.counts()
-	get()
-	after, _ := cc.counts()
-	if got := after - before; got > size/maxPlaintext/2 {
-		t.Errorf("%d writes to the client for a body of %d records; want at most %d", got, size/maxPlaintext, size/maxPlaintext/2)
+	for _, cp := range clientProtos {
+		t.Run(cp.name, func(t *testing.T) {
+			var cl *countListener
+			e := newEnv(t, envOptions{listener: func(ln net.Listener) net.Listener {
+				cl = &countListener{Listener: ln}
+				return cl
+			}})
+			const size = 256 << 10 // sixteen records
+			addr, sent := bodyServer(t, e.upCA, "gather.example.test", size)
+			ap := netip.MustParseAddrPort(addr)
+			e.namesMu.Lock()
+			e.names["gather.example.test"] = ap.Addr()
+			e.namesMu.Unlock()
+			c, _ := e.client(cp.h2)
+			url := "https://gather.example.test:" + strconv.Itoa(int(ap.Port())) + "/big"
+			get := func() {
+				t.Helper()
+				res, err := c.Get(url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := io.ReadAll(res.Body)
+				res.Body.Close()
+				if err != nil || len(b) != size || !bytes.Equal(b[:16], []byte("0123456789abcdef")) {
+					t.Fatalf("body: %d bytes, %v", len(b), err)
+				}
+				if err := <-sent; err != nil {
+					t.Fatal(err)
+				}
+			}
+			get() // the connections, both sides
+			cl.mu.Lock()
+			if len(cl.conns) != 1 {
+				t.Fatalf("%d client connections, want 1", len(cl.conns))
+			}
+			cc := cl.conns[0]
+			cl.mu.Unlock()
+			before, _ := cc.counts()
+			get()
+			after, _ := cc.counts()
+			if got := after - before; got > size/maxPlaintext/2 {
+				t.Errorf("%d writes to the client for a body of %d records; want at most %d", got, size/maxPlaintext, size/maxPlaintext/2)
+			}
+		})
 	}
 }
 

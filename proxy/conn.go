@@ -149,7 +149,9 @@ type tunnelConn struct {
 	once    sync.Once
 	done    chan struct{}
 	// gathered keeps writes between gather(true) and gather(false); nil
-	// otherwise. Only the goroutine writing the connection touches it.
+	// otherwise. Under gmu: an HTTP/2 connection's close_notify may be
+	// written while a handler gathers.
+	gmu      sync.Mutex
 	gathered *[]byte
 }
 

@@ -138,6 +138,9 @@ type h2Stream struct {
 func (p *Proxy) serveH2(c net.Conn, tc *tunnelConn) {
 	t := tc.t
 	sc := p.h2.newConn(c, tc.Conn, context.WithValue(context.Background(), tunnelKey{}, t))
+	if sc.tls != nil {
+		sc.out.out.g = tc
+	}
 	sc.fault = func(f connFault) { p.publishConnFault(f, t.session, t.process, t.authority, "HTTP/2.0") }
 	sc.serve()
 }
@@ -1268,6 +1271,11 @@ var statusCodes = func() (s [600]string) {
 // Its socket writes go through a stallWriter: a handler holding the write
 // lock on a client that stopped reading would otherwise hold up the
 // reader, and every other stream, for good.
+// h2WriteBuffer holds a body copy's 64 KiB as DATA frames, with their
+// headers, so that they go out in one write (and one system call: see
+// gatherer).
+const h2WriteBuffer = batchSize + 1<<10
+
 type pooledWriter struct {
 	out  stallWriter
 	pool *sync.Pool
@@ -1280,7 +1288,7 @@ func (w *pooledWriter) Write(b []byte) (int, error) {
 			bw.Reset(&w.out)
 			w.bw = bw
 		} else {
-			w.bw = bufio.NewWriterSize(&w.out, 16<<10)
+			w.bw = bufio.NewWriterSize(&w.out, h2WriteBuffer)
 		}
 	}
 	return w.bw.Write(b)
