@@ -125,7 +125,7 @@ func FuzzBatchConn(f *testing.F) {
 		}
 		var chunks [][]byte
 		for rest := data; len(rest) > 0; {
-			n := min(len(rest), size(rng, 3*maxRecord))
+			n := min(len(rest), randSize(rng, 3*maxRecord))
 			chunks, rest = append(chunks, rest[:n]), rest[n:]
 		}
 		sc := &scriptConn{chunks: chunks}
@@ -139,7 +139,7 @@ func FuzzBatchConn(f *testing.F) {
 		}
 		var got []byte
 		for {
-			p := make([]byte, size(rng, 2*maxRecord))
+			p := make([]byte, randSize(rng, 2*maxRecord))
 			n, err := bc.Read(p)
 			if n == 0 {
 				if err != io.EOF {
@@ -171,9 +171,9 @@ func FuzzBatchConn(f *testing.F) {
 	})
 }
 
-// size is a read's or a chunk's size: up to max, a few bytes a quarter
+// randSize is a read's or a chunk's size: up to max, a few bytes a quarter
 // of the time.
-func size(rng *rand.Rand, max int) int {
+func randSize(rng *rand.Rand, max int) int {
 	if rng.IntN(4) == 0 {
 		return 1 + rng.IntN(8)
 	}
@@ -462,14 +462,14 @@ func TestByteQueue(t *testing.T) {
 		var in, out []byte
 		for range 200 {
 			if rng.IntN(2) == 0 {
-				p := make([]byte, size(rng, 3*batchSize))
+				p := make([]byte, randSize(rng, 3*batchSize))
 				for i := range p {
 					p[i] = byte((len(in) + i) % 251) // a byte out of place shows
 				}
 				q.write(p)
 				in = append(in, p...)
 			} else {
-				p := make([]byte, size(rng, 3*batchSize))
+				p := make([]byte, randSize(rng, 3*batchSize))
 				out = append(out, p[:q.read(p)]...)
 			}
 			if q.len() != len(in)-len(out) {
@@ -480,7 +480,7 @@ func TestByteQueue(t *testing.T) {
 			}
 		}
 		for q.len() > 0 {
-			p := make([]byte, size(rng, batchSize))
+			p := make([]byte, randSize(rng, batchSize))
 			out = append(out, p[:q.read(p)]...)
 		}
 		if !bytes.Equal(in, out) {

@@ -642,6 +642,33 @@ func TestH2Limits(t *testing.T) {
 			t.Errorf("faults %v, want none", f)
 		}
 	})
+	t.Run("frames still coming after the error", func(t *testing.T) {
+		// The connection half-closes and reads on for a moment: the
+		// client reads the GOAWAY, then the end, and its frames still in
+		// flight are not answered with a reset.
+		e := startH2(t, newH2TestHandler(), nil)
+		cl := dialH2(t, e.addr)
+		var pings bytes.Buffer
+		pf := http2.NewFramer(&pings, nil)
+		for range 3000 { // 51 KB the server has not read when it fails
+			pf.WritePing(false, [8]byte{})
+		}
+		var headers bytes.Buffer
+		http2.NewFramer(&headers, nil).WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0xff, 0xff, 0xff}, EndStream: true, EndHeaders: true})
+		if _, err := cl.c.Write(append(headers.Bytes(), pings.Bytes()...)); err != nil {
+			t.Fatal(err)
+		}
+		if code := cl.goAway(); code != http2.ErrCodeCompression {
+			t.Errorf("GOAWAY %v, want COMPRESSION_ERROR", code)
+		}
+		if _, err := cl.fr.ReadFrame(); !errors.Is(err, io.EOF) {
+			t.Errorf("after the GOAWAY: %v, want the end of the stream", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if _, err := cl.c.Write(pings.Bytes()[:9+8]); err != nil {
+			t.Errorf("a frame sent after the GOAWAY: %v, want it read and dropped", err)
+		}
+	})
 	t.Run("no preface", func(t *testing.T) {
 		e := startH2(t, newH2TestHandler(), func(s *h2Server) { s.preface = 100 * time.Millisecond })
 		c, err := net.Dial("tcp", e.addr)

@@ -287,7 +287,8 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// ready reports whether bytes of the body are already buffered.
+// ready reports whether bytes of the body are already here: buffered, or
+// a whole TLS record of them beneath.
 func (b *h1Body) ready() bool {
 	return !b.done && (b.pc.br.Buffered() > 0 || b.pc.batch != nil && b.pc.batch.recordReady())
 }
