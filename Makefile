@@ -10,8 +10,11 @@ build:
 
 # The whole suite: lint, then every test with the race detector. The
 # end-to-end tests run real curl, python3, node and git as the agent.
+# Then the proxy's tests again without it: its sockets' system calls are
+# raw only in a build without the detector (proxy/sysconn_race.go).
 test: lint test-deps
 	$(GO) test -race -count=1 -timeout 25m ./...
+	$(GO) test -count=1 -timeout 10m ./proxy
 
 # The Node end-to-end client needs undici (fetch honours HTTPS_PROXY only
 # through it); installed from the lock file when npm is present.

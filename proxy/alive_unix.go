@@ -1,30 +1,9 @@
-//go:build unix
+//go:build unix && !linux
 
 package proxy
 
-import (
-	"errors"
-	"net"
-	"syscall"
-)
+import "net"
 
 // alive reports whether an idle connection is still open: nothing to read
 // and no end of stream. One non-blocking peek, no deadline changes.
-func alive(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return true
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var b [1]byte
-	ok = false
-	err = rc.Read(func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		ok = errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK)
-		return true
-	})
-	return err == nil && ok
-}
+func alive(c net.Conn) bool { return aliveSyscall(c) }

@@ -35,7 +35,7 @@ func (l frontListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newFrontConn(c), nil
+	return newFrontConn(rawIO(c)), nil
 }
 
 func newFrontConn(c net.Conn) *frontConn {

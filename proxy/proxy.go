@@ -382,7 +382,7 @@ func (p *Proxy) ServeTunnel(ctx context.Context, c net.Conn, t Tunnel) {
 	if via == "" {
 		via = "transparent"
 	}
-	tc, handedOff := p.serveTunnel(ctx, c, &tunnel{
+	tc, handedOff := p.serveTunnel(ctx, rawIO(c), &tunnel{
 		session: t.Session,
 		process: t.Process,
 		host:    normalizeHost(t.Host),

@@ -65,7 +65,7 @@ func (p *Proxy) ServeTransparent(l net.Listener, origins OriginFinder) error {
 			}
 			return fmt.Errorf("proxy: transparent accept: %w", err)
 		}
-		go p.serveTransparent(c, origins)
+		go p.serveTransparent(rawIO(c), origins)
 	}
 }
 

@@ -329,7 +329,7 @@ func (p *Proxy) endDown(tc *tunnelConn, err error) {
 // dialTunnel connects to a tunnel's destination for passthrough.
 func (p *Proxy) dialTunnel(ctx context.Context, t *tunnel) (net.Conn, error) {
 	if t.dst.IsValid() {
-		return p.dialer.DialContext(ctx, "tcp", t.dst.String())
+		return p.dial(ctx, t.dst.String())
 	}
 	return p.dialHost(ctx, t.host, t.port)
 }
@@ -340,14 +340,14 @@ func (p *Proxy) dialHost(ctx context.Context, host string, port uint16) (net.Con
 		return nil, errors.New("proxy: dial: no destination")
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		return p.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, port).String())
+		return p.dial(ctx, netip.AddrPortFrom(a, port).String())
 	}
 	if p.resolve != nil {
 		if a, ok := p.resolve(host, port); ok {
-			return p.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, port).String())
+			return p.dial(ctx, netip.AddrPortFrom(a, port).String())
 		}
 	}
-	return p.dialer.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
+	return p.dial(ctx, net.JoinHostPort(host, strconv.Itoa(int(port))))
 }
 
 // dialUpstream is the upstream transports' dialer. A request from a tunnel
@@ -365,7 +365,16 @@ func (p *Proxy) dialUpstream(ctx context.Context, network, addr string) (net.Con
 	host = normalizeHost(host)
 	if t := tunnelFrom(ctx); t != nil && t.dst.IsValid() && uint16(port) == t.port &&
 		(host == t.host || host == t.dst.Addr().String()) {
-		return p.dialer.DialContext(ctx, "tcp", t.dst.String())
+		return p.dial(ctx, t.dst.String())
 	}
 	return p.dialHost(ctx, host, uint16(port))
+}
+
+// dial connects to addr, a TCP address.
+func (p *Proxy) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := p.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return rawIO(c), nil
 }
