@@ -102,12 +102,10 @@ func (s *sysConn) Read(b []byte) (int, error) {
 	s.rb, s.rn, s.rerr = b, 0, 0
 	err := s.rc.Read(s.readFn)
 	s.rb = nil
-	switch {
-	case err != nil:
-		return 0, s.opError("read", err)
-	case s.rerr != 0:
-		return 0, s.opError("read", os.NewSyscallError("read", s.rerr))
-	case s.rn == 0:
+	if err := s.opError("read", err, s.rerr); err != nil {
+		return 0, err
+	}
+	if s.rn == 0 {
 		return 0, io.EOF
 	}
 	return s.rn, nil
@@ -121,15 +119,8 @@ func (s *sysConn) Write(b []byte) (int, error) {
 	defer s.wmu.Unlock()
 	s.wb, s.wn, s.werr = b, 0, 0
 	err := s.rc.Write(s.writeFn)
-	n := s.wn
 	s.wb = nil
-	switch {
-	case err != nil:
-		return n, s.opError("write", err)
-	case s.werr != 0:
-		return n, s.opError("write", os.NewSyscallError("write", s.werr))
-	}
-	return n, nil
+	return s.wn, s.opError("write", err, s.werr)
 }
 
 // idle reports whether the connection has nothing to read and no end of
@@ -143,13 +134,20 @@ func (s *sysConn) idle() bool {
 	return err == nil && ok
 }
 
-// opError is the error a net.TCPConn returns. The poller's own (closed,
-// past the deadline) come as a raw-read's or raw-write's: the operation
-// is renamed, the cause kept, so errors.Is(err, net.ErrClosed) and
-// os.ErrDeadlineExceeded hold as they do for a net.TCPConn.
-func (s *sysConn) opError(op string, err error) error {
-	if oe, ok := err.(*net.OpError); ok {
+// opError is the error a net.TCPConn returns for op, from the poller's
+// (err) or the system call's (errno); nil when neither failed. The
+// poller's own (closed, past the deadline) come as a raw-read's or
+// raw-write's: the operation is renamed, the cause kept, so
+// errors.Is(err, net.ErrClosed) and os.ErrDeadlineExceeded hold as they
+// do for a net.TCPConn.
+func (s *sysConn) opError(op string, err error, errno syscall.Errno) error {
+	switch oe, ok := err.(*net.OpError); {
+	case ok:
 		err = oe.Err
+	case err == nil && errno == 0:
+		return nil
+	case err == nil:
+		err = os.NewSyscallError(op, errno)
 	}
 	return &net.OpError{Op: op, Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: err}
 }

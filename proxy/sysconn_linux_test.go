@@ -63,7 +63,8 @@ func TestSysConn(t *testing.T) {
 					}
 					done <- err
 				}()
-				time.Sleep(20 * time.Millisecond) // the writer fills the buffers and waits
+				time.Sleep(20 * time.Millisecond)                   // the writer fills the buffers and waits
+				c.SetReadDeadline(time.Now().Add(10 * time.Second)) // a writer that gave up fails the test, not hangs it
 				got, err := io.ReadAll(io.LimitReader(bufio.NewReaderSize(c, 1000), int64(len(want))))
 				if err != nil {
 					t.Fatal(err)
