@@ -1,6 +1,7 @@
 package event
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -168,5 +169,68 @@ func TestSubscriptionReceive(t *testing.T) {
 	}
 	if wait := batches[1][0].Sub(batches[0][1]); wait < pause {
 		t.Errorf("second batch began %v after the first ended, want at least the pause, %v", wait, pause)
+	}
+}
+
+// TestSubscriptionReceiveBurst: a burst ends the pause once the queue is
+// half full, so that a Lossless subscriber's publishers do not wait for
+// the pause and a lossy one drops nothing; Close ends the pause too.
+func TestSubscriptionReceiveBurst(t *testing.T) {
+	const pause = time.Hour // longer than any test: only a nudge ends it
+	for _, lossless := range []bool{true, false} {
+		t.Run(fmt.Sprintf("lossless=%v", lossless), func(t *testing.T) {
+			b := NewBus()
+			s := b.Subscribe("r", SubscribeOptions{Lossless: lossless, Queue: 8})
+			var got []int
+			batched := make(chan struct{}, 100)
+			returned := make(chan struct{})
+			go func() {
+				defer close(returned)
+				s.Receive(pause, func(e *Event) { got = append(got, e.Process.PID) },
+					func() { batched <- struct{}{} })
+			}()
+			b.Publish(&Event{Process: &Process{PID: 0}})
+			<-batched // the subscriber now pauses
+
+			// Lossless: 100 events through a queue of 8 cannot wait out the
+			// pause. Lossy: half the queue wakes the subscriber.
+			n := 100
+			if !lossless {
+				n = 4
+			}
+			published := make(chan struct{})
+			go func() {
+				for i := 1; i <= n; i++ {
+					b.Publish(&Event{Process: &Process{PID: i}})
+				}
+				close(published)
+			}()
+			select {
+			case <-published:
+			case <-time.After(10 * time.Second):
+				t.Fatal("publishers still blocked after 10 s: the burst did not end the pause")
+			}
+			if !lossless {
+				select {
+				case <-batched:
+				case <-time.After(10 * time.Second):
+					t.Fatal("no batch 10 s after the queue was half full")
+				}
+			}
+			b.Close()
+			select {
+			case <-returned:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Receive still pausing 10 s after Close")
+			}
+			if len(got) != n+1 {
+				t.Fatalf("received %d events, want %d (dropped %d)", len(got), n+1, s.Dropped())
+			}
+			for i, id := range got {
+				if id != i {
+					t.Fatalf("event %d has id %d: order lost", i, id)
+				}
+			}
+		})
 	}
 }

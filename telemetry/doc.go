@@ -5,7 +5,7 @@
 // Guarantees:
 //   - The audit log is the bus's Lossless subscriber: AuditLog.Run writes
 //     every event it receives, in the order received, one line each, and
-//     flushes within about FlushDelay (1 ms) of an entry so that a follower
+//     flushes within about FlushDelay (10 ms) of an entry so that a follower
 //     sees entries promptly.
 //   - A Record never holds HTTP header values or other secrets: only the
 //     fields listed on Record, whose producers already strip credentials.
