@@ -101,7 +101,8 @@ func (t *tunnel) hostMatches(hostport string) bool {
 	host = strings.TrimSuffix(host, ".")
 	if len(host) > 0 && (host[0] < 'a' || host[0] > 'z') {
 		if a, err := netip.ParseAddr(host); err == nil {
-			return a.Unmap().String() == t.host
+			b, err := netip.ParseAddr(t.host)
+			return err == nil && a.Unmap() == b
 		}
 	}
 	return strings.EqualFold(host, t.host)

@@ -220,6 +220,7 @@ func TestHTTPStart(t *testing.T) {
 func TestHostMatches(t *testing.T) {
 	tun := &tunnel{host: "api.example.test", port: 443}
 	v6 := &tunnel{host: "::1", port: 8443}
+	v4 := &tunnel{host: "127.0.0.1", port: 443}
 	tests := []struct {
 		t    *tunnel
 		host string
@@ -238,6 +239,11 @@ func TestHostMatches(t *testing.T) {
 		{v6, "[::1]:8443", true},
 		{v6, "[0:0::1]", true},
 		{v6, "[::2]:8443", false},
+		{v6, "[::1%lo]:8443", false},
+		{v4, "127.0.0.1:443", true},
+		{v4, "[::ffff:127.0.0.1]:443", true},
+		{v4, "127.0.0.2", false},
+		{v4, "127.0.0.1:80", false},
 		{&tunnel{port: 80}, "anything", true}, // unknown name: the destination address is dialled
 	}
 	for _, tt := range tests {
