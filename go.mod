@@ -7,6 +7,7 @@ require (
 	github.com/andybalholm/brotli v1.2.0
 	github.com/anthropics/anthropic-sdk-go v1.84.0
 	github.com/cilium/ebpf v0.22.0
+	github.com/elazarl/goproxy v1.9.3
 	github.com/google/go-cmp v0.7.0
 	github.com/gorilla/websocket v1.5.3
 	github.com/hashicorp/golang-lru/v2 v2.0.7

@@ -157,6 +157,7 @@ func TestTargets(t *testing.T) {
 		{"proxy CPU ≤ 70 µs per keep-alive request, h1 c=64", "60.0 µs", "meets"},
 		{"proxy CPU ≤ 70 µs per keep-alive request, h2 c=64", "80.0 µs", "misses"},
 		{"10,000 idle connections < 300 MB RSS", "250 MB for 10,000", "meets"},
+		{"ahead of every peer on each figure with a target", "by 3.60× at least (mitmproxy, RSS per idle connection)", "meets"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.target, func(t *testing.T) {
@@ -171,6 +172,46 @@ func TestTargets(t *testing.T) {
 	}
 	if len(got) != len(tests) {
 		t.Errorf("%d checks, want %d", len(got), len(tests))
+	}
+}
+
+// TestAheadOfPeers: Chaperone must be ahead of every proxy a user could
+// pick instead, on each figure with a target, less being better for
+// latency, CPU and memory; the relay and direct are not peers, and a
+// peer's missing figure is no comparison.
+func TestAheadOfPeers(t *testing.T) {
+	const p = "chaperone-proxy"
+	withPeers := func(peers ...Proxy) Run {
+		r := sample()
+		r.Proxies = append(r.Proxies[:2], peers...) // direct, chaperone-proxy
+		return r
+	}
+	relay := Proxy{Name: Relay, Values: map[string]Value{KeepAliveH1C1RPS: Num(9000), CPUKeepAliveH1: Num(10)}}
+	goproxy := func(h1c1, cpuH1 float64) Proxy {
+		return Proxy{Name: "goproxy", Values: map[string]Value{
+			KeepAliveH1C1RPS: Num(h1c1), KeepAliveH1C1P50: Num(0.25), CPUKeepAliveH1: Num(cpuH1),
+			KeepAliveH2C64RPS: NA("not measured"),
+		}}
+	}
+	squid := Proxy{Name: "squid", Values: map[string]Value{KeepAliveH1C64RPS: Num(4000), KeepAliveH2C1RPS: NA("no h2")}}
+	tests := []struct {
+		name string
+		run  Run
+		want Check
+	}{
+		{"ahead of all", withPeers(relay, goproxy(4000, 120), squid),
+			Check{Got: "by 1.25× at least (goproxy, h1 c=1 p50)", Status: "meets"}},
+		{"level with one, behind another", withPeers(goproxy(6000, 50), squid),
+			Check{Got: "level or behind: goproxy 1.00×, h1 c=1 req/s; goproxy 0.83×, CPU per h1 request", Status: "misses"}},
+		{"no peer", withPeers(relay), Check{Got: "–", Status: "unknown"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.want.Target, tt.want.Proxy = "ahead of every peer on each figure with a target", p
+			if diff := cmp.Diff(tt.want, aheadOfPeers(tt.run, p)); diff != "" {
+				t.Errorf("check (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -197,7 +238,7 @@ func TestWriteTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 2+13 {
+	if len(lines) != 2+14 {
 		t.Fatalf("%d lines:\n%s", len(lines), b.String())
 	}
 	if !strings.HasPrefix(lines[1], "|---") || !strings.Contains(lines[2], "| meets ") {

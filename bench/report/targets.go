@@ -19,6 +19,68 @@ type Check struct {
 // Mitmproxy is the name the comparison with mitmproxy looks for.
 const Mitmproxy = "mitmproxy"
 
+// Relay is the column that only copies bytes: the cost of the hop, not a
+// proxy anyone would pick instead of Chaperone.
+const Relay = "relay"
+
+// isPeer reports whether column name is a proxy a user could pick instead
+// of Chaperone: any column but direct, the relay and Chaperone's own.
+func isPeer(name string) bool {
+	return name != Direct && name != Relay && !strings.HasPrefix(name, "chaperone")
+}
+
+// targetFigures are the figures with a target, and whether more is better.
+var targetFigures = []struct {
+	key, what string
+	more      bool
+}{
+	{KeepAliveH1C1RPS, "h1 c=1 req/s", true}, {KeepAliveH1C64RPS, "h1 c=64 req/s", true},
+	{KeepAliveH2C1RPS, "h2 c=1 req/s", true}, {KeepAliveH2C64RPS, "h2 c=64 req/s", true},
+	{KeepAliveH1C1P50, "h1 c=1 p50", false}, {KeepAliveH2C1P50, "h2 c=1 p50", false},
+	{NewConnsPerSec, "new connections/s", true}, {DownloadMBps, "download MB/s", true},
+	{CPUKeepAliveH1, "CPU per h1 request", false}, {CPUKeepAliveH2, "CPU per h2 request", false},
+	{IdleRSSPer1000MB, "RSS per idle connection", false},
+}
+
+// aheadOfPeers checks proxy p against every peer in r on each figure with
+// a target: it must be ahead of all of them. Got is the narrowest margin
+// (p's figure over the peer's, or the peer's over p's where less is
+// better), or the figures on which a peer is level or ahead.
+func aheadOfPeers(r Run, p string) Check {
+	c := Check{Target: "ahead of every peer on each figure with a target", Proxy: p, Got: "–", Status: "unknown"}
+	narrowest, where := 0.0, ""
+	var behind []string
+	for _, f := range targetFigures {
+		v, ok := r.value(p, f.key).OK()
+		if !ok || v <= 0 {
+			continue
+		}
+		for _, q := range r.Proxies {
+			w, ok := q.Values[f.key].OK()
+			if !isPeer(q.Name) || !ok || w <= 0 {
+				continue
+			}
+			m := v / w
+			if !f.more {
+				m = w / v
+			}
+			if m <= 1 {
+				behind = append(behind, fmt.Sprintf("%s %.2f×, %s", q.Name, m, f.what))
+			}
+			if where == "" || m < narrowest {
+				narrowest, where = m, q.Name+", "+f.what
+			}
+		}
+	}
+	switch {
+	case len(behind) > 0:
+		c.Got, c.Status = "level or behind: "+strings.Join(behind, "; "), "misses"
+	case where != "":
+		c.Got, c.Status = fmt.Sprintf("by %.2f× at least (%s)", narrowest, where), "meets"
+	}
+	return c
+}
+
 // Targets checks every proxy whose name starts with "chaperone" against
 // Chaperone's performance targets.
 func Targets(r Run) []Check {
@@ -77,6 +139,7 @@ func Targets(r Run) []Check {
 			got += fmt.Sprintf(" (extrapolated from %.0f held)", held)
 		}
 		add("10,000 idle connections < 300 MB RSS", got, per*10 < 300, pok && hok && held > 0)
+		out = append(out, aheadOfPeers(r, p.Name))
 	}
 	return out
 }

@@ -22,7 +22,7 @@ import (
 )
 
 type binaries struct {
-	loadgen, chaperone, relay string
+	loadgen, chaperone, relay, gomitm string
 }
 
 type harness struct {
@@ -118,6 +118,8 @@ func (h *harness) startColumn(ctx context.Context, name string) *column {
 		c.peer, err = newChaperonePeer(h, name == colTransparent)
 	case colRelay:
 		c.peer, err = startRelay(ctx, h)
+	case colGoproxy:
+		c.peer, err = startGomitm(ctx, h)
 	case colMitm:
 		c.peer, err = startMitmproxy(ctx, h)
 	case colSquid:
@@ -517,15 +519,19 @@ func moduleDir(ctx context.Context) (string, error) {
 }
 
 // build compiles loadgen and the binaries of the columns that run:
-// chaperone, relay.
+// chaperone, relay, gomitm.
 func build(ctx context.Context, mod, tmp string, columns []string) (binaries, error) {
-	b := binaries{loadgen: filepath.Join(tmp, "loadgen"), chaperone: filepath.Join(tmp, "chaperone"), relay: filepath.Join(tmp, "relay")}
+	b := binaries{loadgen: filepath.Join(tmp, "loadgen"), chaperone: filepath.Join(tmp, "chaperone"),
+		relay: filepath.Join(tmp, "relay"), gomitm: filepath.Join(tmp, "gomitm")}
 	targets := [][2]string{{b.loadgen, "./bench/cmd/loadgen"}}
 	if contains(columns, colChaperone) || contains(columns, colTransparent) {
 		targets = append(targets, [2]string{b.chaperone, "./cmd/chaperone"})
 	}
 	if contains(columns, colRelay) {
 		targets = append(targets, [2]string{b.relay, "./bench/cmd/relay"})
+	}
+	if contains(columns, colGoproxy) {
+		targets = append(targets, [2]string{b.gomitm, "./bench/cmd/gomitm"})
 	}
 	for _, t := range targets {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", t[0], t[1])

@@ -2,8 +2,9 @@
 
 // Command bench measures Chaperone's proxy side by side with a direct
 // connection, a relay that only copies bytes (the cost of the hop alone),
-// mitmproxy and Squid (ssl-bump), in one run on one machine, and writes a
-// table to stdout and JSON and an SVG chart to -out.
+// a bare goproxy intercepting proxy (bench/gomitm), mitmproxy and Squid
+// (ssl-bump), in one run on one machine, and writes a table to stdout and
+// JSON and an SVG chart to -out.
 //
 //	go run ./bench/cmd/bench              # everything (≈10–15 minutes)
 //	go run ./bench/cmd/bench -quick       # short scenarios, 1,000 idle connections
@@ -38,15 +39,16 @@ import (
 // Column names: direct, then each proxy.
 const (
 	colDirect      = report.Direct
-	colRelay       = "relay"
+	colRelay       = report.Relay
 	colChaperone   = "chaperone-proxy"
 	colTransparent = "chaperone-transparent"
+	colGoproxy     = "goproxy"
 	colMitm        = report.Mitmproxy
 	colSquid       = "squid"
 )
 
 func allColumns() []string {
-	return []string{colDirect, colRelay, colChaperone, colTransparent, colMitm, colSquid}
+	return []string{colDirect, colRelay, colChaperone, colTransparent, colGoproxy, colMitm, colSquid}
 }
 
 // Scenario groups, as -scenarios names them.

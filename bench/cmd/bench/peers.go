@@ -170,25 +170,37 @@ type relayPeer struct {
 	ca   string
 }
 
-func startRelay(ctx context.Context, h *harness) (peer, error) {
-	dir := filepath.Join(h.tmp, "relay.d") // h.tmp/relay is the binary
+// startOwn starts bin, one of the binaries the harness built, in a
+// directory of its own (dir/name.d) with the arguments args gives for the
+// loopback address it is to listen on, and waits until it listens.
+func startOwn(ctx context.Context, h *harness, bin string, args func(addr, dir string) []string) (d *daemon, addr, dir string, err error) {
+	name := filepath.Base(bin)
+	dir = filepath.Join(h.tmp, name+".d") // h.tmp/<name> is the binary
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+		return nil, "", "", err
 	}
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return nil, "", "", err
 	}
-	p := &relayPeer{addr: "127.0.0.1:" + strconv.Itoa(port), ca: h.origin.CAFile}
-	p.d, err = startDaemon([]string{h.bins.relay, "-listen", p.addr}, dir, filepath.Join(dir, "relay.log"))
+	addr = "127.0.0.1:" + strconv.Itoa(port)
+	d, err = startDaemon(append([]string{bin}, args(addr, dir)...), dir, filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := d.waitListening(ctx, addr, 30*time.Second); err != nil {
+		d.stop()
+		return nil, "", "", fmt.Errorf("%s: %w", name, err)
+	}
+	return d, addr, dir, nil
+}
+
+func startRelay(ctx context.Context, h *harness) (peer, error) {
+	d, addr, _, err := startOwn(ctx, h, h.bins.relay, func(addr, _ string) []string { return []string{"-listen", addr} })
 	if err != nil {
 		return nil, err
 	}
-	if err := p.d.waitListening(ctx, p.addr, 30*time.Second); err != nil {
-		p.d.stop()
-		return nil, fmt.Errorf("relay: %w", err)
-	}
-	return p, nil
+	return &relayPeer{d: d, addr: addr, ca: h.origin.CAFile}, nil
 }
 
 func (p *relayPeer) command(_ scenario, lg []string) ([]string, []string, func(), error) {
@@ -202,6 +214,40 @@ func (p *relayPeer) describe() (string, string) {
 }
 
 func (p *relayPeer) stop() { p.d.stop() }
+
+// gomitmPeer is bench/gomitm: a bare goproxy that intercepts every
+// tunnel, verifying the origin with its CA; the client trusts its CA.
+type gomitmPeer struct {
+	d       *daemon
+	addr    string
+	ca      string
+	version string
+}
+
+func startGomitm(ctx context.Context, h *harness) (peer, error) {
+	d, addr, dir, err := startOwn(ctx, h, h.bins.gomitm, func(addr, dir string) []string {
+		return []string{"-listen", addr, "-ca-out", filepath.Join(dir, "ca.pem"), "-upstream-ca", h.origin.CAFile}
+	})
+	if err != nil {
+		return nil, err
+	}
+	p := &gomitmPeer{d: d, addr: addr, ca: filepath.Join(dir, "ca.pem")}
+	if out, err := exec.CommandContext(ctx, h.bins.gomitm, "-version").Output(); err == nil {
+		p.version = firstLine(string(out))
+	}
+	return p, nil
+}
+
+func (p *gomitmPeer) command(_ scenario, lg []string) ([]string, []string, func(), error) {
+	argv := append(lg, "-proxy", "http://"+p.addr, "-ca", p.ca, "-watch-pid", strconv.Itoa(p.d.cmd.Process.Pid))
+	return argv, os.Environ(), func() {}, nil
+}
+
+func (p *gomitmPeer) describe() (string, string) {
+	return p.version, "bench/gomitm: goproxy with every CONNECT intercepted, ECDSA leaves kept per host, HTTP/2 allowed, one http.Transport upstream; no decision, no log"
+}
+
+func (p *gomitmPeer) stop() { p.d.stop() }
 
 // mitmproxyPeer is mitmdump, explicit proxy, verifying the origin with
 // its CA; the client trusts mitmproxy's CA.
