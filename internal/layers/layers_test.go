@@ -48,9 +48,11 @@ var allowed = map[string]struct{ project, external []string }{
 	"bench/origin":      {},
 	"bench/report":      {},
 	"bench/relay":       {},
+	"bench/gomitm":      {external: []string{"github.com/elazarl/goproxy"}},
 	"bench/cmd/loadgen": {project: []string{"bench/loadgen"}},
 	"bench/cmd/origin":  {project: []string{"bench/origin"}},
 	"bench/cmd/relay":   {project: []string{"bench/relay"}},
+	"bench/cmd/gomitm":  {project: []string{"bench/gomitm"}},
 	"bench/cmd/bench":   {project: []string{"bench/loadgen", "bench/origin", "bench/report"}},
 	"bench/soak":        {project: []string{"internal/upstream"}},
 }
