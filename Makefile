@@ -82,8 +82,9 @@ clean:
 bypass:
 	$(GO) test -race -count=1 -run 'Bypass' ./cmd/chaperone/
 
-# Side-by-side proxy benchmarks (docs/performance.md): direct, Chaperone in
-# proxy and transparent mode, mitmproxy and Squid ssl-bump, all on loopback;
+# Side-by-side proxy benchmarks (docs/performance.md): direct, a relay that
+# only copies bytes, Chaperone in proxy and transparent mode, a bare goproxy,
+# mitmproxy and Squid ssl-bump, all on loopback;
 # installs the peers from Debian when missing and stops them afterwards.
 # `make bench` runs them before the Go micro-benchmarks above. Results go to
 # bench/results/. BENCHFLAGS=-quick for a short run.
