@@ -154,8 +154,8 @@ func TestTargets(t *testing.T) {
 		{"added p50 latency ≤ 0.25 ms, c=1 h2", "+0.300 ms", "misses"},
 		{"new connections/s ≥ 0.5× direct", "0.40×", "misses"},
 		{"100 MB download ≥ 0.45× direct", "0.45×", "meets"},
-		{"proxy CPU ≤ 70 µs per keep-alive request, h1 c=64", "60.0 µs", "meets"},
-		{"proxy CPU ≤ 70 µs per keep-alive request, h2 c=64", "80.0 µs", "misses"},
+		{"proxy CPU ≤ 70 µs per keep-alive request at goproxy's 95, h1 c=64", "60.0 µs (no goproxy figure: line unscaled)", "meets"},
+		{"proxy CPU ≤ 70 µs per keep-alive request at goproxy's 95, h2 c=64", "80.0 µs (no goproxy figure: line unscaled)", "misses"},
 		{"10,000 idle connections < 300 MB RSS", "250 MB for 10,000", "meets"},
 		{"ahead of every peer on each figure with a target", "by 3.60× at least (mitmproxy, RSS per idle connection)", "meets"},
 	}
@@ -210,6 +210,41 @@ func TestAheadOfPeers(t *testing.T) {
 			tt.want.Target, tt.want.Proxy = "ahead of every peer on each figure with a target", p
 			if diff := cmp.Diff(tt.want, aheadOfPeers(tt.run, p)); diff != "" {
 				t.Errorf("check (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestTargetsCPUScaled: the CPU line moves with goproxy's CPU per h1
+// request in the same run, for h1 and h2 alike.
+func TestTargetsCPUScaled(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		goproxy        Value
+		wantH1, wantH2 Check
+	}{
+		{"slower machine", Num(114), // line 84 µs
+			Check{Got: "60.0 µs (line 84.0 µs: goproxy 114.0 µs here)", Status: "meets"},
+			Check{Got: "80.0 µs (line 84.0 µs: goproxy 114.0 µs here)", Status: "meets"}},
+		{"faster machine", Num(76), // line 56 µs
+			Check{Got: "60.0 µs (line 56.0 µs: goproxy 76.0 µs here)", Status: "misses"},
+			Check{Got: "80.0 µs (line 56.0 µs: goproxy 76.0 µs here)", Status: "misses"}},
+		{"goproxy failed", NA("proxy did not start"),
+			Check{Got: "60.0 µs (no goproxy figure: line unscaled)", Status: "meets"},
+			Check{Got: "80.0 µs (no goproxy figure: line unscaled)", Status: "misses"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := sample()
+			r.Proxies = append(r.Proxies, Proxy{Name: Goproxy, Values: map[string]Value{CPUKeepAliveH1: tt.goproxy, CPUKeepAliveH2: Num(500)}})
+			got := map[string]Check{}
+			for _, c := range Targets(r) {
+				got[c.Target] = c
+			}
+			for what, want := range map[string]Check{"h1": tt.wantH1, "h2": tt.wantH2} {
+				want.Target, want.Proxy = "proxy CPU ≤ 70 µs per keep-alive request at goproxy's 95, "+what+" c=64", "chaperone-proxy"
+				if diff := cmp.Diff(want, got[want.Target]); diff != "" {
+					t.Errorf("%s (-want +got):\n%s", what, diff)
+				}
 			}
 		})
 	}

@@ -42,7 +42,7 @@ const (
 	colRelay       = report.Relay
 	colChaperone   = "chaperone-proxy"
 	colTransparent = "chaperone-transparent"
-	colGoproxy     = "goproxy"
+	colGoproxy     = report.Goproxy
 	colMitm        = report.Mitmproxy
 	colSquid       = "squid"
 )
