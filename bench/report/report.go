@@ -102,6 +102,10 @@ type Proxy struct {
 	Notes   []string         `json:"notes,omitempty"`
 	// Raw holds each scenario's loadgen output as it was printed.
 	Raw map[string]json.RawMessage `json:"raw,omitempty"`
+	// CPURounds holds each round's proxy CPU per request for the figures
+	// CPUKeepAliveH1 and CPUKeepAliveH2, in round order; 0 for a round
+	// that failed or was not sampled. The table shows the best round's.
+	CPURounds map[string][]float64 `json:"cpu_rounds,omitempty"`
 }
 
 // Machine is where the run happened.
@@ -147,6 +151,16 @@ func (r Run) value(p, key string) Value {
 		}
 	}
 	return NA("not run")
+}
+
+// cpuRounds returns proxy p's CPU per request in each round for key.
+func (r Run) cpuRounds(p, key string) []float64 {
+	for _, x := range r.Proxies {
+		if x.Name == p {
+			return x.CPURounds[key]
+		}
+	}
+	return nil
 }
 
 // Ratio returns proxy p's figure over direct's, when both exist.

@@ -101,15 +101,20 @@ type column struct {
 	peakKB uint64
 }
 
-// startColumn starts the peer of column name; a peer that cannot start
-// leaves a column of notes.
-func (h *harness) startColumn(ctx context.Context, name string) *column {
-	c := &column{
-		out:    report.Proxy{Name: name, Values: map[string]report.Value{}, Raw: map[string]json.RawMessage{}},
+// newColumn is column name with nothing measured yet, and no peer.
+func newColumn(name string) *column {
+	return &column{
+		out:    report.Proxy{Name: name, Values: map[string]report.Value{}, Raw: map[string]json.RawMessage{}, CPURounds: map[string][]float64{}},
 		best:   map[string]loadgen.Result{},
 		rounds: map[string][]float64{},
 		failed: map[string]string{},
 	}
+}
+
+// startColumn starts the peer of column name; a peer that cannot start
+// leaves a column of notes.
+func (h *harness) startColumn(ctx context.Context, name string) *column {
+	c := newColumn(name)
 	var err error
 	switch name {
 	case colDirect:
@@ -266,11 +271,22 @@ func (h *harness) runOne(ctx context.Context, c *column, s scenario, round int) 
 		return
 	}
 	h.logf("%s %s #%d: %s", name, s.id, round, summary(res))
+	c.record(s, round, res, raw)
+}
+
+// record keeps round's result res of scenario s: its figure for the
+// rounds' own ratios, its CPU per request where the scenario has a CPU
+// figure, the proxy's peak memory, and res itself if it is the best round.
+func (c *column) record(s scenario, round int, res loadgen.Result, raw json.RawMessage) {
 	if !s.hold {
-		for len(c.rounds[s.id]) < round-1 {
-			c.rounds[s.id] = append(c.rounds[s.id], 0) // a round that failed
+		c.rounds[s.id] = append(padRounds(c.rounds[s.id], round), roundFigure(s, res))
+	}
+	if key := keepAliveCPU(s.id); key != "" && c.out.Name != colDirect {
+		cpu := 0.0 // a round with errors or without a sample
+		if res.After != nil && res.Errors == 0 && res.Requests > 0 {
+			cpu = res.CPUPerReqUs
 		}
-		c.rounds[s.id] = append(c.rounds[s.id], roundFigure(s, res))
+		c.out.CPURounds[key] = append(padRounds(c.out.CPURounds[key], round), cpu)
 	}
 	if !s.hold && res.After != nil {
 		c.peakKB = max(c.peakKB, res.After.PeakKB)
@@ -280,6 +296,15 @@ func (h *harness) runOne(ctx context.Context, c *column, s scenario, round int) 
 		c.best[s.id] = res
 		c.out.Raw[s.id] = raw
 	}
+}
+
+// padRounds gives xs a 0 for each round before round that left nothing
+// in it (it failed).
+func padRounds(xs []float64, round int) []float64 {
+	for len(xs) < round-1 {
+		xs = append(xs, 0)
+	}
+	return xs
 }
 
 // better says whether a is a less disturbed run than b: more successful
@@ -377,6 +402,17 @@ func summary(r loadgen.Result) string {
 	return s
 }
 
+// keepAliveCPU is the CPU figure of keep-alive scenario id, or "".
+func keepAliveCPU(id string) string {
+	switch id {
+	case "ka-h1-c64":
+		return report.CPUKeepAliveH1
+	case "ka-h2-c64":
+		return report.CPUKeepAliveH2
+	}
+	return ""
+}
+
 // fill sets the figures scenario s yields from res (nil: all n/a, why).
 func fill(v map[string]report.Value, s scenario, res *loadgen.Result, why string) {
 	num := func(key string, x float64) {
@@ -415,11 +451,8 @@ func fill(v map[string]report.Value, s scenario, res *loadgen.Result, why string
 		num(prefix+"_rps", get(func(r *loadgen.Result) float64 { return r.RPS }))
 		num(prefix+"_p50_ms", get(func(r *loadgen.Result) float64 { return r.P50Ms }))
 		num(prefix+"_p99_ms", get(func(r *loadgen.Result) float64 { return r.P99Ms }))
-		switch s.id {
-		case "ka-h1-c64":
-			cpu(report.CPUKeepAliveH1)
-		case "ka-h2-c64":
-			cpu(report.CPUKeepAliveH2)
+		if key := keepAliveCPU(s.id); key != "" {
+			cpu(key)
 		}
 	case "new":
 		num(report.NewConnsPerSec, get(func(r *loadgen.Result) float64 { return r.RPS }))

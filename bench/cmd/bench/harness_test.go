@@ -137,6 +137,38 @@ func TestRoundRatios(t *testing.T) {
 	}
 }
 
+// TestRecordCPURounds: each round's CPU per request is kept for the
+// keep-alive c=64 scenarios, in round order, 0 for a round that failed,
+// had errors or was not sampled; direct has none.
+func TestRecordCPURounds(t *testing.T) {
+	h1, h2, c1 := scenario{id: "ka-h1-c64", group: "ka"}, scenario{id: "ka-h2-c64", group: "ka"}, scenario{id: "ka-h1-c1", group: "ka"}
+	ok := func(cpu float64) loadgen.Result {
+		return loadgen.Result{Requests: 100, RPS: 1000, CPUPerReqUs: cpu, Before: &loadgen.Sample{}, After: &loadgen.Sample{}}
+	}
+	c := newColumn(colChaperone)
+	c.record(h1, 1, ok(60), nil)
+	c.record(c1, 1, ok(150), nil)
+	// round 2 of h1 failed: nothing recorded
+	c.record(h1, 3, ok(55), nil)
+	c.record(h2, 1, loadgen.Result{Requests: 100, RPS: 900, CPUPerReqUs: 70}, nil) // not sampled
+	bad := ok(80)
+	bad.Errors = 3
+	c.record(h2, 2, bad, nil)
+	c.record(h2, 3, ok(50), nil)
+	want := map[string][]float64{report.CPUKeepAliveH1: {60, 0, 55}, report.CPUKeepAliveH2: {0, 0, 50}}
+	if diff := cmp.Diff(want, c.out.CPURounds); diff != "" {
+		t.Errorf("CPU rounds (-want +got):\n%s", diff)
+	}
+	if got := c.best[h1.id].CPUPerReqUs; got != 60 {
+		t.Errorf("best h1 round: cpu %v, want the first round's 60 (ties keep the first)", got)
+	}
+	d := newColumn(colDirect)
+	d.record(h1, 1, ok(0), nil)
+	if len(d.out.CPURounds) != 0 {
+		t.Errorf("direct: CPU rounds %v, want none", d.out.CPURounds)
+	}
+}
+
 // TestRoundFigure: the figure a round is compared by.
 func TestRoundFigure(t *testing.T) {
 	ka, dl := scenario{id: "ka-h1-c1", group: "ka"}, scenario{id: "download", group: "download"}
