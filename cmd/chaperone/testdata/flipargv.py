@@ -1,11 +1,15 @@
 # Races execve against a thread that flips its argument between "safe"
-# and "evil", many times, and reports how each attempt ended: killed,
-# denied (EPERM), ran; "EVIL RAN" if /bin/echo ever printed evil.
+# and "evil", at least MIN times and until one attempt was killed (at most
+# MAX times), and reports how each attempt ended: killed, denied (EPERM),
+# ran; "EVIL RAN" if /bin/echo ever printed evil. Usage: flipargv.py MIN MAX
 import ctypes, os, sys, threading, time
 libc = ctypes.CDLL(None, use_errno=True)
 libc.execve.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)]
 counts = {"killed": 0, "denied": 0, "ran": 0, "other": 0}
-for i in range(int(sys.argv[1])):
+least, most = int(sys.argv[1]), int(sys.argv[2])
+for i in range(most):
+    if i >= least and counts["killed"]:
+        break
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
