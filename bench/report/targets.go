@@ -38,12 +38,12 @@ const (
 )
 
 // cpuAtGoproxy95 is proxy p's CPU per request for figure key in goproxy's
-// terms (see cpuLine), and how it was found; scaled is false where there
-// is no goproxy figure and v is p's own.
-func cpuAtGoproxy95(r Run, p, key string) (v float64, how string, scaled, ok bool) {
+// terms (see cpuLine), with how it was found; p's own figure where there is
+// no goproxy figure.
+func cpuAtGoproxy95(r Run, p, key string) (v float64, got string, ok bool) {
 	v, ok = r.value(p, key).OK()
 	if !ok {
-		return 0, "", false, false
+		return 0, "", false
 	}
 	var ratios []float64
 	mine, theirs := r.cpuRounds(p, key), r.cpuRounds(Goproxy, CPUKeepAliveH1)
@@ -57,18 +57,19 @@ func cpuAtGoproxy95(r Run, p, key string) (v float64, how string, scaled, ok boo
 		for i, x := range ratios {
 			parts[i] = fmt.Sprintf("%.2f", x)
 		}
-		m := median(ratios)
-		return goproxyCPUSet * m, fmt.Sprintf("%.1f µs here; %.2f× goproxy's per h1 request, median of rounds %s",
-			v, m, strings.Join(parts, " ")), true, true
+		m := Median(ratios)
+		return goproxyCPUSet * m, fmt.Sprintf("%.1f µs at goproxy's 95 (%.1f µs here; %.2f× goproxy's per h1 request, median of rounds %s)",
+			goproxyCPUSet*m, v, m, strings.Join(parts, " ")), true
 	}
 	if g, gok := r.value(Goproxy, CPUKeepAliveH1).OK(); gok && g > 0 {
-		return goproxyCPUSet * v / g, fmt.Sprintf("%.1f µs here; %.2f× goproxy's per h1 request", v, v/g), true, true
+		return goproxyCPUSet * v / g, fmt.Sprintf("%.1f µs at goproxy's 95 (%.1f µs here; %.2f× goproxy's per h1 request)",
+			goproxyCPUSet*v/g, v, v/g), true
 	}
-	return v, fmt.Sprintf("%.1f µs (no goproxy figure: unscaled)", v), false, true
+	return v, fmt.Sprintf("%.1f µs (no goproxy figure: unscaled)", v), true
 }
 
-// median returns the median of xs (not empty); it sorts xs.
-func median(xs []float64) float64 {
+// Median returns the median of xs (not empty); it sorts xs.
+func Median(xs []float64) float64 {
 	slices.Sort(xs)
 	n := len(xs)
 	if n%2 == 1 {
@@ -187,11 +188,7 @@ func Targets(r Run) []Check {
 		ratio("new connections/s ≥ 0.5× direct", NewConnsPerSec, 0.5)
 		ratio("100 MB download ≥ 0.45× direct", DownloadMBps, 0.45)
 		for _, k := range []struct{ key, what string }{{CPUKeepAliveH1, "h1"}, {CPUKeepAliveH2, "h2"}} {
-			v, how, scaled, ok := cpuAtGoproxy95(r, p.Name, k.key)
-			got := how
-			if scaled {
-				got = fmt.Sprintf("%.1f µs at goproxy's 95 (%s)", v, how)
-			}
+			v, got, ok := cpuAtGoproxy95(r, p.Name, k.key)
 			add("proxy CPU ≤ 70 µs per keep-alive request at goproxy's 95, "+k.what+" c=64", got, v <= cpuLine, ok)
 		}
 		per, pok := r.value(p.Name, IdleRSSPer1000MB).OK()

@@ -241,12 +241,7 @@ func roundRatios(col, direct map[string][]float64, scen []scenario) string {
 		for _, r := range rs {
 			fmt.Fprintf(&b2, " %.2f", r)
 		}
-		slices.Sort(rs)
-		m := rs[len(rs)/2]
-		if len(rs)%2 == 0 {
-			m = (rs[len(rs)/2-1] + m) / 2
-		}
-		fmt.Fprintf(&b2, " (median %.2f)", m)
+		fmt.Fprintf(&b2, " (median %.2f)", report.Median(rs))
 		parts = append(parts, b2.String())
 	}
 	if len(parts) == 0 {
