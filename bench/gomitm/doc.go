@@ -6,5 +6,5 @@
 // Chaperone's proxy would otherwise be built on, and the figure its
 // performance targets were set against.
 //
-// It must not import other chaperone packages.
+// It must not import other chaperone packages than bench/benchca.
 package gomitm

@@ -177,8 +177,8 @@ func TestTargets(t *testing.T) {
 
 // TestAheadOfPeers: Chaperone must be ahead of every proxy a user could
 // pick instead, on each figure with a target, less being better for
-// latency, CPU and memory; the relay and direct are not peers, and a
-// peer's missing figure is no comparison.
+// latency, CPU and memory; the relay, the TLS floor and direct are not
+// peers, and a peer's missing figure is no comparison.
 func TestAheadOfPeers(t *testing.T) {
 	const p = "chaperone-proxy"
 	withPeers := func(peers ...Proxy) Run {
@@ -187,6 +187,7 @@ func TestAheadOfPeers(t *testing.T) {
 		return r
 	}
 	relay := Proxy{Name: Relay, Values: map[string]Value{KeepAliveH1C1RPS: Num(9000), CPUKeepAliveH1: Num(10)}}
+	floor := Proxy{Name: Floor, Values: map[string]Value{KeepAliveH1C1RPS: Num(8000), CPUKeepAliveH1: Num(20)}}
 	goproxy := func(h1c1, cpuH1 float64) Proxy {
 		return Proxy{Name: "goproxy", Values: map[string]Value{
 			KeepAliveH1C1RPS: Num(h1c1), KeepAliveH1C1P50: Num(0.25), CPUKeepAliveH1: Num(cpuH1),
@@ -199,11 +200,11 @@ func TestAheadOfPeers(t *testing.T) {
 		run  Run
 		want Check
 	}{
-		{"ahead of all", withPeers(relay, goproxy(4000, 120), squid),
+		{"ahead of all", withPeers(relay, floor, goproxy(4000, 120), squid),
 			Check{Got: "by 1.25× at least (goproxy, h1 c=1 p50)", Status: "meets"}},
 		{"level with one, behind another", withPeers(goproxy(6000, 50), squid),
 			Check{Got: "level or behind: goproxy 1.00×, h1 c=1 req/s; goproxy 0.83×, CPU per h1 request", Status: "misses"}},
-		{"no peer", withPeers(relay), Check{Got: "–", Status: "unknown"}},
+		{"no peer", withPeers(relay, floor), Check{Got: "–", Status: "unknown"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

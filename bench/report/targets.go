@@ -82,10 +82,15 @@ func Median(xs []float64) float64 {
 // proxy anyone would pick instead of Chaperone.
 const Relay = "relay"
 
+// Floor is bench/tlsfloor's column, about the least a TLS-intercepting
+// proxy in Go does: a measure of the machine, not a proxy to pick either.
+const Floor = "tls-floor"
+
 // isPeer reports whether column name is a proxy a user could pick instead
-// of Chaperone: any column but direct, the relay and Chaperone's own.
+// of Chaperone: any column but direct, the relay, the floor and
+// Chaperone's own.
 func isPeer(name string) bool {
-	return name != Direct && name != Relay && !strings.HasPrefix(name, "chaperone")
+	return name != Direct && name != Relay && name != Floor && !strings.HasPrefix(name, "chaperone")
 }
 
 // targetFigures are the figures with a target, and whether more is better.

@@ -44,17 +44,20 @@ var allowed = map[string]struct{ project, external []string }{
 	"examples/denyhost-plugin": {project: []string{"plugin", "event"}},
 
 	// Benchmarks and soak: programs of their own, apart from Chaperone's.
-	"bench/loadgen":     {},
-	"bench/origin":      {},
-	"bench/report":      {},
-	"bench/relay":       {},
-	"bench/gomitm":      {external: []string{"github.com/elazarl/goproxy"}},
-	"bench/cmd/loadgen": {project: []string{"bench/loadgen"}},
-	"bench/cmd/origin":  {project: []string{"bench/origin"}},
-	"bench/cmd/relay":   {project: []string{"bench/relay"}},
-	"bench/cmd/gomitm":  {project: []string{"bench/gomitm"}},
-	"bench/cmd/bench":   {project: []string{"bench/loadgen", "bench/origin", "bench/report"}},
-	"bench/soak":        {project: []string{"internal/upstream"}},
+	"bench/loadgen":      {},
+	"bench/origin":       {},
+	"bench/report":       {},
+	"bench/relay":        {},
+	"bench/benchca":      {},
+	"bench/gomitm":       {project: []string{"bench/benchca"}, external: []string{"github.com/elazarl/goproxy"}},
+	"bench/tlsfloor":     {project: []string{"bench/benchca"}},
+	"bench/cmd/loadgen":  {project: []string{"bench/loadgen"}},
+	"bench/cmd/origin":   {project: []string{"bench/origin"}},
+	"bench/cmd/relay":    {project: []string{"bench/relay"}},
+	"bench/cmd/gomitm":   {project: []string{"bench/gomitm"}},
+	"bench/cmd/tlsfloor": {project: []string{"bench/benchca", "bench/tlsfloor"}},
+	"bench/cmd/bench":    {project: []string{"bench/loadgen", "bench/origin", "bench/report"}},
+	"bench/soak":         {project: []string{"internal/upstream"}},
 }
 
 func TestImportRules(t *testing.T) {

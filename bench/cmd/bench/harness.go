@@ -22,7 +22,7 @@ import (
 )
 
 type binaries struct {
-	loadgen, chaperone, relay, gomitm string
+	loadgen, chaperone, relay, gomitm, tlsfloor string
 }
 
 type harness struct {
@@ -123,6 +123,8 @@ func (h *harness) startColumn(ctx context.Context, name string) *column {
 		c.peer, err = newChaperonePeer(h, name == colTransparent)
 	case colRelay:
 		c.peer, err = startRelay(ctx, h)
+	case colFloor:
+		c.peer, err = startFloor(ctx, h)
 	case colGoproxy:
 		c.peer, err = startGomitm(ctx, h)
 	case colMitm:
@@ -547,16 +549,19 @@ func moduleDir(ctx context.Context) (string, error) {
 }
 
 // build compiles loadgen and the binaries of the columns that run:
-// chaperone, relay, gomitm.
+// chaperone, relay, tlsfloor, gomitm.
 func build(ctx context.Context, mod, tmp string, columns []string) (binaries, error) {
 	b := binaries{loadgen: filepath.Join(tmp, "loadgen"), chaperone: filepath.Join(tmp, "chaperone"),
-		relay: filepath.Join(tmp, "relay"), gomitm: filepath.Join(tmp, "gomitm")}
+		relay: filepath.Join(tmp, "relay"), gomitm: filepath.Join(tmp, "gomitm"), tlsfloor: filepath.Join(tmp, "tlsfloor")}
 	targets := [][2]string{{b.loadgen, "./bench/cmd/loadgen"}}
 	if contains(columns, colChaperone) || contains(columns, colTransparent) {
 		targets = append(targets, [2]string{b.chaperone, "./cmd/chaperone"})
 	}
 	if contains(columns, colRelay) {
 		targets = append(targets, [2]string{b.relay, "./bench/cmd/relay"})
+	}
+	if contains(columns, colFloor) {
+		targets = append(targets, [2]string{b.tlsfloor, "./bench/cmd/tlsfloor"})
 	}
 	if contains(columns, colGoproxy) {
 		targets = append(targets, [2]string{b.gomitm, "./bench/cmd/gomitm"})

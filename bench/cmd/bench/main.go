@@ -1,10 +1,12 @@
 //go:build linux
 
 // Command bench measures Chaperone's proxy side by side with a direct
-// connection, a relay that only copies bytes (the cost of the hop alone),
-// a bare goproxy intercepting proxy (bench/gomitm), mitmproxy and Squid
-// (ssl-bump), in one run on one machine, and writes a table to stdout and
-// JSON and an SVG chart to -out.
+// connection, a relay that only copies bytes (the cost of the hop alone), a
+// minimal TLS-intercepting proxy in Go (bench/tlsfloor: what interception
+// costs before a proxy does anything of its own), a bare goproxy
+// intercepting proxy (bench/gomitm), mitmproxy and Squid (ssl-bump), in one
+// run on one machine, and writes a table to stdout and JSON and an SVG chart
+// to -out.
 //
 //	go run ./bench/cmd/bench              # everything (≈10–15 minutes)
 //	go run ./bench/cmd/bench -quick       # short scenarios, 1,000 idle connections
@@ -40,6 +42,7 @@ import (
 const (
 	colDirect      = report.Direct
 	colRelay       = report.Relay
+	colFloor       = report.Floor
 	colChaperone   = "chaperone-proxy"
 	colTransparent = "chaperone-transparent"
 	colGoproxy     = report.Goproxy
@@ -48,7 +51,7 @@ const (
 )
 
 func allColumns() []string {
-	return []string{colDirect, colRelay, colChaperone, colTransparent, colGoproxy, colMitm, colSquid}
+	return []string{colDirect, colRelay, colFloor, colChaperone, colTransparent, colGoproxy, colMitm, colSquid}
 }
 
 // Scenario groups, as -scenarios names them.

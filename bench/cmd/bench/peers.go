@@ -215,39 +215,57 @@ func (p *relayPeer) describe() (string, string) {
 
 func (p *relayPeer) stop() { p.d.stop() }
 
-// gomitmPeer is bench/gomitm: a bare goproxy that intercepts every
-// tunnel, verifying the origin with its CA; the client trusts its CA.
-type gomitmPeer struct {
-	d       *daemon
-	addr    string
-	ca      string
-	version string
+// ownMitmPeer is one of the benchmark's own intercepting proxies,
+// bench/gomitm or bench/tlsfloor: it verifies the origin with its CA, and
+// the client trusts the proxy's CA.
+type ownMitmPeer struct {
+	d              *daemon
+	addr           string
+	ca             string
+	version, setup string
 }
 
-func startGomitm(ctx context.Context, h *harness) (peer, error) {
-	d, addr, dir, err := startOwn(ctx, h, h.bins.gomitm, func(addr, dir string) []string {
+// startOwnMitm starts bin with -listen, -ca-out and -upstream-ca.
+func startOwnMitm(ctx context.Context, h *harness, bin string) (*ownMitmPeer, error) {
+	d, addr, dir, err := startOwn(ctx, h, bin, func(addr, dir string) []string {
 		return []string{"-listen", addr, "-ca-out", filepath.Join(dir, "ca.pem"), "-upstream-ca", h.origin.CAFile}
 	})
 	if err != nil {
 		return nil, err
 	}
-	p := &gomitmPeer{d: d, addr: addr, ca: filepath.Join(dir, "ca.pem")}
+	return &ownMitmPeer{d: d, addr: addr, ca: filepath.Join(dir, "ca.pem")}, nil
+}
+
+func startGomitm(ctx context.Context, h *harness) (peer, error) {
+	p, err := startOwnMitm(ctx, h, h.bins.gomitm)
+	if err != nil {
+		return nil, err
+	}
 	if out, err := exec.CommandContext(ctx, h.bins.gomitm, "-version").Output(); err == nil {
 		p.version = firstLine(string(out))
 	}
+	p.setup = "bench/gomitm: goproxy with every CONNECT intercepted, ECDSA leaves kept per host, HTTP/2 allowed, one http.Transport upstream; no decision, no log"
 	return p, nil
 }
 
-func (p *gomitmPeer) command(_ scenario, lg []string) ([]string, []string, func(), error) {
+func startFloor(ctx context.Context, h *harness) (peer, error) {
+	p, err := startOwnMitm(ctx, h, h.bins.tlsfloor)
+	if err != nil {
+		return nil, err
+	}
+	p.version = "bench/tlsfloor"
+	p.setup = "about the least a TLS-intercepting HTTP/1.1 proxy in Go does: ECDSA leaves kept per host, one goroutine and one origin connection per client connection, heads passed on as received, bodies framed by Content-Length; no HTTP/2, no decision, no log"
+	return p, nil
+}
+
+func (p *ownMitmPeer) command(_ scenario, lg []string) ([]string, []string, func(), error) {
 	argv := append(lg, "-proxy", "http://"+p.addr, "-ca", p.ca, "-watch-pid", strconv.Itoa(p.d.cmd.Process.Pid))
 	return argv, os.Environ(), func() {}, nil
 }
 
-func (p *gomitmPeer) describe() (string, string) {
-	return p.version, "bench/gomitm: goproxy with every CONNECT intercepted, ECDSA leaves kept per host, HTTP/2 allowed, one http.Transport upstream; no decision, no log"
-}
+func (p *ownMitmPeer) describe() (string, string) { return p.version, p.setup }
 
-func (p *gomitmPeer) stop() { p.d.stop() }
+func (p *ownMitmPeer) stop() { p.d.stop() }
 
 // mitmproxyPeer is mitmdump, explicit proxy, verifying the origin with
 // its CA; the client trusts mitmproxy's CA.
