@@ -83,8 +83,9 @@ bypass:
 	$(GO) test -race -count=1 -run 'Bypass' ./cmd/chaperone/
 
 # Side-by-side proxy benchmarks (docs/performance.md): direct, a relay that
-# only copies bytes, Chaperone in proxy and transparent mode, a bare goproxy,
-# mitmproxy and Squid ssl-bump, all on loopback;
+# only copies bytes, a minimal TLS-intercepting proxy in Go (the TLS floor),
+# Chaperone in proxy and transparent mode, a bare goproxy, mitmproxy and
+# Squid ssl-bump, all on loopback;
 # installs the peers from Debian when missing and stops them afterwards.
 # `make bench` runs them before the Go micro-benchmarks above. Results go to
 # bench/results/. BENCHFLAGS=-quick for a short run.

@@ -8,7 +8,7 @@
 // run on one machine, and writes a table to stdout and JSON and an SVG chart
 // to -out.
 //
-//	go run ./bench/cmd/bench              # everything (≈10–15 minutes)
+//	go run ./bench/cmd/bench              # everything (≈20 minutes)
 //	go run ./bench/cmd/bench -quick       # short scenarios, 1,000 idle connections
 //	go run ./bench/cmd/bench -proxies direct,chaperone-proxy -scenarios ka
 //
