@@ -14,7 +14,9 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"net/netip"
+	"os"
 	"time"
 )
 
@@ -84,4 +86,36 @@ func serial() *big.Int {
 		panic("benchca: no randomness: " + err.Error()) // crypto/rand does not fail on Linux
 	}
 	return n
+}
+
+// Listen does what the benchmark's intercepting proxies do before they
+// serve: it checks that listen is a loopback IP:port, reads the CAs that
+// verify origins from upstreamCA ("": the system's, a nil pool), makes a
+// CA named name, writes it to caOut for clients to trust, and listens.
+func Listen(name, listen, caOut, upstreamCA string) (ca tls.Certificate, roots *x509.CertPool, l net.Listener, err error) {
+	if ap, err := netip.ParseAddrPort(listen); err != nil || !ap.Addr().IsLoopback() {
+		return ca, nil, nil, fmt.Errorf("-listen %q: want a loopback IP:port", listen)
+	}
+	if caOut == "" {
+		return ca, nil, nil, fmt.Errorf("-ca-out is required: clients must trust the CA")
+	}
+	if upstreamCA != "" {
+		b, err := os.ReadFile(upstreamCA)
+		if err != nil {
+			return ca, nil, nil, err
+		}
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(b) {
+			return ca, nil, nil, fmt.Errorf("-upstream-ca %s: no PEM certificate", upstreamCA)
+		}
+	}
+	ca, caPEM, err := New(name)
+	if err != nil {
+		return ca, nil, nil, err
+	}
+	if err := os.WriteFile(caOut, caPEM, 0o644); err != nil {
+		return ca, nil, nil, err
+	}
+	l, err = net.Listen("tcp", listen)
+	return ca, roots, l, err
 }

@@ -14,7 +14,10 @@ import (
 
 // NewCA returns a new CA certificate and key for signing leaves, and the
 // certificate in PEM for clients to trust.
-func NewCA() (tls.Certificate, []byte, error) { return benchca.New("gomitm benchmark CA") }
+func NewCA() (tls.Certificate, []byte, error) { return benchca.New(CAName) }
+
+// CAName is the name of the CA NewCA makes.
+const CAName = "gomitm benchmark CA"
 
 // New returns the proxy: it intercepts every CONNECT with leaves signed by
 // ca and trusts roots upstream.

@@ -54,7 +54,7 @@ var allowed = map[string]struct{ project, external []string }{
 	"bench/cmd/loadgen":  {project: []string{"bench/loadgen"}},
 	"bench/cmd/origin":   {project: []string{"bench/origin"}},
 	"bench/cmd/relay":    {project: []string{"bench/relay"}},
-	"bench/cmd/gomitm":   {project: []string{"bench/gomitm"}},
+	"bench/cmd/gomitm":   {project: []string{"bench/benchca", "bench/gomitm"}},
 	"bench/cmd/tlsfloor": {project: []string{"bench/benchca", "bench/tlsfloor"}},
 	"bench/cmd/bench":    {project: []string{"bench/loadgen", "bench/origin", "bench/report"}},
 	"bench/soak":         {project: []string{"internal/upstream"}},

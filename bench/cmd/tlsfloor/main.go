@@ -7,11 +7,8 @@
 package main
 
 import (
-	"crypto/x509"
 	"flag"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
 
 	"github.com/chaperone-dev/chaperone/bench/benchca"
@@ -30,31 +27,7 @@ func main() {
 }
 
 func run(listen, caOut, upstreamCA string) error {
-	if ap, err := netip.ParseAddrPort(listen); err != nil || !ap.Addr().IsLoopback() {
-		return fmt.Errorf("-listen %q: want a loopback IP:port", listen)
-	}
-	if caOut == "" {
-		return fmt.Errorf("-ca-out is required: clients must trust the CA")
-	}
-	var roots *x509.CertPool
-	if upstreamCA != "" {
-		b, err := os.ReadFile(upstreamCA)
-		if err != nil {
-			return err
-		}
-		roots = x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(b) {
-			return fmt.Errorf("-upstream-ca %s: no PEM certificate", upstreamCA)
-		}
-	}
-	ca, caPEM, err := benchca.New("tlsfloor benchmark CA")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(caOut, caPEM, 0o644); err != nil {
-		return err
-	}
-	l, err := net.Listen("tcp", listen)
+	ca, roots, l, err := benchca.Listen("tlsfloor benchmark CA", listen, caOut, upstreamCA)
 	if err != nil {
 		return err
 	}
