@@ -22,7 +22,7 @@ type benchEnv struct {
 	direct, viaPxy map[string]*http.Client
 }
 
-func newBenchEnv(b *testing.B, keepAlive bool) *benchEnv {
+func newBenchEnv(b testing.TB, keepAlive bool) *benchEnv {
 	b.Helper()
 	dec, err := policy.NewBuiltin(nil)
 	if err != nil {
@@ -73,7 +73,7 @@ func serve1K(w http.ResponseWriter, _ *http.Request) {
 	w.Write(body[:])
 }
 
-func (be *benchEnv) get(b *testing.B, c *http.Client, proto string) {
+func (be *benchEnv) get(b testing.TB, c *http.Client, proto string) {
 	resp, err := c.Get(be.url)
 	if err != nil {
 		b.Fatal(err)
@@ -177,8 +177,9 @@ func ratio(b *testing.B, be *benchEnv, proto string) {
 	}
 }
 
-// BenchmarkPolicyHeader measures the copy of request headers every http
-// event carries: a plain client's few headers and an LLM API call's.
+// BenchmarkPolicyHeader measures the request headers every http event
+// carries: a plain client's few headers (shared) and an LLM API call's
+// (copied, its key redacted).
 func BenchmarkPolicyHeader(b *testing.B) {
 	sets := []struct {
 		name string

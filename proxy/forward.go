@@ -33,8 +33,9 @@ type exchange struct {
 	http event.HTTP
 	sw   statusWriter
 
-	url   url.URL   // the outgoing request's
-	octx  reqValues // the outgoing request's context, over a reqContext
+	out   http.Request // the outgoing request, to h1Upstream
+	url   url.URL      // the outgoing request's
+	octx  reqValues    // the outgoing request's context, over a reqContext, to http.Transport
 	body  guardedBody
 	trace httptrace.ClientTrace
 	fw    flushWriter
@@ -49,6 +50,8 @@ type exchange struct {
 	enc     string         // its Content-Encoding
 	sendLen int64          // when the body was read: the length of what is sent (-1: unknown); else 0
 	ch      *event.Changes // what was changed
+
+	sharedHeader bool // the request's header map is the event's
 }
 
 // forward decides a request and, if allowed, sends it upstream. Its frame,
@@ -143,8 +146,17 @@ func (p *Proxy) newExchange(r *http.Request, t *tunnel) *exchange {
 	h.Host = r.Host
 	h.Proto = r.Proto
 	h.Upgrade = upgradeOf(r.Header)
-	h.Header = policyHeader(r.Header)
+	h.Header, x.sharedHeader = policyHeader(r.Header)
 	return x
+}
+
+// ownHeader gives r a header of its own before it is changed, if it shares
+// its map with the event (which must show the header as it came).
+func (x *exchange) ownHeader(r *http.Request) {
+	if x.sharedHeader {
+		r.Header = r.Header.Clone()
+		x.sharedHeader = false
+	}
 }
 
 // admit decides the events of r (its llm event first, when it is an LLM

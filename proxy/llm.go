@@ -226,6 +226,7 @@ func (p *Proxy) applyRewrites(w http.ResponseWriter, r *http.Request, x *exchang
 		// shares them: give the request values of its own. (Identity
 		// headers and Accept-Encoding below only replace map entries.)
 		r.Header = r.Header.Clone()
+		x.sharedHeader = false
 		injected, leaked := b.Apply(host, r.Header, &x.url)
 		for _, name := range b.FindPlaceholders(x.plain) {
 			if !b.Matches(name, host) {
@@ -252,6 +253,7 @@ func (p *Proxy) applyRewrites(w http.ResponseWriter, r *http.Request, x *exchang
 			id.Lineage = x.ev.Process.LineageNames
 		}
 		rand.Read(id.SpanID[:])
+		x.ownHeader(r)
 		if names, err := inject.ApplyIdentity(r.Header, rw.IdentityPresets, id); err == nil && len(names) > 0 {
 			x.changes().Headers = names
 		}
@@ -259,6 +261,7 @@ func (p *Proxy) applyRewrites(w http.ResponseWriter, r *http.Request, x *exchang
 	if x.llm != nil {
 		// The answer is parsed (and placeholders restored): it must come
 		// uncompressed.
+		x.ownHeader(r)
 		r.Header.Set("Accept-Encoding", "identity")
 	}
 	if x.ch != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -371,6 +372,25 @@ func TestIdentityHeaders(t *testing.T) {
 	})
 	if !contains(ev.HTTP.Rewrite.Headers, "X-Chaperone-Session") {
 		t.Errorf("rewrite headers %v", ev.HTTP.Rewrite.Headers)
+	}
+	// The event shows the header as the agent sent it, before the rewrite
+	// (here a header with no credential to redact, which the event shares).
+	sent := "00-eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee-eeeeeeeeeeeeeeee-01"
+	if status, body := re.post(t, "https://"+hostPort(re.llm)+"/v1/messages", http.Header{"Traceparent": {sent}},
+		anthropicBody(t, false, "hello")); status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	ev = re.rec.wait(t, "second llm http event", func(e *event.Event) bool {
+		return e.Kind == event.KindHTTP && e.HTTP.Rewrite != nil && slices.Equal(e.HTTP.Header["Traceparent"], []string{sent})
+	})
+	if got := ev.HTTP.Header["X-Chaperone-Session"]; got != nil {
+		t.Errorf("the event shows the proxy's X-Chaperone-Session %q", got)
+	}
+	if got := ev.HTTP.Header["Accept-Encoding"]; len(got) == 1 && got[0] == "identity" {
+		t.Errorf("the event shows the proxy's Accept-Encoding %q", got)
+	}
+	if reqs := re.llm.Requests(); reqs[len(reqs)-1].Header.Get("Traceparent") == sent {
+		t.Errorf("the agent's Traceparent went upstream")
 	}
 }
 

@@ -93,11 +93,24 @@ func isSecretParam(key string) bool {
 		hasSuffixFold(key, "_key") || hasSuffixFold(key, "-key") || hasSuffixFold(key, "_sig")
 }
 
-// policyHeader copies request headers for an event, replacing the values
-// of credential headers by Redacted. The map is new; the value slices are
-// the request's, except the redacted ones, and neither side modifies them.
-func policyHeader(h map[string][]string) map[string][]string {
-	out := maps.Clone(h) // cheaper than building a map key by key
+// policyHeader returns request headers for an event, with the values of
+// credential headers replaced by Redacted and empty fields left out. When
+// there is nothing to replace or leave out it is h itself (shared says
+// so), else a new map; the value slices are the request's, except the
+// redacted ones. Neither side modifies what they share: a request's header
+// is changed only after it is given one of its own (exchange.ownHeader).
+func policyHeader(h map[string][]string) (out map[string][]string, shared bool) {
+	clean := true
+	for k, vs := range h {
+		if len(vs) == 0 || isCredentialHeader(k) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return h, true
+	}
+	out = maps.Clone(h) // cheaper than building a map key by key
 	var redacted []string
 	for k, vs := range out {
 		switch {
@@ -110,7 +123,7 @@ func policyHeader(h map[string][]string) map[string][]string {
 			out[k] = redacted[:1:1]
 		}
 	}
-	return out
+	return out, false
 }
 
 // isCredentialHeader reports whether a header's values are credentials:

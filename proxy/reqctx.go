@@ -154,7 +154,12 @@ type cancelWatch struct {
 // to one, takes it without an allocation; any other context goes through
 // context.AfterFunc.
 func onCancel(ctx context.Context, x canceller) cancelWatch {
-	if rc, ok := ctx.Value(reqContextKey{}).(*reqContext); ok && ctx.Done() == rc.Done() {
+	rc, ok := ctx.(*reqContext) // the request's own: no Done channel to make
+	if !ok {
+		rc, ok = ctx.Value(reqContextKey{}).(*reqContext)
+		ok = ok && ctx.Done() == rc.Done()
+	}
+	if ok {
 		if id, ok := rc.add(cancelHook{c: x}); ok {
 			return cancelWatch{rc: rc, id: id}
 		}

@@ -155,8 +155,8 @@ func TestOnCancelAllocs(t *testing.T) {
 		onCancel(c, &x).Stop()
 		c.cancel()
 	})
-	if n > 2 {
-		t.Errorf("%v allocations per request context and watch, want at most 2", n)
+	if n > 1 {
+		t.Errorf("%v allocations per request context and watch, want 1, the context's", n)
 	}
 }
 
@@ -188,10 +188,18 @@ func BenchmarkRequestContext(b *testing.B) {
 // request without a goroutine each, and its upstream watch takes the fast
 // path.
 func TestOutgoingContextDerived(t *testing.T) {
+	for _, traced := range []bool{false, true} {
+		t.Run(map[bool]string{false: "h1Upstream", true: "http.Transport"}[traced], func(t *testing.T) {
+			testOutgoingContextDerived(t, traced)
+		})
+	}
+}
+
+func testOutgoingContextDerived(t *testing.T, traced bool) {
 	rc := newReqContext(context.Background())
 	r := httptest.NewRequest(http.MethodGet, "https://example.com/", nil).WithContext(rc)
 	x := &exchange{}
-	out := x.outgoing(r)
+	out := x.outgoing(r, traced)
 	goroutines := runtime.NumGoroutine()
 	var derived []context.Context
 	for range 10 {
@@ -213,7 +221,10 @@ func TestOutgoingContextDerived(t *testing.T) {
 			t.Fatalf("derived context %d not done after the request's cancel", i)
 		}
 	}
-	if httptrace.ContextClientTrace(out.Context()) != &x.trace {
+	switch trace := httptrace.ContextClientTrace(out.Context()); {
+	case traced && trace != &x.trace:
 		t.Error("the outgoing request's context lost its client trace")
+	case !traced && out.Context() != rc:
+		t.Error("the outgoing request to h1Upstream has a context of its own, not the request's")
 	}
 }

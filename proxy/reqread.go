@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -22,21 +23,29 @@ import (
 // a way a client could play on (RFC 9112 section 11.2, request smuggling)
 // is net/http's alone. TestReadRequest and FuzzReadRequest compare the
 // two.
-func readRequest(br *bufio.Reader) (*http.Request, error) {
+//
+// The request comes with ctx as its context, made with it rather than
+// copied by WithContext. plain says it was parsed here, its header fields
+// already checked as checkRequest would.
+func readRequest(br *bufio.Reader, ctx context.Context) (req *http.Request, plain bool, err error) {
 	if _, err := br.Peek(1); err != nil {
-		return nil, err // as http.ReadRequest, which has read nothing either
+		return nil, false, err // as http.ReadRequest, which has read nothing either
 	}
-	if req, n := parsePlainRequest(br); req != nil {
+	if req, n := parsePlainRequest(br, ctx); req != nil {
 		br.Discard(n)
-		return req, nil
+		return req, true, nil
 	}
-	return http.ReadRequest(br)
+	req, err = http.ReadRequest(br)
+	if err != nil {
+		return nil, false, err
+	}
+	return req.WithContext(ctx), false, nil
 }
 
 // parsePlainRequest parses the request at the head of br's buffer, if it
 // is a plain one, and returns it with the length of its header; nil when
 // http.ReadRequest must read it.
-func parsePlainRequest(br *bufio.Reader) (*http.Request, int) {
+func parsePlainRequest(br *bufio.Reader, ctx context.Context) (*http.Request, int) {
 	buf, _ := br.Peek(br.Buffered())
 	end := bytes.Index(buf, []byte("\r\n\r\n"))
 	if end < 0 {
@@ -60,7 +69,7 @@ func parsePlainRequest(br *bufio.Reader) (*http.Request, int) {
 	if !ok || f.hosts > 1 {
 		return nil, 0 // net/http refuses two Host fields
 	}
-	req := &http.Request{
+	req := http.Request{
 		Method:     method,
 		URL:        u,
 		Proto:      "HTTP/1.1",
@@ -79,5 +88,5 @@ func parsePlainRequest(br *bufio.Reader) (*http.Request, int) {
 		req.ContentLength = f.contentLength
 		req.Body = &lengthBody{r: br, n: f.contentLength}
 	}
-	return req, end + 4
+	return req.WithContext(ctx), end + 4 // req itself stays on the stack
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -22,15 +23,27 @@ func compareRequest(t testing.TB, raw []byte) bool {
 	if _, err := brFast.Peek(1); err != nil {
 		return false
 	}
-	fast, n := parsePlainRequest(brFast)
+	ctx := context.WithValue(context.Background(), tunnelKey{}, "t")
+	fast, n := parsePlainRequest(brFast, ctx)
 	if fast == nil {
 		return false
 	}
 	brFast.Discard(n)
+	if fast.Context() != ctx {
+		t.Fatalf("the request's context is %v, want %v", fast.Context(), ctx)
+	}
 	brStd := bufio.NewReaderSize(bytes.NewReader(raw), 64<<10)
 	std, err := http.ReadRequest(brStd)
 	if err != nil {
 		t.Fatalf("took a request that http.ReadRequest refuses (%v):\n%q", err, raw)
+	}
+	std = std.WithContext(ctx)
+	// The proxy's loop skips checkRequest's field checks for what the fast
+	// path took: they must find nothing.
+	if status, msg := checkRequest(fast, true); status != 0 {
+		if s2, _ := checkRequest(fast, false); s2 != status {
+			t.Fatalf("took a request that checkRequest refuses (%d %s) only for its fields:\n%q", status, msg, raw)
+		}
 	}
 	got, want := *fast, *std
 	got.Body, want.Body = nil, nil
@@ -121,7 +134,11 @@ func TestReadRequest(t *testing.T) {
 				t.Errorf("fast path took it: %v, want %v", got, tt.fast)
 			}
 			// Either way, readRequest reads what http.ReadRequest reads.
-			req, err := readRequest(bufio.NewReader(strings.NewReader(tt.raw)))
+			ctx := context.WithValue(context.Background(), tunnelKey{}, "t")
+			req, plain, err := readRequest(bufio.NewReader(strings.NewReader(tt.raw)), ctx)
+			if plain != tt.fast || err == nil && req.Context() != ctx {
+				t.Errorf("readRequest: plain %v, want %v; context %v, want %v", plain, tt.fast, req.Context(), ctx)
+			}
 			std, stdErr := http.ReadRequest(bufio.NewReader(strings.NewReader(tt.raw)))
 			if (err != nil) != (stdErr != nil) || err == nil && (req.Method != std.Method || req.Host != std.Host ||
 				req.ContentLength != std.ContentLength || !reflect.DeepEqual(req.Header, std.Header) ||
@@ -136,7 +153,7 @@ func TestReadRequest(t *testing.T) {
 // byte fails readRequest with its error, as it fails http.ReadRequest.
 func TestReadRequestNothingBuffered(t *testing.T) {
 	for _, src := range []io.Reader{strings.NewReader(""), io.MultiReader(), errReader{io.ErrClosedPipe}} {
-		_, err := readRequest(bufio.NewReader(src))
+		_, _, err := readRequest(bufio.NewReader(src), context.Background())
 		_, stdErr := http.ReadRequest(bufio.NewReader(src))
 		if err == nil || err.Error() != stdErr.Error() {
 			t.Errorf("readRequest: %v; http.ReadRequest: %v", err, stdErr)
@@ -172,13 +189,28 @@ func TestClientConnReadFirstByte(t *testing.T) {
 	}
 }
 
-// TestReadRequestAllocs: a plain request costs at most half of what
-// http.ReadRequest allocates.
+// TestReadRequestAllocs: a plain request, with its context, costs at
+// most half of what http.ReadRequest allocates.
 func TestReadRequestAllocs(t *testing.T) {
-	fast, std := readAllocs(t, readRequest), readAllocs(t, http.ReadRequest)
+	fast, std := readAllocs(t, chaperoneRead), readAllocs(t, stdRead)
 	if fast > std/2 {
 		t.Errorf("%v allocations per request, http.ReadRequest %v: want at most half", fast, std)
 	}
+}
+
+// chaperoneRead and stdRead read a request and give it a context, as the
+// proxy's loop and net/http's server do.
+func chaperoneRead(br *bufio.Reader) (*http.Request, error) {
+	req, _, err := readRequest(br, context.Background())
+	return req, err
+}
+
+func stdRead(br *bufio.Reader) (*http.Request, error) {
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return nil, err
+	}
+	return req.WithContext(context.Background()), nil
 }
 
 // benchRequest is a request of the kind an SDK sends: eight fields and a
@@ -205,7 +237,7 @@ func BenchmarkReadRequest(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		f    func(*bufio.Reader) (*http.Request, error)
-	}{{"net/http", http.ReadRequest}, {"chaperone", readRequest}} {
+	}{{"net/http", stdRead}, {"chaperone", chaperoneRead}} {
 		b.Run(c.name, func(b *testing.B) {
 			r := bytes.NewReader(benchRequest)
 			br := bufio.NewReader(r)

@@ -45,15 +45,18 @@ const headerFlushDelay = time.Millisecond
 // abort then says the response must be aborted, once the event is
 // published.
 func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
-	out := x.outgoing(r)
+	h2 := r.ProtoMajor == 2 && needsH2(r.Header)
+	out := x.outgoing(r, h2)
 	if out.Body != nil {
 		defer x.body.Close()
 	}
-	var tr http.RoundTripper = p.upstreamH1
-	if r.ProtoMajor == 2 && needsH2(r.Header) {
-		tr = p.transport
+	var res *http.Response
+	var err error
+	if h2 {
+		res, err = p.transport.RoundTrip(out)
+	} else {
+		res, err = p.upstreamH1.send(out, x.got1xx)
 	}
-	res, err := tr.RoundTrip(out)
 	x.mu.Lock()
 	x.rtDone = true
 	x.mu.Unlock()
@@ -95,15 +98,24 @@ func needsH2(h http.Header) bool {
 }
 
 // outgoing returns the request to send upstream for r, made of r and x.
-func (x *exchange) outgoing(r *http.Request) *http.Request {
+// For http.Transport (traced) its context carries x.got1xx in a client
+// trace; h1Upstream is given x.got1xx itself, and the request is x.out, a
+// copy of r with r's context, which costs no allocation.
+func (x *exchange) outgoing(r *http.Request, traced bool) *http.Request {
 	ctx := r.Context()
-	x.trace.Got1xxResponse = x.got1xx
-	octx := httptrace.WithClientTrace(ctx, &x.trace)
-	if rc, ok := ctx.(*reqContext); ok {
-		x.octx = reqValues{Context: octx, rc: rc}
-		octx = &x.octx
+	var out *http.Request
+	if traced {
+		x.trace.Got1xxResponse = x.got1xx
+		octx := httptrace.WithClientTrace(ctx, &x.trace)
+		if rc, ok := ctx.(*reqContext); ok {
+			x.octx = reqValues{Context: octx, rc: rc}
+			octx = &x.octx
+		}
+		out = r.WithContext(octx)
+	} else {
+		x.out = *r
+		out = &x.out
 	}
-	out := r.WithContext(octx)
 	out.RequestURI = ""
 	out.Close = false
 	out.Header = outboundHeader(r.Header)
@@ -143,8 +155,16 @@ func (x *exchange) outgoing(r *http.Request) *http.Request {
 // writeHeader writes the status and header of res, less hop-by-hop
 // headers, and returns how many trailers it announced.
 func (x *exchange) writeHeader(r *http.Request, res *http.Response) (announced int) {
-	h := x.sw.Header()
-	copyEndToEnd(h, res.Header) // h is empty, and res.Header is not used again
+	// res.Header is not used again: a writer that can take it as its own
+	// does, if there is nothing to remove; else it is copied to the empty
+	// header of the writer.
+	var h http.Header
+	if ht, ok := x.sw.ResponseWriter.(headerTaker); ok && !hasHopHeader(res.Header) && ht.takeHeader(res.Header) {
+		h = res.Header
+	} else {
+		h = x.sw.Header()
+		copyEndToEnd(h, res.Header)
+	}
 	announced = len(res.Trailer)
 	if announced > 0 {
 		announceTrailers(h, res.Trailer)
@@ -425,6 +445,21 @@ func outboundHeader(in http.Header) http.Header {
 		out["User-Agent"] = []string{""}
 	}
 	return out
+}
+
+// headerTaker is a response writer that can take a header map as its own
+// (h1Writer), saving the copy; false when it has a header already.
+type headerTaker interface{ takeHeader(h http.Header) bool }
+
+// hasHopHeader reports whether h has a hop-by-hop header (any header that
+// a Connection header names is one only if Connection is there).
+func hasHopHeader(h http.Header) bool {
+	for k := range h {
+		if isHopHeader(k) {
+			return true
+		}
+	}
+	return false
 }
 
 // copyEndToEnd adds to dst the headers of src that are not hop-by-hop:

@@ -196,7 +196,8 @@ func (cc *clientConn) serve() bool {
 	p := cc.p
 	p.clientWatch.arm(&cc.wait, p.readHeaderTimeout)
 	cc.limit = headerHardLimit(p.maxHeaderBytes) + headerSlack
-	req, err := readRequest(cc.br)
+	ctx := newReqContext(cc.ctx)
+	req, plain, err := readRequest(cc.br, ctx)
 	overLimit := cc.limit == 0
 	cc.limit = -1
 	// A read cut short by the timeout or the limit may end a line early:
@@ -211,13 +212,11 @@ func (cc *clientConn) serve() bool {
 		cc.refuseRead(err)
 		return false
 	}
-	if status, msg := checkRequest(req); status != 0 {
+	if status, msg := checkRequest(req, !plain); status != 0 {
 		cc.closeWith(status, msg)
 		return false
 	}
 	req.TLS = cc.tls
-	ctx := newReqContext(cc.ctx)
-	req = req.WithContext(ctx)
 	// A body of its own for each request: after a handler returns, the
 	// goroutine writing a body upstream may still be reading it.
 	cc.body = nil
@@ -313,8 +312,8 @@ func (cc *clientConn) refuseRead(err error) {
 // (http.ReadRequest has moved Host out of the header, and refused a
 // repeated one): an HTTP/1.1 request names its host, validly, and every
 // header field is well formed. It returns the status to refuse it with,
-// or 0.
-func checkRequest(req *http.Request) (int, string) {
+// or 0. fields false skips the fields, checked already by the reader.
+func checkRequest(req *http.Request, fields bool) (int, string) {
 	switch {
 	case req.ProtoMajor != 1:
 		return http.StatusHTTPVersionNotSupported, ""
@@ -322,6 +321,8 @@ func checkRequest(req *http.Request) (int, string) {
 		return http.StatusBadRequest, "missing required Host header"
 	case req.Host != "" && !httpguts.ValidHostHeader(req.Host):
 		return http.StatusBadRequest, "malformed Host header"
+	case !fields:
+		return 0, ""
 	}
 	for k, vv := range req.Header {
 		if !httpguts.ValidHeaderFieldName(k) {
@@ -445,10 +446,8 @@ type h1Writer struct {
 }
 
 func (w *h1Writer) reset(cc *clientConn, req *http.Request, ctx *reqContext) {
-	h := w.header
-	if h == nil {
-		h = make(http.Header)
-	} else {
+	h := w.header // made by Header when first asked for
+	if h != nil {
 		clear(h)
 	}
 	trailers := w.trailers[:0]
@@ -456,7 +455,22 @@ func (w *h1Writer) reset(cc *clientConn, req *http.Request, ctx *reqContext) {
 	w.closeAfter = req.ProtoMinor == 0 // HTTP/1.0: one request a connection
 }
 
-func (w *h1Writer) Header() http.Header { return w.header }
+func (w *h1Writer) Header() http.Header {
+	if w.header == nil {
+		w.header = make(http.Header)
+	}
+	return w.header
+}
+
+// takeHeader makes h the response's header, in place of an empty one, before
+// anything is written: the handler gives h up, to be changed and reused.
+func (w *h1Writer) takeHeader(h http.Header) bool {
+	if len(w.header) > 0 || w.status != 0 || w.sent || w.hijacked || w.done {
+		return false
+	}
+	w.header = h
+	return true
+}
 
 func (w *h1Writer) WriteHeader(code int) {
 	if w.sent || w.status != 0 || w.hijacked {
@@ -623,7 +637,7 @@ func (w *h1Writer) writeTrailers() {
 // the handler is done, so an unset length is what was written (nothing).
 func (w *h1Writer) sendHeader(final bool) {
 	w.sent = true
-	h, code, req := w.header, w.status, w.req
+	h, code, req := w.Header(), w.status, w.req
 	w.noBody = req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
 	for _, v := range h["Trailer"] {
 		for k := range strings.SplitSeq(v, ",") {

@@ -180,13 +180,19 @@ func TestPolicyHeader(t *testing.T) {
 		"Proxy-Authorization": {Redacted},
 		"X-Goog-Api-Key":      {Redacted},
 	}
-	got := policyHeader(in)
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
+	got, shared := policyHeader(in)
+	if diff := cmp.Diff(want, got); diff != "" || shared {
+		t.Errorf("shared %v; (-want +got):\n%s", shared, diff)
 	}
 	got["Accept"] = append(got["Accept"], "c") // full slices: no aliasing between keys
 	if got["Anthropic-Version"][0] != "2023-06-01" || len(in["Accept"]) != 2 {
 		t.Error("policyHeader's slices alias each other or the request")
+	}
+	// Nothing to redact or leave out: the request's map itself.
+	clean := map[string][]string{"Accept": {"*/*"}, "User-Agent": {"curl/8.5"}}
+	got, shared = policyHeader(clean)
+	if got["Shared"] = []string{"x"}; !shared || len(clean) != 3 {
+		t.Errorf("a clean header is not shared (shared %v)", shared)
 	}
 }
 
@@ -392,5 +398,26 @@ func TestBodyError(t *testing.T) {
 				t.Errorf("bodyError = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestCanonicalAddr: the shortcut for a Host that already has a port gives
+// what the long way (Hostname, Port, JoinHostPort) gives.
+func TestCanonicalAddr(t *testing.T) {
+	long := func(u *url.URL) string {
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		return net.JoinHostPort(u.Hostname(), port)
+	}
+	for _, host := range []string{"a.test:443", "a.test", "A.Test:8443", "127.0.0.1:1", "[::1]:443", "[::1]",
+		"a.test:", "a.test:4x3", ":443", "[fe80::1%en0]:443", "a:b:443", "[::1]:", "a.test:0443"} {
+		for _, scheme := range []string{"http", "https"} {
+			u := &url.URL{Scheme: scheme, Host: host}
+			if got, want := canonicalAddr(u), long(u); got != want {
+				t.Errorf("%s://%s: %q, want %q", scheme, host, got, want)
+			}
+		}
 	}
 }

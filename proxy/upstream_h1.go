@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -143,8 +144,18 @@ func (pc *h1Conn) close() {
 
 // RoundTrip sends req and returns the response, whose body must be read to
 // its end or closed: a body read to its end gives the connection back to
-// the pool.
+// the pool. Informational responses go to the request's client trace.
 func (h *h1Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	var got1xx func(int, textproto.MIMEHeader) error
+	if trace := httptrace.ContextClientTrace(req.Context()); trace != nil {
+		got1xx = trace.Got1xxResponse
+	}
+	return h.send(req, got1xx)
+}
+
+// send is RoundTrip with got1xx, when not nil, called for each
+// informational response.
+func (h *h1Upstream) send(req *http.Request, got1xx func(int, textproto.MIMEHeader) error) (*http.Response, error) {
 	ctx := req.Context()
 	key := h1Key{https: req.URL.Scheme == "https", authority: canonicalAddr(req.URL)}
 	if t := tunnelFrom(ctx); t != nil {
@@ -156,7 +167,7 @@ func (h *h1Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		res, err := h.exchange(ctx, pc, req)
+		res, err := h.exchange(ctx, pc, req, got1xx)
 		if err == nil {
 			return res, nil
 		}
@@ -176,7 +187,8 @@ func (h *h1Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // exchange writes req on pc and reads the response header.
-func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request) (*http.Response, error) {
+func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request,
+	got1xx func(int, textproto.MIMEHeader) error) (*http.Response, error) {
 	pc.nread = 0
 	stop := onCancel(ctx, pc)
 	var written chan error
@@ -195,7 +207,7 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 		written = make(chan error, 1)
 		go h.writeBody(pc, req, written)
 	}
-	res, err := h.readHeader(ctx, pc, req)
+	res, err := h.readHeader(ctx, pc, req, got1xx)
 	if err != nil {
 		stop.Stop()
 		if written != nil {
@@ -226,9 +238,10 @@ func (h *h1Upstream) writeBody(pc *h1Conn, req *http.Request, written chan<- err
 	written <- err
 }
 
-// readHeader reads the response header, passing 1xx responses to the
-// request's trace, within maxHeader bytes.
-func (h *h1Upstream) readHeader(ctx context.Context, pc *h1Conn, req *http.Request) (*http.Response, error) {
+// readHeader reads the response header, passing 1xx responses to got1xx,
+// within maxHeader bytes.
+func (h *h1Upstream) readHeader(ctx context.Context, pc *h1Conn, req *http.Request,
+	got1xx func(int, textproto.MIMEHeader) error) (*http.Response, error) {
 	pc.limit = h.maxHeader
 	defer func() { pc.limit = -1 }()
 	for n := 0; ; n++ {
@@ -257,8 +270,8 @@ func (h *h1Upstream) readHeader(ctx context.Context, pc *h1Conn, req *http.Reque
 		if n == maxInformational {
 			return nil, errors.New("too many informational responses")
 		}
-		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
-			if err := trace.Got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header)); err != nil {
+		if got1xx != nil {
+			if err := got1xx(res.StatusCode, textproto.MIMEHeader(res.Header)); err != nil {
 				return nil, err
 			}
 		}
@@ -471,6 +484,11 @@ func (h *h1Upstream) close() {
 // canonicalAddr is u's host and port, the scheme's default port when it
 // names none.
 func canonicalAddr(u *url.URL) string {
+	// Most often Host is that already: a name or IPv4 address and a port.
+	if i := strings.LastIndexByte(u.Host, ':'); i > 0 && i < len(u.Host)-1 &&
+		!strings.ContainsAny(u.Host[:i], ":[]%") && isDigits(u.Host[i+1:]) {
+		return u.Host
+	}
 	port := u.Port()
 	if port == "" {
 		port = "80"
@@ -491,4 +509,13 @@ func isIdempotent(req *http.Request) bool {
 	_, key := req.Header["Idempotency-Key"]
 	_, xkey := req.Header["X-Idempotency-Key"]
 	return key || xkey
+}
+
+func isDigits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
