@@ -390,9 +390,11 @@ func globBinding(pattern, s ref.Val) ref.Val {
 	return types.Bool(m)
 }
 
-// compiled is a rule's condition, type-checked and planned.
+// compiled is a rule's condition, type-checked and planned, and its
+// guards.
 type compiled struct {
-	prog cel.Program
+	prog   cel.Program
+	guards []guard
 }
 
 // celIssue is one problem of a condition, at a line and column of the
@@ -403,8 +405,8 @@ type celIssue struct {
 }
 
 // compile checks a condition and plans its program. It returns the issues
-// the checker found, or nil and the program.
-func (s *schema) compile(src string) (cel.Program, []celIssue) {
+// the checker found, or nil and the program with its guards.
+func (s *schema) compile(src string) (compiled, []celIssue) {
 	ast, iss := s.env.Compile(src)
 	if iss != nil && iss.Err() != nil {
 		var out []celIssue
@@ -414,16 +416,16 @@ func (s *schema) compile(src string) (cel.Program, []celIssue) {
 		if len(out) == 0 {
 			out = append(out, celIssue{line: 1, col: 1, msg: iss.Err().Error()})
 		}
-		return nil, out
+		return compiled{}, out
 	}
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
-		return nil, []celIssue{{line: 1, col: 1, msg: "condition is of type " + cel.FormatCELType(t) + ", want bool"}}
+		return compiled{}, []celIssue{{line: 1, col: 1, msg: "condition is of type " + cel.FormatCELType(t) + ", want bool"}}
 	}
 	prg, err := s.env.Program(ast, cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
-		return nil, []celIssue{{line: 1, col: 1, msg: err.Error()}}
+		return compiled{}, []celIssue{{line: 1, col: 1, msg: err.Error()}}
 	}
-	return prg, nil
+	return compiled{prog: prg, guards: s.guardsOf(ast.NativeRep())}, nil
 }
 
 // activation resolves the variables of one event, converting each at most
@@ -441,12 +443,27 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	if !ok {
 		return nil, false
 	}
+	return a.field(i), true
+}
+
+// field returns the value of field i for the event.
+func (a *activation) field(i int) ref.Val {
 	if v := a.vals[i]; v != nil {
-		return v, true
+		return v
 	}
 	v := a.s.fields[i].get(a.ev)
 	a.vals[i] = v
-	return v, true
+	return v
+}
+
+// passes reports whether the event passes every guard.
+func (a *activation) passes(guards []guard) bool {
+	for i := range guards {
+		if !guards[i].passes(a.field(guards[i].field)) {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *activation) Parent() interpreter.Activation { return nil }

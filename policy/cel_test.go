@@ -212,12 +212,15 @@ func TestConditions(t *testing.T) {
 			}
 			act := &activation{s: s, vals: make([]ref.Val, len(s.fields))}
 			act.reset(events[tt.kind])
-			out, _, err := prg.Eval(act)
+			out, _, err := prg.prog.Eval(act)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := out.Value() == true; got != tt.want {
 				t.Errorf("%s on %s = %v, want %v", tt.when, tt.kind, got, tt.want)
+			}
+			if tt.want && !act.passes(prg.guards) {
+				t.Errorf("a guard of %s fails on %s", tt.when, tt.kind)
 			}
 		})
 	}

@@ -81,6 +81,7 @@ type Engine struct {
 type engineRule struct {
 	name    string
 	prog    cel.Program // nil: always matches
+	guards  []guard     // tested before prog runs
 	judge   bool
 	verdict event.Verdict
 	params  map[string]any
@@ -123,7 +124,7 @@ func NewEngine(p *Policy, o EngineOptions) (*Engine, error) {
 
 	usesJudge := p.Default == ActionJudge
 	for i, r := range p.Rules {
-		er := engineRule{name: r.Name, prog: progs[i], params: r.Rewrite}
+		er := engineRule{name: r.Name, prog: progs[i].prog, guards: progs[i].guards, params: r.Rewrite}
 		if r.Action == ActionJudge {
 			er.judge, usesJudge = true, true
 		} else {
@@ -254,19 +255,30 @@ func (e *Engine) firstRule(ev *event.Event) (int, bool) {
 
 // match returns the first of the rules idx whose condition holds.
 func (e *Engine) match(act *activation, idx []int) (int, bool) {
-	// One execution frame serves every rule of the event: the programs
-	// use no cost tracking or async calls, which would keep state in it.
-	frame, err := interpreter.NewExecutionFrame(act)
-	if err != nil {
-		e.evalErrors.Add(1)
-		e.log.Warn("policy: cannot evaluate rules", "err", err)
-		return 0, false
-	}
-	defer frame.Close()
+	// One execution frame serves every rule of the event that passes its
+	// guards: the programs use no cost tracking or async calls, which
+	// would keep state in it.
+	var frame *interpreter.ExecutionFrame
+	defer func() {
+		if frame != nil {
+			frame.Close()
+		}
+	}()
 	for _, i := range idx {
 		r := &e.rules[i]
 		if r.prog == nil {
 			return i, true
+		}
+		if !act.passes(r.guards) {
+			continue
+		}
+		if frame == nil {
+			var err error
+			if frame, err = interpreter.NewExecutionFrame(act); err != nil {
+				e.evalErrors.Add(1)
+				e.log.Warn("policy: cannot evaluate rules", "err", err)
+				return 0, false
+			}
 		}
 		out, _, err := r.prog.Eval(frame)
 		if err != nil {

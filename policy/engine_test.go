@@ -589,3 +589,19 @@ func BenchmarkDecideCacheHit(b *testing.B) {
 		b.Fatalf("judge called %d times", j.calls.Load())
 	}
 }
+
+// BenchmarkDecideDefault decides an http event with the default policy, as
+// the proxy does for every request.
+func BenchmarkDecideDefault(b *testing.B) {
+	e := mustEngine(b, string(DefaultPolicyYAML()), EngineOptions{})
+	ev := *testEvents()[event.KindHTTP]
+	h := *ev.HTTP
+	h.Secrets, ev.HTTP = nil, &h // most requests carry none
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if v := e.Decide(ctx, &ev); v.Action != event.Allow {
+			b.Fatal(v)
+		}
+	}
+}

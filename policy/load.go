@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"cel.dev/cel-go/cel"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -565,7 +564,7 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // check validates a policy's meaning and compiles its conditions. pos
 // gives precise lines for a parsed file and is nil for a policy built by
 // hand. It returns one program per rule (nil for an empty condition).
-func check(s *schema, pol *Policy, pos *filePos) ([]cel.Program, []error) {
+func check(s *schema, pol *Policy, pos *filePos) ([]compiled, []error) {
 	var errs []error
 	fail := func(line int, rule, format string, args ...any) {
 		errs = append(errs, &LoadError{Source: pol.Source, Line: line, Rule: rule, Msg: fmt.Sprintf(format, args...)})
@@ -591,7 +590,7 @@ func check(s *schema, pol *Policy, pos *filePos) ([]cel.Program, []error) {
 		fail(defLine, "", "default %q is not allow, deny, ask or judge", pol.Default)
 	}
 
-	progs := make([]cel.Program, len(pol.Rules))
+	progs := make([]compiled, len(pol.Rules))
 	names := map[string]int{}
 	for i, r := range pol.Rules {
 		rp := rulePos{action: r.Line, on: r.Line, when: r.Line}
