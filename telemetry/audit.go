@@ -51,6 +51,9 @@ type AuditLog struct {
 	buf    []byte // the line being encoded (appendRecord)
 	closed bool
 	err    error // the first write error; once set, nothing more is written
+	// failed holds err once it is set, for Err, which every decision of a
+	// session calls: it does not wait for a batch being encoded under mu.
+	failed atomic.Pointer[error]
 	// pending counts the lines buffered since the last successful flush:
 	// they are lost, and counted, if the next write fails.
 	pending uint64
@@ -68,13 +71,13 @@ type AuditLog struct {
 
 	redact func(string) string // nil: records are written as they are
 
-	// The records of recent acting processes, redacted, by the event
-	// process each was made from: clipping and redacting an argv of
+	// The records of recent acting processes, redacted and encoded, by
+	// the event process each was made from: clipping and redacting an argv of
 	// thousands of file names for each line would cost more than the rest
 	// of it, and a process's connections (each with its description)
 	// interleave their requests. Events never change an *event.Process.
 	// Cleared when it reaches maxProcRecs.
-	procRecs map[*event.Process]*Process
+	procRecs map[*event.Process]procRec
 }
 
 // maxProcRecs bounds AuditLog.procRecs.
@@ -165,19 +168,20 @@ func (a *AuditLog) Write(e *event.Event) error {
 		a.lost.Add(1)
 		return a.err
 	}
-	r := recordOf(e, a.processRecord(e.Process))
+	pr := a.processRecord(e.Process)
+	r := recordOf(e, pr.rec)
 	if a.redact != nil {
 		p := r.Process
 		r.Process = nil // redacted already
 		r = r.redacted(a.redact)
 		r.Process = p
 	}
-	if err := a.encode(&r); err != nil {
+	if err := a.encode(&r, pr.json); err != nil {
 		return err
 	}
 	if len(a.buf) > MaxLineSize {
 		t := r.truncated()
-		if err := a.encode(&t); err != nil {
+		if err := a.encode(&t, nil); err != nil {
 			return err
 		}
 	}
@@ -192,10 +196,11 @@ func (a *AuditLog) Write(e *event.Event) error {
 	return nil
 }
 
-// encode makes a.buf the line of r.
-func (a *AuditLog) encode(r *Record) error {
+// encode makes a.buf the line of r, whose process is already encoded as
+// procJSON unless it is nil.
+func (a *AuditLog) encode(r *Record, procJSON []byte) error {
 	var ok bool
-	if a.buf, ok = appendRecord(a.buf[:0], r); ok {
+	if a.buf, ok = appendRecordProc(a.buf[:0], r, procJSON); ok {
 		return nil
 	}
 	// A time outside what JSON can say: encoding/json has the error.
@@ -211,24 +216,32 @@ func (a *AuditLog) encode(r *Record) error {
 	return nil
 }
 
-// processRecord returns the record of p, clipped and redacted, reusing the
-// one made for the same description.
-func (a *AuditLog) processRecord(p *event.Process) *Process {
+// processRecord returns the record of p, clipped and redacted, and its
+// encoding, reusing those made for the same description: a process's
+// events are many.
+func (a *AuditLog) processRecord(p *event.Process) procRec {
 	if p == nil {
-		return nil
+		return procRec{}
 	}
 	if rec, ok := a.procRecs[p]; ok {
 		return rec
 	}
-	rec := processOf(p)
+	rec := procRec{rec: processOf(p)}
 	if a.redact != nil {
-		rec = rec.redacted(a.redact)
+		rec.rec = rec.rec.redacted(a.redact)
 	}
+	rec.json = appendProcess(nil, rec.rec)
 	if a.procRecs == nil || len(a.procRecs) >= maxProcRecs {
-		a.procRecs = make(map[*event.Process]*Process)
+		a.procRecs = make(map[*event.Process]procRec)
 	}
 	a.procRecs[p] = rec
 	return rec
+}
+
+// procRec is an acting process's record and its encoding.
+type procRec struct {
+	rec  *Process
+	json []byte // appendProcess's
 }
 
 // writeOut writes the buffered lines in one call: a file opened with
@@ -253,7 +266,7 @@ func (a *AuditLog) writeOut() error {
 // fail records the first write error; the lines still buffered and extra
 // more are lost with it, and counted.
 func (a *AuditLog) fail(err error, extra uint64) {
-	a.err = fmt.Errorf("telemetry: write audit log: %w", err)
+	a.setErr(fmt.Errorf("telemetry: write audit log: %w", err))
 	a.lost.Add(a.pending + extra)
 	a.pending = 0
 }
@@ -304,7 +317,7 @@ func (a *AuditLog) syncDue() {
 	if err := a.sync(); err != nil {
 		a.mu.Lock()
 		if a.err == nil {
-			a.err = fmt.Errorf("telemetry: sync audit log: %w", err)
+			a.setErr(fmt.Errorf("telemetry: sync audit log: %w", err))
 		}
 		a.mu.Unlock()
 	}
@@ -312,9 +325,16 @@ func (a *AuditLog) syncDue() {
 
 // Err returns the first write error, or nil while the log is healthy.
 func (a *AuditLog) Err() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.err
+	if p := a.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setErr records err as the log's error; a.mu is held.
+func (a *AuditLog) setErr(err error) {
+	a.err = err
+	a.failed.Store(&err)
 }
 
 // Lost returns how many events were not written because of a write error.

@@ -9,13 +9,30 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 )
 
+// appendProcess appends p as a JSON object.
+func appendProcess(b []byte, p *Process) []byte {
+	b = append(b, `{"pid":`...)
+	b = strconv.AppendInt(b, int64(p.PID), 10)
+	b = append(b, `,"ppid":`...)
+	b = strconv.AppendInt(b, int64(p.PPID), 10)
+	b = appendStringField(b, "exe", p.Exe)
+	b = appendListField(b, "argv", p.Argv)
+	b = appendListField(b, "lineage", p.Lineage)
+	b = appendStringField(b, "exe_digest", p.Digest)
+	return append(b, '}')
+}
+
 // appendRecord appends r as one JSON line, byte for byte what an
 // encoding/json Encoder with SetEscapeHTML(false) writes (the fuzz test
 // holds it to that), without reflection: the audit log writes a line for
 // every request. ok is false for a time encoding/json refuses (a year
 // outside 0–9999, a zone offset of a day or more), which the caller then
 // encodes with encoding/json to get its error.
-func appendRecord(b []byte, r *Record) (_ []byte, ok bool) {
+func appendRecord(b []byte, r *Record) (_ []byte, ok bool) { return appendRecordProc(b, r, nil) }
+
+// appendRecordProc is appendRecord with r.Process already encoded as
+// procJSON (by appendProcess), unless procJSON is nil.
+func appendRecordProc(b []byte, r *Record, procJSON []byte) (_ []byte, ok bool) {
 	_, off := r.Time.Zone()
 	if y := r.Time.Year(); y < 0 || y > 9999 || off <= -24*3600 || off >= 24*3600 {
 		return b, false
@@ -33,15 +50,12 @@ func appendRecord(b []byte, r *Record) (_ []byte, ok bool) {
 	b = appendJSONString(b, r.DecidedBy.String())
 	b = appendStringField(b, "reason", r.Reason)
 	if p := r.Process; p != nil {
-		b = append(b, `,"process":{"pid":`...)
-		b = strconv.AppendInt(b, int64(p.PID), 10)
-		b = append(b, `,"ppid":`...)
-		b = strconv.AppendInt(b, int64(p.PPID), 10)
-		b = appendStringField(b, "exe", p.Exe)
-		b = appendListField(b, "argv", p.Argv)
-		b = appendListField(b, "lineage", p.Lineage)
-		b = appendStringField(b, "exe_digest", p.Digest)
-		b = append(b, '}')
+		b = append(b, `,"process":`...)
+		if procJSON != nil {
+			b = append(b, procJSON...)
+		} else {
+			b = appendProcess(b, p)
+		}
 	}
 
 	b = appendStringField(b, "dst", r.Dst)
