@@ -99,6 +99,9 @@ func (t *tunnel) hostMatches(hostport string) bool {
 		}
 	}
 	host = strings.TrimSuffix(host, ".")
+	if host == t.host { // t.host is normalized: the same text is the same host
+		return true
+	}
 	if len(host) > 0 && (host[0] < 'a' || host[0] > 'z') {
 		if a, err := netip.ParseAddr(host); err == nil {
 			b, err := netip.ParseAddr(t.host)
