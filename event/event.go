@@ -111,8 +111,13 @@ type Connect struct {
 	Port      uint16
 	Transport Transport
 	// Via says how the connection reached Chaperone: "connect" (explicit
-	// CONNECT), "http" (explicit absolute-URI request), "transparent".
+	// CONNECT), "http" (explicit absolute-URI request), "transparent", or
+	// "relay" (asked of a relay through another connection: Relay).
 	Via string
+	// Relay is the relay a connection to Host was asked of, as a URL of
+	// its protocol and address ("http://127.0.0.5:3128",
+	// "socks5://127.0.0.5:1080"); empty when no relay was involved.
+	Relay string
 }
 
 // DNS is one query and, once answered, its answer.
@@ -213,18 +218,35 @@ const (
 	FileRead  FileAccess = "read"
 	FileWrite FileAccess = "write"
 	FileExec  FileAccess = "exec"
+	// FileUnknown is an open whose access mode could not be seen (an
+	// io_uring or openat2 open read from registers): it is decided as a
+	// read and as a write, denied if either is.
+	FileUnknown FileAccess = "unknown"
 )
 
-// File is a file open.
+// File is a file open, or (Op "link", "rename") a new name given to a
+// file, decided as a read of it.
 type File struct {
 	Path   string
 	Access FileAccess
+	// Op is "" for an open, "link" or "rename" when Path is given the new
+	// name Target.
+	Op     string
+	Target string
 }
 
 // Exec is a program started.
 type Exec struct {
-	Path   string
-	Argv   []string
-	Cwd    string
-	Digest string // "sha256:…" of the executable, when computed
+	Path string
+	Argv []string
+	Cwd  string
+	// Program is the program that will actually run: Path, or for the
+	// dynamic loader (ld.so PROGRAM) the program it is asked to load.
+	Program string
+	// Interpreter is the interpreter the kernel starts for a script (its
+	// #! line); empty for a binary.
+	Interpreter string
+	// Digest is "sha256:…" of Program's content (of a memfd's, for an
+	// exec of a descriptor), when computed.
+	Digest string
 }

@@ -59,6 +59,7 @@ type Event struct {
 	Port      uint16 `json:"port,omitempty"`
 	Transport string `json:"transport,omitempty"`
 	Via       string `json:"via,omitempty"`
+	Relay     string `json:"relay,omitempty"`
 
 	// tls
 	SNI         string   `json:"sni,omitempty"`
@@ -88,12 +89,18 @@ type Event struct {
 	Rcode   string   `json:"rcode,omitempty"`
 
 	// file
-	Access string `json:"access,omitempty"` // read, write, exec
+	Access string `json:"access,omitempty"` // read, write, exec, unknown
+	Op     string `json:"op,omitempty"`     // link, rename; empty for an open
+	Target string `json:"target,omitempty"` // the new name, for link and rename
 
 	// exec
 	Argv   []string `json:"argv,omitempty"`
 	Cwd    string   `json:"cwd,omitempty"`
 	Digest string   `json:"digest,omitempty"`
+	// Program is the program that runs (the loader's target),
+	// Interpreter a script's #! interpreter.
+	Program     string `json:"program,omitempty"`
+	Interpreter string `json:"interpreter,omitempty"`
 
 	// session_start, session_end
 	Agent      string   `json:"agent,omitempty"`
@@ -133,7 +140,7 @@ func EventFrom(e *event.Event) Event {
 			if c.Dst.IsValid() {
 				v.Dst = c.Dst.String()
 			}
-			v.Host, v.Port, v.Transport, v.Via = c.Host, c.Port, string(c.Transport), c.Via
+			v.Host, v.Port, v.Transport, v.Via, v.Relay = c.Host, c.Port, string(c.Transport), c.Via, c.Relay
 		}
 	case event.KindTLS:
 		if t := e.TLS; t != nil {
@@ -157,11 +164,12 @@ func EventFrom(e *event.Event) Event {
 		}
 	case event.KindFile:
 		if f := e.File; f != nil {
-			v.Path, v.Access = f.Path, string(f.Access)
+			v.Path, v.Access, v.Op, v.Target = f.Path, string(f.Access), f.Op, f.Target
 		}
 	case event.KindExec:
 		if x := e.Exec; x != nil {
 			v.Path, v.Argv, v.Cwd, v.Digest = x.Path, x.Argv, x.Cwd, x.Digest
+			v.Program, v.Interpreter = x.Program, x.Interpreter
 		}
 	case event.KindSessionStart, event.KindSessionEnd:
 		if s := e.SessionInfo; s != nil {

@@ -93,6 +93,18 @@ func fields() []field {
 			}
 			return str(string(e.Connect.Transport))
 		}},
+		{"via", cel.StringType, "connect", func(e *event.Event) ref.Val {
+			if e.Connect == nil {
+				return emptyString
+			}
+			return str(e.Connect.Via)
+		}},
+		{"relay", cel.StringType, "connect", func(e *event.Event) ref.Val {
+			if e.Connect == nil {
+				return emptyString
+			}
+			return str(e.Connect.Relay)
+		}},
 		{"tls.sni", cel.StringType, "tls", func(e *event.Event) ref.Val {
 			if e.TLS == nil {
 				return emptyString
@@ -173,6 +185,18 @@ func fields() []field {
 			}
 			return str(string(e.File.Access))
 		}},
+		{"file.op", cel.StringType, "file", func(e *event.Event) ref.Val {
+			if e.File == nil {
+				return emptyString
+			}
+			return str(e.File.Op)
+		}},
+		{"file.target", cel.StringType, "file", func(e *event.Event) ref.Val {
+			if e.File == nil {
+				return emptyString
+			}
+			return str(e.File.Target)
+		}},
 		{"exec.path", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Path })},
 		{"exec.argv", listOfString, "exec", func(e *event.Event) ref.Val {
 			if e.Exec == nil {
@@ -182,6 +206,13 @@ func fields() []field {
 		}},
 		{"exec.cwd", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Cwd })},
 		{"exec.digest", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Digest })},
+		{"exec.program", cel.StringType, "exec", execStr(func(x *event.Exec) string {
+			if x.Program == "" {
+				return x.Path
+			}
+			return x.Program
+		})},
+		{"exec.interpreter", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Interpreter })},
 	}
 }
 

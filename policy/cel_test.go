@@ -32,7 +32,7 @@ func testEvents() map[event.Kind]*event.Event {
 			Workdir: "/home/u/proj", Home: "/home/u", StateDir: "/var/lib/chaperone"}},
 		event.KindSessionEnd: {Kind: event.KindSessionEnd, SessionInfo: &event.Session{ID: "s1", Agent: "claude-code"}},
 		event.KindConnect: {Kind: event.KindConnect, Session: "s1", Process: p, Connect: &event.Connect{
-			Dst: netip.MustParseAddrPort("[::ffff:127.0.0.1]:8443"), Host: "API.Example.COM.", Port: 443, Transport: event.TCP, Via: "transparent"}},
+			Dst: netip.MustParseAddrPort("[::ffff:127.0.0.1]:8443"), Host: "API.Example.COM.", Port: 443, Transport: event.TCP, Via: "relay", Relay: "socks5://127.0.0.5:1080"}},
 		event.KindDNS: {Kind: event.KindDNS, Session: "s1", Process: p, DNS: &event.DNS{Name: "pypi.org.", Type: "aaaa"}},
 		event.KindTLS: {Kind: event.KindTLS, Session: "s1", Process: p, TLS: &event.TLS{ServerName: "github.com", ALPN: []string{"h2", "http/1.1"}, Version: "1.3"}},
 		event.KindHTTP: {Kind: event.KindHTTP, Session: "s1", Process: p, HTTP: &event.HTTP{
@@ -42,8 +42,8 @@ func testEvents() map[event.Kind]*event.Event {
 			Secrets: []string{"aws-access-token", "github-pat"}}},
 		event.KindLLM: {Kind: event.KindLLM, Session: "s1", Process: p, LLM: &event.LLM{Provider: "anthropic", Model: "claude-x", Path: "/v1/messages",
 			Operation: "messages", Stream: true}},
-		event.KindFile: {Kind: event.KindFile, Session: "s1", Process: p, File: &event.File{Path: "/home/u/.netrc", Access: event.FileRead}},
-		event.KindExec: {Kind: event.KindExec, Session: "s1", Process: p, Exec: &event.Exec{Path: "/usr/bin/git", Argv: []string{"git", "push"}, Cwd: "/home/u/proj", Digest: "sha256:cd"}},
+		event.KindFile: {Kind: event.KindFile, Session: "s1", Process: p, File: &event.File{Path: "/home/u/.netrc", Access: event.FileRead, Op: "link", Target: "/home/u/proj/n"}},
+		event.KindExec: {Kind: event.KindExec, Session: "s1", Process: p, Exec: &event.Exec{Path: "/usr/bin/git", Argv: []string{"git", "push"}, Cwd: "/home/u/proj", Digest: "sha256:cd", Interpreter: "/bin/sh"}},
 	}
 }
 
@@ -121,7 +121,8 @@ func TestFieldValues(t *testing.T) {
 			"session.workdir": "/home/u/proj", "session.home": "/home/u", "session.state_dir": "/var/lib/chaperone"},
 		event.KindSessionEnd: {"kind": "session_end", "session.id": "s1", "agent": "claude-code"},
 		event.KindConnect: with(event.KindConnect, map[string]any{
-			"dst.ip": "127.0.0.1", "dst.port": int64(443), "host": "api.example.com", "transport": "tcp"}),
+			"dst.ip": "127.0.0.1", "dst.port": int64(443), "host": "api.example.com", "transport": "tcp",
+			"via": "relay", "relay": "socks5://127.0.0.5:1080"}),
 		event.KindDNS: with(event.KindDNS, map[string]any{"host": "pypi.org", "dns.name": "pypi.org", "dns.qtype": "AAAA"}),
 		event.KindTLS: with(event.KindTLS, map[string]any{"host": "github.com", "tls.sni": "github.com",
 			"tls.alpn": []string{"h2", "http/1.1"}, "tls.version": "1.3"}),
@@ -135,9 +136,10 @@ func TestFieldValues(t *testing.T) {
 			"http.secrets": []string{"aws-access-token", "github-pat"}}),
 		event.KindLLM: with(event.KindLLM, map[string]any{"llm.provider": "anthropic", "llm.model": "claude-x", "llm.path": "/v1/messages",
 			"llm.operation": "messages", "llm.stream": true}),
-		event.KindFile: with(event.KindFile, map[string]any{"file.path": "/home/u/.netrc", "file.access": "read"}),
+		event.KindFile: with(event.KindFile, map[string]any{"file.path": "/home/u/.netrc", "file.access": "read",
+			"file.op": "link", "file.target": "/home/u/proj/n"}),
 		event.KindExec: with(event.KindExec, map[string]any{"exec.path": "/usr/bin/git", "exec.argv": []string{"git", "push"},
-			"exec.cwd": "/home/u/proj", "exec.digest": "sha256:cd"}),
+			"exec.cwd": "/home/u/proj", "exec.digest": "sha256:cd", "exec.program": "/usr/bin/git", "exec.interpreter": "/bin/sh"}),
 	}
 	events := testEvents()
 	for _, kind := range event.Kinds {

@@ -84,6 +84,7 @@ type judgePromptConnect struct {
 	Port      uint16 `json:"port,omitempty"`
 	Transport string `json:"transport,omitempty"`
 	Via       string `json:"via,omitempty"`
+	Relay     string `json:"relay,omitempty"`
 }
 
 type judgePromptDNS struct {
@@ -120,6 +121,8 @@ type judgePromptLLM struct {
 type judgePromptFile struct {
 	Path   string `json:"path"`
 	Access string `json:"access,omitempty"`
+	Op     string `json:"op,omitempty"`
+	Target string `json:"target,omitempty"`
 }
 
 type judgePromptExec struct {
@@ -127,6 +130,9 @@ type judgePromptExec struct {
 	Argv   []string `json:"argv,omitempty"`
 	Cwd    string   `json:"cwd,omitempty"`
 	Digest string   `json:"digest,omitempty"`
+	// Program and Interpreter: what actually runs.
+	Program     string `json:"program,omitempty"`
+	Interpreter string `json:"interpreter,omitempty"`
 }
 
 // judgeUserPrompt returns the user message for req: the intent verbatim,
@@ -188,7 +194,7 @@ func judgeEventJSON(e *event.Event) ([]byte, error) {
 		pe.SessionInfo = &judgePromptSession{Agent: c(s.Agent), Command: judgeClipList(s.Command), Mode: c(s.Mode)}
 	}
 	if x := e.Connect; x != nil {
-		pc := &judgePromptConnect{Host: c(x.Host), Port: x.Port, Transport: string(x.Transport), Via: c(x.Via)}
+		pc := &judgePromptConnect{Host: c(x.Host), Port: x.Port, Transport: string(x.Transport), Via: c(x.Via), Relay: c(x.Relay)}
 		if x.Dst.IsValid() {
 			pc.Dst = x.Dst.String()
 		}
@@ -218,10 +224,11 @@ func judgeEventJSON(e *event.Event) ([]byte, error) {
 		pe.LLM = &judgePromptLLM{Provider: c(x.Provider), Model: c(x.Model), Path: c(x.Path)}
 	}
 	if x := e.File; x != nil {
-		pe.File = &judgePromptFile{Path: c(x.Path), Access: string(x.Access)}
+		pe.File = &judgePromptFile{Path: c(x.Path), Access: string(x.Access), Op: x.Op, Target: c(x.Target)}
 	}
 	if x := e.Exec; x != nil {
-		pe.Exec = &judgePromptExec{Path: c(x.Path), Argv: judgeClipList(x.Argv), Cwd: c(x.Cwd), Digest: c(x.Digest)}
+		pe.Exec = &judgePromptExec{Path: c(x.Path), Argv: judgeClipList(x.Argv), Cwd: c(x.Cwd), Digest: c(x.Digest),
+			Program: c(x.Program), Interpreter: c(x.Interpreter)}
 	}
 
 	return judgeJSON(pe, "  ")

@@ -63,6 +63,7 @@ func appendRecordProc(b []byte, r *Record, procJSON []byte) (_ []byte, ok bool) 
 	b = appendIntField(b, "port", int64(r.Port))
 	b = appendStringField(b, "transport", r.Transport)
 	b = appendStringField(b, "via", r.Via)
+	b = appendStringField(b, "relay", r.Relay)
 
 	b = appendStringField(b, "sni", r.SNI)
 	b = appendListField(b, "alpn", r.ALPN)
@@ -118,10 +119,14 @@ func appendRecordProc(b []byte, r *Record, procJSON []byte) (_ []byte, ok bool) 
 	b = appendStringField(b, "rcode", r.Rcode)
 
 	b = appendStringField(b, "access", r.Access)
+	b = appendStringField(b, "op", r.Op)
+	b = appendStringField(b, "target", r.Target)
 
 	b = appendListField(b, "argv", r.Argv)
 	b = appendStringField(b, "cwd", r.Cwd)
 	b = appendStringField(b, "digest", r.Digest)
+	b = appendStringField(b, "program", r.Program)
+	b = appendStringField(b, "interpreter", r.Interpreter)
 
 	b = appendStringField(b, "agent", r.Agent)
 	b = appendListField(b, "command", r.Command)

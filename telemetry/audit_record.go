@@ -28,6 +28,7 @@ type Record struct {
 	Port      uint16 `json:"port,omitempty"`
 	Transport string `json:"transport,omitempty"`
 	Via       string `json:"via,omitempty"`
+	Relay     string `json:"relay,omitempty"`
 
 	// tls
 	SNI         string   `json:"sni,omitempty"`
@@ -71,11 +72,17 @@ type Record struct {
 
 	// file
 	Access string `json:"access,omitempty"`
+	Op     string `json:"op,omitempty"`     // "link", "rename"; empty for an open
+	Target string `json:"target,omitempty"` // the new name, for link and rename
 
 	// exec
 	Argv   []string `json:"argv,omitempty"`
 	Cwd    string   `json:"cwd,omitempty"`
 	Digest string   `json:"digest,omitempty"`
+	// Program is the program that runs (the loader's target); Interpreter
+	// the #! interpreter of a script.
+	Program     string `json:"program,omitempty"`
+	Interpreter string `json:"interpreter,omitempty"`
 
 	// session_start, session_end
 	Agent      string   `json:"agent,omitempty"`
@@ -132,7 +139,7 @@ func recordOf(e *event.Event, p *Process) Record {
 			if c.Dst.IsValid() {
 				r.Dst = c.Dst.String()
 			}
-			r.Host, r.Port, r.Transport, r.Via = c.Host, c.Port, string(c.Transport), c.Via
+			r.Host, r.Port, r.Transport, r.Via, r.Relay = c.Host, c.Port, string(c.Transport), c.Via, c.Relay
 		}
 	case event.KindTLS:
 		if t := e.TLS; t != nil {
@@ -163,11 +170,12 @@ func recordOf(e *event.Event, p *Process) Record {
 		}
 	case event.KindFile:
 		if f := e.File; f != nil {
-			r.Path, r.Access = f.Path, string(f.Access)
+			r.Path, r.Access, r.Op, r.Target = f.Path, string(f.Access), f.Op, f.Target
 		}
 	case event.KindExec:
 		if x := e.Exec; x != nil {
 			r.Path, r.Argv, r.Cwd, r.Digest = x.Path, x.Argv, x.Cwd, x.Digest
+			r.Program, r.Interpreter = x.Program, x.Interpreter
 		}
 	case event.KindSessionStart, event.KindSessionEnd:
 		if s := e.SessionInfo; s != nil {
@@ -196,7 +204,7 @@ func (r Record) Event() *event.Event {
 	}
 	switch r.Kind {
 	case event.KindConnect:
-		c := &event.Connect{Host: r.Host, Port: r.Port, Transport: event.Transport(r.Transport), Via: r.Via}
+		c := &event.Connect{Host: r.Host, Port: r.Port, Transport: event.Transport(r.Transport), Via: r.Via, Relay: r.Relay}
 		if ap, err := netip.ParseAddrPort(r.Dst); err == nil {
 			c.Dst = ap
 		}
@@ -220,9 +228,9 @@ func (r Record) Event() *event.Event {
 		}
 		e.DNS = d
 	case event.KindFile:
-		e.File = &event.File{Path: r.Path, Access: event.FileAccess(r.Access)}
+		e.File = &event.File{Path: r.Path, Access: event.FileAccess(r.Access), Op: r.Op, Target: r.Target}
 	case event.KindExec:
-		e.Exec = &event.Exec{Path: r.Path, Argv: r.Argv, Cwd: r.Cwd, Digest: r.Digest}
+		e.Exec = &event.Exec{Path: r.Path, Argv: r.Argv, Cwd: r.Cwd, Digest: r.Digest, Program: r.Program, Interpreter: r.Interpreter}
 	case event.KindSessionStart, event.KindSessionEnd:
 		s := &event.Session{ID: r.Session, Agent: r.Agent, Command: r.Command, RootPID: r.RootPID, Mode: r.Mode}
 		if r.ExitCode != nil {
@@ -266,9 +274,9 @@ func (r Record) truncated() Record {
 			s(&(*p)[i])
 		}
 	}
-	for _, p := range []*string{&r.Session, &r.Rule, &r.Reason, &r.Dst, &r.Host, &r.Transport, &r.Via, &r.SNI,
+	for _, p := range []*string{&r.Session, &r.Rule, &r.Reason, &r.Dst, &r.Host, &r.Transport, &r.Via, &r.Relay, &r.SNI,
 		&r.TLSVersion, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Error, &r.Provider, &r.Model, &r.Path, &r.Name,
-		&r.QType, &r.Rcode, &r.Access, &r.Cwd, &r.Digest, &r.Agent, &r.Mode} {
+		&r.QType, &r.Rcode, &r.Access, &r.Op, &r.Target, &r.Cwd, &r.Digest, &r.Program, &r.Interpreter, &r.Agent, &r.Mode} {
 		s(p)
 	}
 	k := string(r.Kind)

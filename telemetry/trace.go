@@ -699,6 +699,9 @@ func (t *Tracer) actionAttrs(e *event.Event) []attribute.KeyValue {
 			if c.Via != "" {
 				a = append(a, attribute.String(keyVia, c.Via))
 			}
+			if c.Relay != "" {
+				a = append(a, attribute.String(keyRelay, c.Relay))
+			}
 		}
 	case event.KindDNS:
 		if d := e.DNS; d != nil {
@@ -733,6 +736,9 @@ func (t *Tracer) actionAttrs(e *event.Event) []attribute.KeyValue {
 	case event.KindFile:
 		if f := e.File; f != nil {
 			a = append(a, attribute.String(keyFilePath, f.Path), attribute.String(keyFileAccess, string(f.Access)))
+			if f.Op != "" {
+				a = append(a, attribute.String(keyFileOp, f.Op), attribute.String(keyFileTarget, f.Target))
+			}
 		}
 	case event.KindExec:
 		if x := e.Exec; x != nil {
@@ -745,6 +751,12 @@ func (t *Tracer) actionAttrs(e *event.Event) []attribute.KeyValue {
 			}
 			if x.Digest != "" {
 				a = append(a, attribute.String(keyDigest, x.Digest))
+			}
+			if x.Program != "" && x.Program != x.Path {
+				a = append(a, attribute.String(keyProgram, x.Program))
+			}
+			if x.Interpreter != "" {
+				a = append(a, attribute.String(keyInterpreter, x.Interpreter))
 			}
 		}
 	}

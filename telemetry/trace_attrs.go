@@ -74,6 +74,11 @@ const (
 	keyTLSMITM     = "chaperone.tls.intercepted"
 	keyTLSALPN     = "chaperone.tls.alpn"
 	keyVia         = "chaperone.connect.via"
+	keyRelay       = "chaperone.connect.relay"
+	keyFileOp      = "chaperone.file.op"
+	keyFileTarget  = "chaperone.file.target"
+	keyProgram     = "chaperone.exec.program"
+	keyInterpreter = "chaperone.exec.interpreter"
 )
 
 // maxArgs and maxArgLen clip argv: a command line can be long, and the
