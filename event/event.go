@@ -19,10 +19,14 @@ const (
 	KindLLM          Kind = "llm"     // an HTTP request recognised as a call to an LLM API
 	KindFile         Kind = "file"    // a file open
 	KindExec         Kind = "exec"    // a program started
+	// KindPolicyReload records a policy file read again during a session:
+	// its digest, or the error that kept the old policy. It is recorded,
+	// never decided.
+	KindPolicyReload Kind = "policy_reload"
 )
 
 // Kinds lists every Kind, in a stable order.
-var Kinds = []Kind{KindSessionStart, KindSessionEnd, KindConnect, KindDNS, KindTLS, KindHTTP, KindLLM, KindFile, KindExec}
+var Kinds = []Kind{KindSessionStart, KindSessionEnd, KindConnect, KindDNS, KindTLS, KindHTTP, KindLLM, KindFile, KindExec, KindPolicyReload}
 
 // Valid reports whether k is one of Kinds.
 func (k Kind) Valid() bool {
@@ -53,6 +57,7 @@ type Event struct {
 	LLM         *LLM
 	File        *File
 	Exec        *Exec
+	Policy      *PolicyReload
 }
 
 // Process describes the process that performed an action.
@@ -233,6 +238,17 @@ type File struct {
 	// name Target.
 	Op     string
 	Target string
+}
+
+// PolicyReload is a policy file read again during a session, on a signal
+// or because it changed.
+type PolicyReload struct {
+	Path    string
+	Digest  string // "sha256:<hex>" of the file as read; empty when it could not be read
+	Trigger string // "SIGHUP", "file changed"
+	// Error says why the file was not made the policy: the old one stays.
+	// Empty when the file is now the session's policy.
+	Error string
 }
 
 // Exec is a program started.

@@ -42,8 +42,9 @@ func testEvents() map[event.Kind]*event.Event {
 			Secrets: []string{"aws-access-token", "github-pat"}}},
 		event.KindLLM: {Kind: event.KindLLM, Session: "s1", Process: p, LLM: &event.LLM{Provider: "anthropic", Model: "claude-x", Path: "/v1/messages",
 			Operation: "messages", Stream: true}},
-		event.KindFile: {Kind: event.KindFile, Session: "s1", Process: p, File: &event.File{Path: "/home/u/.netrc", Access: event.FileRead, Op: "link", Target: "/home/u/proj/n"}},
-		event.KindExec: {Kind: event.KindExec, Session: "s1", Process: p, Exec: &event.Exec{Path: "/usr/bin/git", Argv: []string{"git", "push"}, Cwd: "/home/u/proj", Digest: "sha256:cd", Interpreter: "/bin/sh"}},
+		event.KindFile:         {Kind: event.KindFile, Session: "s1", Process: p, File: &event.File{Path: "/home/u/.netrc", Access: event.FileRead, Op: "link", Target: "/home/u/proj/n"}},
+		event.KindExec:         {Kind: event.KindExec, Session: "s1", Process: p, Exec: &event.Exec{Path: "/usr/bin/git", Argv: []string{"git", "push"}, Cwd: "/home/u/proj", Digest: "sha256:cd", Interpreter: "/bin/sh"}},
+		event.KindPolicyReload: {Kind: event.KindPolicyReload, Session: "s1", Policy: &event.PolicyReload{Path: "/home/u/proj/policy.yaml", Digest: "sha256:ef", Trigger: "SIGHUP"}},
 	}
 }
 
@@ -119,7 +120,8 @@ func TestFieldValues(t *testing.T) {
 	want := map[event.Kind]map[string]any{
 		event.KindSessionStart: {"kind": "session_start", "session.id": "s1", "agent": "claude-code",
 			"session.workdir": "/home/u/proj", "session.home": "/home/u", "session.state_dir": "/var/lib/chaperone"},
-		event.KindSessionEnd: {"kind": "session_end", "session.id": "s1", "agent": "claude-code"},
+		event.KindSessionEnd:   {"kind": "session_end", "session.id": "s1", "agent": "claude-code"},
+		event.KindPolicyReload: {"kind": "policy_reload", "session.id": "s1"},
 		event.KindConnect: with(event.KindConnect, map[string]any{
 			"dst.ip": "127.0.0.1", "dst.port": int64(443), "host": "api.example.com", "transport": "tcp",
 			"via": "relay", "relay": "socks5://127.0.0.5:1080"}),

@@ -127,6 +127,7 @@ func appendRecordProc(b []byte, r *Record, procJSON []byte) (_ []byte, ok bool) 
 	b = appendStringField(b, "digest", r.Digest)
 	b = appendStringField(b, "program", r.Program)
 	b = appendStringField(b, "interpreter", r.Interpreter)
+	b = appendStringField(b, "trigger", r.Trigger)
 
 	b = appendStringField(b, "agent", r.Agent)
 	b = appendListField(b, "command", r.Command)

@@ -152,6 +152,14 @@ func what(r Record) string {
 		if len(r.Argv) > 1 {
 			add(shorten(strings.Join(r.Argv[1:], " ")))
 		}
+	case event.KindPolicyReload:
+		add(r.Path, r.Digest)
+		if r.Trigger != "" {
+			add("(" + r.Trigger + ")")
+		}
+		if r.Error != "" {
+			add("kept the old policy: " + r.Error)
+		}
 	case event.KindSessionStart:
 		add(r.Agent, r.Mode)
 		if len(r.Command) > 0 {

@@ -84,6 +84,9 @@ type Record struct {
 	Program     string `json:"program,omitempty"`
 	Interpreter string `json:"interpreter,omitempty"`
 
+	// policy_reload (and path, digest, error)
+	Trigger string `json:"trigger,omitempty"`
+
 	// session_start, session_end
 	Agent      string   `json:"agent,omitempty"`
 	Command    []string `json:"command,omitempty"`
@@ -177,6 +180,10 @@ func recordOf(e *event.Event, p *Process) Record {
 			r.Path, r.Argv, r.Cwd, r.Digest = x.Path, x.Argv, x.Cwd, x.Digest
 			r.Program, r.Interpreter = x.Program, x.Interpreter
 		}
+	case event.KindPolicyReload:
+		if pr := e.Policy; pr != nil {
+			r.Path, r.Digest, r.Trigger, r.Error = pr.Path, pr.Digest, pr.Trigger, pr.Error
+		}
 	case event.KindSessionStart, event.KindSessionEnd:
 		if s := e.SessionInfo; s != nil {
 			r.Agent, r.Command, r.RootPID, r.Mode = s.Agent, s.Command, s.RootPID, s.Mode
@@ -231,6 +238,8 @@ func (r Record) Event() *event.Event {
 		e.File = &event.File{Path: r.Path, Access: event.FileAccess(r.Access), Op: r.Op, Target: r.Target}
 	case event.KindExec:
 		e.Exec = &event.Exec{Path: r.Path, Argv: r.Argv, Cwd: r.Cwd, Digest: r.Digest, Program: r.Program, Interpreter: r.Interpreter}
+	case event.KindPolicyReload:
+		e.Policy = &event.PolicyReload{Path: r.Path, Digest: r.Digest, Trigger: r.Trigger, Error: r.Error}
 	case event.KindSessionStart, event.KindSessionEnd:
 		s := &event.Session{ID: r.Session, Agent: r.Agent, Command: r.Command, RootPID: r.RootPID, Mode: r.Mode}
 		if r.ExitCode != nil {
@@ -276,7 +285,7 @@ func (r Record) truncated() Record {
 	}
 	for _, p := range []*string{&r.Session, &r.Rule, &r.Reason, &r.Dst, &r.Host, &r.Transport, &r.Via, &r.Relay, &r.SNI,
 		&r.TLSVersion, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Error, &r.Provider, &r.Model, &r.Path, &r.Name,
-		&r.QType, &r.Rcode, &r.Access, &r.Op, &r.Target, &r.Cwd, &r.Digest, &r.Program, &r.Interpreter, &r.Agent, &r.Mode} {
+		&r.QType, &r.Rcode, &r.Access, &r.Op, &r.Target, &r.Cwd, &r.Digest, &r.Program, &r.Interpreter, &r.Trigger, &r.Agent, &r.Mode} {
 		s(p)
 	}
 	k := string(r.Kind)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,6 +33,9 @@ type livePolicy struct {
 	retired []func() error // closers of replaced policies' plugins
 	// onLoad, when set, is told of each policy made current by a reload.
 	onLoad func(*policy.Policy)
+	// onReload, when set, is told of every reload's outcome: the file's
+	// digest, or the error that kept the old policy.
+	onReload func(event.PolicyReload)
 }
 
 type loadedPolicy struct {
@@ -41,7 +46,7 @@ type loadedPolicy struct {
 
 func newLivePolicy(ctx context.Context, path string, deny proxy.Decider, log *slog.Logger, stderr io.Writer, getenv, task func(string) string) (*livePolicy, error) {
 	l := &livePolicy{path: path, deny: deny, log: log, stderr: stderr, getenv: getenv, task: task}
-	if err := l.load(ctx); err != nil {
+	if _, err := l.load(ctx); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -67,20 +72,27 @@ func (l *livePolicy) FileStaticGiven(path string, sess *event.Session, decided e
 // Policy returns the current policy.
 func (l *livePolicy) Policy() *policy.Policy { return l.cur.Load().pol }
 
-// load reads the file and, if it is a whole policy, makes it current.
-func (l *livePolicy) load(ctx context.Context) error {
+// load reads the file and, if it is a whole policy, makes it current. It
+// returns the digest of what it read ("" if it could not read the file).
+func (l *livePolicy) load(ctx context.Context) (digest string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if st, err := os.Stat(l.path); err == nil {
 		l.modTime = st.ModTime()
 	}
-	p, err := policy.Load(l.path)
+	data, err := readPolicyFile(l.path)
 	if err != nil {
-		return usageError{err}
+		return "", usageError{err}
+	}
+	sum := sha256.Sum256(data)
+	digest = "sha256:" + hex.EncodeToString(sum[:])
+	p, err := policy.Parse(l.path, data)
+	if err != nil {
+		return digest, usageError{err}
 	}
 	d, closeFn, err := newPolicyDecider(ctx, p, l.deny, l.log, l.getenv, l.task)
 	if err != nil {
-		return fmt.Errorf("run: %w", err)
+		return digest, fmt.Errorf("run: %w", err)
 	}
 	old := l.cur.Swap(&loadedPolicy{pol: p, d: d, close: closeFn})
 	if l.onLoad != nil {
@@ -91,16 +103,38 @@ func (l *livePolicy) load(ctx context.Context) error {
 		l.retired = append(l.retired, old.close)
 		time.AfterFunc(5*time.Second, func() { old.close() })
 	}
-	return nil
+	return digest, nil
 }
 
-// reload loads the file again and reports the outcome on stderr.
-func (l *livePolicy) reload(ctx context.Context, why string) {
-	if err := l.load(ctx); err != nil {
-		fmt.Fprintf(l.stderr, "chaperone: policy reload (%s) failed, the old policy stays: %v\n", why, err)
-		return
+// readPolicyFile reads the policy file whole, up to the size a policy may
+// have (policy.Parse refuses a larger one).
+func readPolicyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
 	}
-	fmt.Fprintf(l.stderr, "chaperone: policy reloaded from %s (%s)\n", l.path, why)
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, policy.MaxPolicySize+1))
+	if err != nil {
+		return nil, fmt.Errorf("policy: read %s: %w", path, err)
+	}
+	return data, nil
+}
+
+// reload loads the file again and reports the outcome on stderr and to
+// onReload.
+func (l *livePolicy) reload(ctx context.Context, why string) {
+	digest, err := l.load(ctx)
+	r := event.PolicyReload{Path: l.path, Digest: digest, Trigger: why}
+	if err != nil {
+		r.Error = err.Error()
+		fmt.Fprintf(l.stderr, "chaperone: policy reload (%s) failed, the old policy stays: %v\n", why, err)
+	} else {
+		fmt.Fprintf(l.stderr, "chaperone: policy reloaded from %s (%s)\n", l.path, why)
+	}
+	if l.onReload != nil {
+		l.onReload(r)
+	}
 }
 
 // watch reloads on every signal from hup and whenever the file's

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/chaperone-dev/chaperone/event"
 )
@@ -249,5 +253,30 @@ get "$1" c`, "sh", w.api.URL, step)
 	}
 	if got := strings.Fields(stdout.String()); strings.Join(got, " ") != "403 403 200" {
 		t.Errorf("statuses %v, want 403 (denied), 403 (bad file kept the policy), 200 (reloaded)", got)
+	}
+	// Each reload is in the audit log: the bad file's error, the good
+	// file's digest.
+	type reload struct {
+		Verdict          event.Action
+		Path, Digest     string
+		Trigger          string
+		Error, SessionOK bool
+	}
+	var got []reload
+	for _, r := range w.kindRecords(event.KindPolicyReload) {
+		got = append(got, reload{Verdict: r.Verdict, Path: r.Path, Digest: r.Digest, Trigger: r.Trigger,
+			Error: strings.Contains(r.Error, "broken"), SessionOK: r.Session != ""})
+	}
+	digest := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return "sha256:" + hex.EncodeToString(sum[:])
+	}
+	want := []reload{
+		{Verdict: event.Deny, Path: file, Trigger: "SIGHUP", Error: true, SessionOK: true,
+			Digest: digest("rules:\n  - name: broken\n    when: host ==\n    action: deny\ndefault: allow\n")},
+		{Verdict: event.Allow, Path: file, Trigger: "SIGHUP", SessionOK: true, Digest: digest("default: allow\n")},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("policy_reload records (-want +got):\n%s", d)
 	}
 }

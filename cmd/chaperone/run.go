@@ -178,6 +178,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		forward = append(forward, reloadSignal)
 	}
 	var live *livePolicy
+	watchPolicy := func(*event.Bus) {} // a policy file's watcher, once there are sinks
 	var fileStatic func(path string, sess *event.Session, decided event.FileAccess, v event.Verdict, accesses ...event.FileAccess) bool
 	// forgetFiles, once file mediation runs, drops what it learnt of the
 	// old policy when a new one loads.
@@ -233,9 +234,14 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 			signal.Notify(hup, reloadSignal)
 			defer signal.Stop(hup)
 		}
+		// Watched from when the sinks below are subscribed: each reload
+		// is an audit event.
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		go live.watch(watchCtx, hup, 2*time.Second)
+		watchPolicy = func(bus *event.Bus) {
+			live.onReload = func(r event.PolicyReload) { publishPolicyReload(bus, sessionID, r) }
+			go live.watch(watchCtx, hup, 2*time.Second)
+		}
 	}
 	var passthrough func(string, netip.Addr) bool
 	if len(cfg.TLSPassthrough) > 0 {
@@ -261,6 +267,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	if err != nil {
 		fmt.Fprintf(o.stderr, "chaperone: traces are not exported: %v\n", err)
 	}
+	watchPolicy(bus)
 	// stopSinks closes the bus and waits until every event is written and
 	// counted (and the trace sent, as far as the collector takes it).
 	stopSinks := func() error {
@@ -654,6 +661,16 @@ func publishSession(bus *event.Bus, kind event.Kind, info event.Session, log *sl
 	}
 	e.Verdict = event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByDefault, Reason: "recorded"}
 	log.Debug("session", "kind", kind, "id", info.ID)
+	bus.Publish(e)
+}
+
+// publishPolicyReload records a reload of the session's policy file.
+func publishPolicyReload(bus *event.Bus, session string, r event.PolicyReload) {
+	e := &event.Event{Time: time.Now(), Kind: event.KindPolicyReload, Session: session, Policy: &r}
+	e.Verdict = event.Verdict{Action: event.Allow, Reason: "the file is the session's policy now"}
+	if r.Error != "" {
+		e.Verdict = event.Verdict{Action: event.Deny, Reason: "the old policy stays: " + r.Error}
+	}
 	bus.Publish(e)
 }
 
