@@ -87,24 +87,9 @@ func fields() []field {
 		}},
 		{"dst.port", cel.IntType, "connect", func(e *event.Event) ref.Val { return types.Int(dstPort(e)) }},
 		{"host", cel.StringType, "connect, tls, http, dns", func(e *event.Event) ref.Val { return str(hostOf(e)) }},
-		{"transport", cel.StringType, "connect", func(e *event.Event) ref.Val {
-			if e.Connect == nil {
-				return emptyString
-			}
-			return str(string(e.Connect.Transport))
-		}},
-		{"via", cel.StringType, "connect", func(e *event.Event) ref.Val {
-			if e.Connect == nil {
-				return emptyString
-			}
-			return str(e.Connect.Via)
-		}},
-		{"relay", cel.StringType, "connect", func(e *event.Event) ref.Val {
-			if e.Connect == nil {
-				return emptyString
-			}
-			return str(e.Connect.Relay)
-		}},
+		{"transport", cel.StringType, "connect", connStr(func(c *event.Connect) string { return string(c.Transport) })},
+		{"via", cel.StringType, "connect", connStr(func(c *event.Connect) string { return c.Via })},
+		{"relay", cel.StringType, "connect", connStr(func(c *event.Connect) string { return c.Relay })},
 		{"tls.sni", cel.StringType, "tls", func(e *event.Event) ref.Val {
 			if e.TLS == nil {
 				return emptyString
@@ -173,30 +158,10 @@ func fields() []field {
 			}
 			return str(strings.ToUpper(e.DNS.Type))
 		}},
-		{"file.path", cel.StringType, "file", func(e *event.Event) ref.Val {
-			if e.File == nil {
-				return emptyString
-			}
-			return str(e.File.Path)
-		}},
-		{"file.access", cel.StringType, "file", func(e *event.Event) ref.Val {
-			if e.File == nil {
-				return emptyString
-			}
-			return str(string(e.File.Access))
-		}},
-		{"file.op", cel.StringType, "file", func(e *event.Event) ref.Val {
-			if e.File == nil {
-				return emptyString
-			}
-			return str(e.File.Op)
-		}},
-		{"file.target", cel.StringType, "file", func(e *event.Event) ref.Val {
-			if e.File == nil {
-				return emptyString
-			}
-			return str(e.File.Target)
-		}},
+		{"file.path", cel.StringType, "file", fileStr(func(f *event.File) string { return f.Path })},
+		{"file.access", cel.StringType, "file", fileStr(func(f *event.File) string { return string(f.Access) })},
+		{"file.op", cel.StringType, "file", fileStr(func(f *event.File) string { return f.Op })},
+		{"file.target", cel.StringType, "file", fileStr(func(f *event.File) string { return f.Target })},
 		{"exec.path", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Path })},
 		{"exec.argv", listOfString, "exec", func(e *event.Event) ref.Val {
 			if e.Exec == nil {
@@ -240,6 +205,24 @@ func llmStr(get func(*event.LLM) string) func(*event.Event) ref.Val {
 			return emptyString
 		}
 		return str(get(e.LLM))
+	}
+}
+
+func connStr(get func(*event.Connect) string) func(*event.Event) ref.Val {
+	return func(e *event.Event) ref.Val {
+		if e.Connect == nil {
+			return emptyString
+		}
+		return str(get(e.Connect))
+	}
+}
+
+func fileStr(get func(*event.File) string) func(*event.Event) ref.Val {
+	return func(e *event.Event) ref.Val {
+		if e.File == nil {
+			return emptyString
+		}
+		return str(get(e.File))
 	}
 }
 
