@@ -85,10 +85,16 @@ func (t *tunnel) close() {
 }
 
 // hostMatches reports whether a request's Host (or :authority) names the
-// tunnel's destination: same host name (case and a trailing dot aside)
-// and, if it has a port, the tunnel's port. An empty Host is the tunnel's.
-func (t *tunnel) hostMatches(hostport string) bool {
-	if t.host == "" || hostport == "" {
+// tunnel's destination. An empty Host is the tunnel's. With a port, it must
+// be the tunnel's. For a tunnel to a name (a CONNECT's, the SNI, the name
+// the session looked the address up as), the same name (case and a trailing
+// dot aside) or, for a name that is an address, the same address. For a
+// tunnel to an address without a name (transparent mode, no SNI), the
+// address itself or a name that the session's resolver (or a Resolve
+// override) answered with it: any other would be recorded and decided as a
+// host the request does not go to.
+func (p *Proxy) hostMatches(t *tunnel, hostport string) bool {
+	if hostport == "" {
 		return true
 	}
 	host, port := splitHostPortLoose(hostport)
@@ -99,6 +105,9 @@ func (t *tunnel) hostMatches(hostport string) bool {
 		}
 	}
 	host = strings.TrimSuffix(host, ".")
+	if t.host == "" {
+		return p.addrAgrees(t, host)
+	}
 	if host == t.host { // t.host is normalized: the same text is the same host
 		return true
 	}
@@ -109,6 +118,28 @@ func (t *tunnel) hostMatches(hostport string) bool {
 		}
 	}
 	return strings.EqualFold(host, t.host)
+}
+
+// addrAgrees reports whether host, a request's host without its port,
+// stands for the destination address of t, a tunnel without a name.
+func (p *Proxy) addrAgrees(t *tunnel, host string) bool {
+	if !t.dst.IsValid() {
+		return false
+	}
+	addr := t.dst.Addr().Unmap()
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap() == addr
+	}
+	name := strings.ToLower(host)
+	if p.names != nil && p.names.Resolved(t.session, name, addr) {
+		return true
+	}
+	if p.resolve != nil {
+		if a, ok := p.resolve(name, t.port); ok && a.Unmap() == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // splitHostPortLoose splits "host", "host:port", "[v6]" and "[v6]:port".
@@ -236,10 +267,19 @@ type tunnelCerts struct{ src chtls.CertSource }
 
 func (c tunnelCerts) GetCertificate(h *stdtls.ClientHelloInfo) (*stdtls.Certificate, error) {
 	if h.ServerName == "" {
-		if tc, ok := h.Conn.(*tunnelConn); ok && tc.t.host != "" {
-			named := *h
-			named.ServerName = tc.t.host
-			return c.src.GetCertificate(&named)
+		if tc, ok := h.Conn.(*tunnelConn); ok {
+			// The tunnel's host, else its destination address: the proxy's
+			// own address (the connection's local one) is not what the
+			// client believes it reached.
+			name := tc.t.host
+			if name == "" && tc.t.dst.IsValid() {
+				name = tc.t.dst.Addr().Unmap().String()
+			}
+			if name != "" {
+				named := *h
+				named.ServerName = name
+				return c.src.GetCertificate(&named)
+			}
 		}
 	}
 	return c.src.GetCertificate(h)

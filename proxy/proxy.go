@@ -47,6 +47,22 @@ func (f ProcessFinderFunc) ProcessForConn(client, proxy netip.AddrPort, session 
 	return f(client, proxy, session)
 }
 
+// ResolverMemory says whether a session's resolver answered a name with an
+// address. A request on a tunnel to an address that has no name (a
+// transparent connection to an IP, no SNI) may name that address in its
+// Host, or a name the resolver answered with it, and nothing else.
+type ResolverMemory interface {
+	Resolved(session, host string, addr netip.Addr) bool
+}
+
+// ResolverMemoryFunc adapts a function to ResolverMemory.
+type ResolverMemoryFunc func(session, host string, addr netip.Addr) bool
+
+// Resolved calls f.
+func (f ResolverMemoryFunc) Resolved(session, host string, addr netip.Addr) bool {
+	return f(session, host, addr)
+}
+
 // Options configure a Proxy.
 type Options struct {
 	Logger *slog.Logger // nil discards
@@ -62,6 +78,11 @@ type Options struct {
 	// Resolve maps a host to an address before DNS is consulted (the
 	// --resolve overrides); nil or false means DNS.
 	Resolve func(host string, port uint16) (netip.Addr, bool)
+	// Names says which names a session's resolver answered with an
+	// address (see ResolverMemory); nil knows none, and a request to an
+	// address without a name must then name the address itself (or a
+	// Resolve override of it).
+	Names ResolverMemory
 	// Processes finds the process behind a client connection; optional.
 	Processes ProcessFinder
 	// Now is the clock for event times; nil means time.Now.
@@ -138,6 +159,7 @@ type Proxy struct {
 	decider     Decider
 	publishFn   func(*event.Event)
 	resolve     func(string, uint16) (netip.Addr, bool)
+	names       ResolverMemory
 	procs       ProcessFinder
 	now         func() time.Time
 	peekTimeout time.Duration
@@ -219,6 +241,7 @@ func New(opts Options) (*Proxy, error) {
 		decider:           opts.Decider,
 		publishFn:         opts.Publish,
 		resolve:           opts.Resolve,
+		names:             opts.Names,
 		procs:             opts.Processes,
 		now:               opts.Now,
 		peekTimeout:       opts.PeekTimeout,

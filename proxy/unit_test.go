@@ -223,42 +223,6 @@ func TestHTTPStart(t *testing.T) {
 	}
 }
 
-func TestHostMatches(t *testing.T) {
-	tun := &tunnel{host: "api.example.test", port: 443}
-	v6 := &tunnel{host: "::1", port: 8443}
-	v4 := &tunnel{host: "127.0.0.1", port: 443}
-	tests := []struct {
-		t    *tunnel
-		host string
-		want bool
-	}{
-		{tun, "api.example.test", true},
-		{tun, "API.Example.Test", true},
-		{tun, "api.example.test.", true},
-		{tun, "api.example.test:443", true},
-		{tun, "", true},
-		{tun, "api.example.test:444", false},
-		{tun, "api.example.test:x", false},
-		{tun, "other.example.test", false},
-		{tun, "api.example.test.evil", false},
-		{tun, "api.example.test:443:443", false},
-		{v6, "[::1]:8443", true},
-		{v6, "[0:0::1]", true},
-		{v6, "[::2]:8443", false},
-		{v6, "[::1%lo]:8443", false},
-		{v4, "127.0.0.1:443", true},
-		{v4, "[::ffff:127.0.0.1]:443", true},
-		{v4, "127.0.0.2", false},
-		{v4, "127.0.0.1:80", false},
-		{&tunnel{port: 80}, "anything", true}, // unknown name: the destination address is dialled
-	}
-	for _, tt := range tests {
-		if got := tt.t.hostMatches(tt.host); got != tt.want {
-			t.Errorf("tunnel %s:%d hostMatches(%q) = %v, want %v", tt.t.host, tt.t.port, tt.host, got, tt.want)
-		}
-	}
-}
-
 func TestTargetOf(t *testing.T) {
 	tests := []struct {
 		method, target string
