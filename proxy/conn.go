@@ -5,6 +5,7 @@ import (
 	"context"
 	stdtls "crypto/tls"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -35,9 +36,27 @@ type tunnel struct {
 
 	conn *tunnelConn
 
+	// relay is set on a tunnel to a destination asked of a relay: every
+	// upstream connection goes through it, never straight to the
+	// destination.
+	relay *relayHop
+
 	mu       sync.Mutex
 	closed   bool
 	upstream net.Conn // passthrough only
+	// pending is a relayed tunnel's connection that the relay opened
+	// before the client was answered, until the first dial takes it.
+	pending net.Conn
+	// child is the relayed tunnel the client's connection went on to (a
+	// CONNECT or SOCKS request to the relay at the far end of this one);
+	// forward is the last destination allowed for its requests in
+	// absolute form. Closing the tunnel closes the child.
+	child   *tunnel
+	forward *tunnel
+	// transports are a relayed tunnel's own http.Transports (HTTP/2 and
+	// HTTP/1.1), made on first use: they pool connections by address
+	// alone, so no other tunnel may use them.
+	transports [2]*http.Transport
 }
 
 // setScheme fixes the scheme of the tunnel's requests and the authority
@@ -76,12 +95,59 @@ func (t *tunnel) setUpstream(c net.Conn) bool {
 func (t *tunnel) close() {
 	t.mu.Lock()
 	t.closed = true
-	up := t.upstream
+	up, pending, child, trs := t.upstream, t.pending, t.child, t.transports
+	t.pending = nil
 	t.mu.Unlock()
-	if up != nil {
-		up.Close()
+	for _, c := range []net.Conn{up, pending} {
+		if c != nil {
+			c.Close()
+		}
 	}
-	t.conn.Close()
+	for _, tr := range trs {
+		if tr != nil {
+			tr.CloseIdleConnections()
+		}
+	}
+	if child != nil {
+		child.close()
+	}
+	if t.conn != nil {
+		t.conn.Close()
+	}
+}
+
+// setChild records the relayed tunnel that the client's connection went
+// on to; false means the tunnel is already closed.
+func (t *tunnel) setChild(c *tunnel) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.child = c
+	return true
+}
+
+// takePending returns the connection the relay opened for the tunnel, if
+// no dial took it yet.
+func (t *tunnel) takePending() net.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.pending
+	t.pending = nil
+	return c
+}
+
+// setPending keeps c for the tunnel's first dial; false means the tunnel
+// is already closed.
+func (t *tunnel) setPending(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.pending = c
+	return true
 }
 
 // hostMatches reports whether a request's Host (or :authority) names the
@@ -177,10 +243,13 @@ func normalizeHost(h string) string {
 // and releases whoever waits on done.
 type tunnelConn struct {
 	net.Conn
-	t       *tunnel
-	p       *Proxy
-	r       *bufio.Reader // the sniffing buffer until drained; read by one goroutine at a time
-	release func()        // set before the tunnel is tracked
+	t *tunnel
+	p *Proxy
+	r *bufio.Reader // the sniffing buffer until drained; read by one goroutine at a time
+	// pre is read before r: a request line the proxy rewrote for net/http
+	// (serveRequestLine).
+	pre     []byte
+	release func() // set before the tunnel is tracked
 	once    sync.Once
 	done    chan struct{}
 	// gathered keeps writes between gather(true) and gather(false); nil
@@ -192,6 +261,11 @@ type tunnelConn struct {
 
 func (c *tunnelConn) Read(b []byte) (int, error) {
 	if c.r != nil {
+		if len(c.pre) > 0 {
+			n := copy(b, c.pre)
+			c.pre = c.pre[n:]
+			return n, nil
+		}
 		if c.r.Buffered() > 0 {
 			return c.r.Read(b)
 		}

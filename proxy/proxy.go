@@ -185,10 +185,13 @@ type Proxy struct {
 	// flow control with others'. gRPC needs HTTP/2 end to end: an HTTP/2
 	// client's gRPC requests (needsH2) go through transport, which speaks
 	// HTTP/2 when the upstream offers it.
-	transport   *http.Transport        // HTTP/2 when offered, else HTTP/1.1: gRPC
-	transportH1 *http.Transport        // HTTP/1.1 only: protocol switches
-	upstreamH1  *h1Upstream            // HTTP/1.1 only: every other request
-	rp          *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
+	transport   *http.Transport // HTTP/2 when offered, else HTTP/1.1: gRPC
+	transportH1 *http.Transport // HTTP/1.1 only: protocol switches
+	// newRelayTransport makes a relayed tunnel's own transports, as
+	// transport and transportH1 are made (see tunnelTransport).
+	newRelayTransport func(h1Only bool) *http.Transport
+	upstreamH1        *h1Upstream            // HTTP/1.1 only: every other request
+	rp                *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
 
 	front *http.Server // explicit-proxy requests; a tunnel's are served by serveH1 and serveH2
 	h2    *h2Server
@@ -282,6 +285,9 @@ func New(opts Options) (*Proxy, error) {
 	p.mitmTLS = chtls.ServerConfig(tunnelCerts{opts.Certs})
 	p.transport = p.newTransport(opts.UpstreamRoots, false, upstreamHeaderTimeout, maxHeaderBytes)
 	p.transportH1 = p.newTransport(opts.UpstreamRoots, true, upstreamHeaderTimeout, maxHeaderBytes)
+	p.newRelayTransport = func(h1Only bool) *http.Transport {
+		return p.newTransport(opts.UpstreamRoots, h1Only, upstreamHeaderTimeout, maxHeaderBytes)
+	}
 	p.upstreamH1 = &h1Upstream{
 		dial:          p.dialUpstream,
 		tls:           p.transportH1.TLSClientConfig,
@@ -296,8 +302,8 @@ func New(opts Options) (*Proxy, error) {
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
-		Transport:     p.transportH1, // upgrades are HTTP/1.1
-		FlushInterval: -1,            // stream as it comes: SSE and LLM token streams
+		Transport:     tunnelTransport{p: p, h1Only: true}, // upgrades are HTTP/1.1
+		FlushInterval: -1,                                  // stream as it comes: SSE and LLM token streams
 		ErrorHandler:  p.upstreamError,
 		BufferPool:    p.bufs,
 		ErrorLog:      errLog,
@@ -520,6 +526,14 @@ const (
 	ruleNotProxyRequest = "not_a_proxy_request"
 	ruleHeaderTooLarge  = "header_too_large"
 	ruleHeaderTimeout   = "header_timeout"
+	// A request line or relay request that cannot be read.
+	ruleMalformedRequest = "malformed_request"
+	// What a relay is asked that the proxy does not relay: a SOCKS
+	// command other than CONNECT, a scheme other than http in absolute
+	// form, an unspecified address.
+	ruleRelayUnsupported = "relay_unsupported"
+	// A relay asked through more than maxRelayDepth relays.
+	ruleRelayDepth = "relay_depth"
 )
 
 func writeText(w http.ResponseWriter, status int, body string) {

@@ -196,33 +196,6 @@ func TestPolicyHeader(t *testing.T) {
 	}
 }
 
-func TestHTTPStart(t *testing.T) {
-	tests := []struct {
-		in   string
-		want tristate
-	}{
-		{"GET / HTTP/1.1", yes},
-		{"POST /x", yes},
-		{"OPTIONS * HTTP/1.1", yes},
-		{"GET http://h/", yes},
-		{"PRI * HTTP/2.0", yes},
-		{"G", maybe},
-		{"GET", maybe},
-		{"GET ", maybe},
-		{"PING\r\n", no},
-		{"SSH-2.0-x", no},
-		{"get / HTTP/1.1", no},
-		{"\x00\x01", no},
-		{"GET x", no},
-		{"ABCDEFGHIJKLMNOPQRSTU /", no},
-	}
-	for _, tt := range tests {
-		if got := httpStart([]byte(tt.in)); got != tt.want {
-			t.Errorf("httpStart(%q) = %v, want %v", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestTargetOf(t *testing.T) {
 	tests := []struct {
 		method, target string
@@ -289,25 +262,6 @@ func FuzzCredentialHeader(f *testing.F) {
 		}
 		if got := isCredentialHeader(name); got != want {
 			t.Errorf("isCredentialHeader(%q) = %v, want %v", name, got, want)
-		}
-	})
-}
-
-// FuzzHTTPStart checks the tunnel's protocol sniffing on arbitrary first
-// bytes: a decided answer (yes or no) never changes as more bytes arrive,
-// which is what lets classify stop reading at the first decided answer.
-func FuzzHTTPStart(f *testing.F) {
-	for _, s := range []string{"GET / HTTP/1.1\r\n", "PRI * HTTP/2.0", "CONNECT h:1 HTTP/1.1", "SSH-2.0-OpenSSH", "\x16\x03\x01", "GE", "POST http://x/"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		prev := maybe
-		for i := 1; i <= len(b); i++ { // classify asks only once a byte has arrived
-			got := httpStart(b[:i])
-			if prev != maybe && got != prev {
-				t.Fatalf("httpStart(%q) = %v after %q gave %v", b[:i], got, b[:i-1], prev)
-			}
-			prev = got
 		}
 	})
 }
