@@ -5,6 +5,7 @@ import (
 	"context"
 	stdtls "crypto/tls"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -35,9 +36,27 @@ type tunnel struct {
 
 	conn *tunnelConn
 
+	// relay is set on a tunnel to a destination asked of a relay: every
+	// upstream connection goes through it, never straight to the
+	// destination.
+	relay *relayHop
+
 	mu       sync.Mutex
 	closed   bool
 	upstream net.Conn // passthrough only
+	// pending is a relayed tunnel's connection that the relay opened
+	// before the client was answered, until the first dial takes it.
+	pending net.Conn
+	// child is the relayed tunnel the client's connection went on to (a
+	// CONNECT or SOCKS request to the relay at the far end of this one);
+	// forward is the last destination allowed for its requests in
+	// absolute form. Closing the tunnel closes the child.
+	child   *tunnel
+	forward *tunnel
+	// transports are a relayed tunnel's own http.Transports (HTTP/2 and
+	// HTTP/1.1), made on first use: they pool connections by address
+	// alone, so no other tunnel may use them.
+	transports [2]*http.Transport
 }
 
 // setScheme fixes the scheme of the tunnel's requests and the authority
@@ -76,19 +95,72 @@ func (t *tunnel) setUpstream(c net.Conn) bool {
 func (t *tunnel) close() {
 	t.mu.Lock()
 	t.closed = true
-	up := t.upstream
+	up, pending, child, trs := t.upstream, t.pending, t.child, t.transports
+	t.pending = nil
 	t.mu.Unlock()
-	if up != nil {
-		up.Close()
+	for _, c := range []net.Conn{up, pending} {
+		if c != nil {
+			c.Close()
+		}
 	}
-	t.conn.Close()
+	for _, tr := range trs {
+		if tr != nil {
+			tr.CloseIdleConnections()
+		}
+	}
+	if child != nil {
+		child.close()
+	}
+	if t.conn != nil {
+		t.conn.Close()
+	}
+}
+
+// setChild records the relayed tunnel that the client's connection went
+// on to; false means the tunnel is already closed.
+func (t *tunnel) setChild(c *tunnel) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.child = c
+	return true
+}
+
+// takePending returns the connection the relay opened for the tunnel, if
+// no dial took it yet.
+func (t *tunnel) takePending() net.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.pending
+	t.pending = nil
+	return c
+}
+
+// setPending keeps c for the tunnel's first dial; false means the tunnel
+// is already closed.
+func (t *tunnel) setPending(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.pending = c
+	return true
 }
 
 // hostMatches reports whether a request's Host (or :authority) names the
-// tunnel's destination: same host name (case and a trailing dot aside)
-// and, if it has a port, the tunnel's port. An empty Host is the tunnel's.
-func (t *tunnel) hostMatches(hostport string) bool {
-	if t.host == "" || hostport == "" {
+// tunnel's destination. An empty Host is the tunnel's. With a port, it must
+// be the tunnel's. For a tunnel to a name (a CONNECT's, the SNI, the name
+// the session looked the address up as), the same name (case and a trailing
+// dot aside) or, for a name that is an address, the same address. For a
+// tunnel to an address without a name (transparent mode, no SNI), the
+// address itself or a name that the session's resolver (or a Resolve
+// override) answered with it: any other would be recorded and decided as a
+// host the request does not go to.
+func (p *Proxy) hostMatches(t *tunnel, hostport string) bool {
+	if hostport == "" {
 		return true
 	}
 	host, port := splitHostPortLoose(hostport)
@@ -99,6 +171,9 @@ func (t *tunnel) hostMatches(hostport string) bool {
 		}
 	}
 	host = strings.TrimSuffix(host, ".")
+	if t.host == "" {
+		return p.addrAgrees(t, host)
+	}
 	if host == t.host { // t.host is normalized: the same text is the same host
 		return true
 	}
@@ -109,6 +184,28 @@ func (t *tunnel) hostMatches(hostport string) bool {
 		}
 	}
 	return strings.EqualFold(host, t.host)
+}
+
+// addrAgrees reports whether host, a request's host without its port,
+// stands for the destination address of t, a tunnel without a name.
+func (p *Proxy) addrAgrees(t *tunnel, host string) bool {
+	if !t.dst.IsValid() {
+		return false
+	}
+	addr := t.dst.Addr().Unmap()
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap() == addr
+	}
+	name := strings.ToLower(host)
+	if p.names != nil && p.names.Resolved(t.session, name, addr) {
+		return true
+	}
+	if p.resolve != nil {
+		if a, ok := p.resolve(name, t.port); ok && a.Unmap() == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // splitHostPortLoose splits "host", "host:port", "[v6]" and "[v6]:port".
@@ -146,10 +243,13 @@ func normalizeHost(h string) string {
 // and releases whoever waits on done.
 type tunnelConn struct {
 	net.Conn
-	t       *tunnel
-	p       *Proxy
-	r       *bufio.Reader // the sniffing buffer until drained; read by one goroutine at a time
-	release func()        // set before the tunnel is tracked
+	t *tunnel
+	p *Proxy
+	r *bufio.Reader // the sniffing buffer until drained; read by one goroutine at a time
+	// pre is read before r: a request line the proxy rewrote for net/http
+	// (serveRequestLine).
+	pre     []byte
+	release func() // set before the tunnel is tracked
 	once    sync.Once
 	done    chan struct{}
 	// gathered keeps writes between gather(true) and gather(false); nil
@@ -161,6 +261,11 @@ type tunnelConn struct {
 
 func (c *tunnelConn) Read(b []byte) (int, error) {
 	if c.r != nil {
+		if len(c.pre) > 0 {
+			n := copy(b, c.pre)
+			c.pre = c.pre[n:]
+			return n, nil
+		}
 		if c.r.Buffered() > 0 {
 			return c.r.Read(b)
 		}
@@ -236,10 +341,19 @@ type tunnelCerts struct{ src chtls.CertSource }
 
 func (c tunnelCerts) GetCertificate(h *stdtls.ClientHelloInfo) (*stdtls.Certificate, error) {
 	if h.ServerName == "" {
-		if tc, ok := h.Conn.(*tunnelConn); ok && tc.t.host != "" {
-			named := *h
-			named.ServerName = tc.t.host
-			return c.src.GetCertificate(&named)
+		if tc, ok := h.Conn.(*tunnelConn); ok {
+			// The tunnel's host, else its destination address: the proxy's
+			// own address (the connection's local one) is not what the
+			// client believes it reached.
+			name := tc.t.host
+			if name == "" && tc.t.dst.IsValid() {
+				name = tc.t.dst.Addr().Unmap().String()
+			}
+			if name != "" {
+				named := *h
+				named.ServerName = name
+				return c.src.GetCertificate(&named)
+			}
 		}
 	}
 	return c.src.GetCertificate(h)

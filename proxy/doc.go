@@ -1,8 +1,9 @@
 // Package proxy owns Chaperone's network data path: the explicit-proxy
 // listener (HTTP CONNECT and absolute-URI requests), the tunnel logic shared
 // with transparent mode (protocol sniffing, TLS interception, HTTP/1.1,
-// HTTP/2 and WebSocket forwarding, passthrough of other TCP), and applying
-// the verdicts a Decider returns to connect, tls and http events.
+// HTTP/2 and WebSocket forwarding, requests for relays, passthrough of
+// other TCP), and applying the verdicts a Decider returns to connect, tls
+// and http events.
 //
 // Guarantees:
 //   - Fail closed: an event is published with the verdict that was applied.
@@ -21,7 +22,16 @@
 //     Proxy-Connection never reach an upstream.
 //   - Nothing is dialled for a denied connection or request, and a request
 //     whose Host differs from its tunnel's destination (domain fronting) is
-//     refused with 421.
+//     refused with 421; on a tunnel to an address without a name, the Host
+//     must be the address or a name the session's resolver answered with
+//     it (Options.Names).
+//   - A request for a relay at the far end of a tunnel (a CONNECT in any
+//     spelling a permissive proxy reads, a SOCKS4, 4a or 5 request, a
+//     request in absolute form for another host) is decided as a connect
+//     event for its target (Via "relay") before the relay is told
+//     anything; allowed, the proxy asks the relay itself, for the target as
+//     decided, and every upstream connection of the tunnel that follows
+//     goes through the relay, never on a pooled connection that does not.
 //   - Upstream certificates are always verified against Options.UpstreamRoots
 //     (or the system roots); verification is never turned off.
 //   - Events are published when their verdict is applied. An allowed

@@ -174,7 +174,12 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, x *exch
 	case r.Method == http.MethodConnect:
 		p.refuse(w, e, http.StatusMethodNotAllowed, proxyVerdict(ruleNestedConnect, "CONNECT inside a tunnel"))
 		return false
-	case !t.hostMatches(r.Host):
+	case p.relays(t, r):
+		// In absolute form for another host: decided and sent as a
+		// request through the relay at the tunnel's far end.
+		p.forwardRelayed(w, r, t)
+		return false
+	case !p.hostMatches(t, r.Host):
 		p.refuse(w, e, http.StatusMisdirectedRequest, proxyVerdict(ruleDomainFronting,
 			"request for "+r.Host+" inside a tunnel to "+t.authority))
 		return false

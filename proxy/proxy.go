@@ -47,6 +47,22 @@ func (f ProcessFinderFunc) ProcessForConn(client, proxy netip.AddrPort, session 
 	return f(client, proxy, session)
 }
 
+// ResolverMemory says whether a session's resolver answered a name with an
+// address. A request on a tunnel to an address that has no name (a
+// transparent connection to an IP, no SNI) may name that address in its
+// Host, or a name the resolver answered with it, and nothing else.
+type ResolverMemory interface {
+	Resolved(session, host string, addr netip.Addr) bool
+}
+
+// ResolverMemoryFunc adapts a function to ResolverMemory.
+type ResolverMemoryFunc func(session, host string, addr netip.Addr) bool
+
+// Resolved calls f.
+func (f ResolverMemoryFunc) Resolved(session, host string, addr netip.Addr) bool {
+	return f(session, host, addr)
+}
+
 // Options configure a Proxy.
 type Options struct {
 	Logger *slog.Logger // nil discards
@@ -62,6 +78,11 @@ type Options struct {
 	// Resolve maps a host to an address before DNS is consulted (the
 	// --resolve overrides); nil or false means DNS.
 	Resolve func(host string, port uint16) (netip.Addr, bool)
+	// Names says which names a session's resolver answered with an
+	// address (see ResolverMemory); nil knows none, and a request to an
+	// address without a name must then name the address itself (or a
+	// Resolve override of it).
+	Names ResolverMemory
 	// Processes finds the process behind a client connection; optional.
 	Processes ProcessFinder
 	// Now is the clock for event times; nil means time.Now.
@@ -138,6 +159,7 @@ type Proxy struct {
 	decider     Decider
 	publishFn   func(*event.Event)
 	resolve     func(string, uint16) (netip.Addr, bool)
+	names       ResolverMemory
 	procs       ProcessFinder
 	now         func() time.Time
 	peekTimeout time.Duration
@@ -163,10 +185,13 @@ type Proxy struct {
 	// flow control with others'. gRPC needs HTTP/2 end to end: an HTTP/2
 	// client's gRPC requests (needsH2) go through transport, which speaks
 	// HTTP/2 when the upstream offers it.
-	transport   *http.Transport        // HTTP/2 when offered, else HTTP/1.1: gRPC
-	transportH1 *http.Transport        // HTTP/1.1 only: protocol switches
-	upstreamH1  *h1Upstream            // HTTP/1.1 only: every other request
-	rp          *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
+	transport   *http.Transport // HTTP/2 when offered, else HTTP/1.1: gRPC
+	transportH1 *http.Transport // HTTP/1.1 only: protocol switches
+	// newRelayTransport makes a relayed tunnel's own transports, as
+	// transport and transportH1 are made (see tunnelTransport).
+	newRelayTransport func(h1Only bool) *http.Transport
+	upstreamH1        *h1Upstream            // HTTP/1.1 only: every other request
+	rp                *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
 
 	front *http.Server // explicit-proxy requests; a tunnel's are served by serveH1 and serveH2
 	h2    *h2Server
@@ -219,6 +244,7 @@ func New(opts Options) (*Proxy, error) {
 		decider:           opts.Decider,
 		publishFn:         opts.Publish,
 		resolve:           opts.Resolve,
+		names:             opts.Names,
 		procs:             opts.Processes,
 		now:               opts.Now,
 		peekTimeout:       opts.PeekTimeout,
@@ -259,6 +285,9 @@ func New(opts Options) (*Proxy, error) {
 	p.mitmTLS = chtls.ServerConfig(tunnelCerts{opts.Certs})
 	p.transport = p.newTransport(opts.UpstreamRoots, false, upstreamHeaderTimeout, maxHeaderBytes)
 	p.transportH1 = p.newTransport(opts.UpstreamRoots, true, upstreamHeaderTimeout, maxHeaderBytes)
+	p.newRelayTransport = func(h1Only bool) *http.Transport {
+		return p.newTransport(opts.UpstreamRoots, h1Only, upstreamHeaderTimeout, maxHeaderBytes)
+	}
 	p.upstreamH1 = &h1Upstream{
 		dial:          p.dialUpstream,
 		tls:           p.transportH1.TLSClientConfig,
@@ -273,8 +302,8 @@ func New(opts Options) (*Proxy, error) {
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
-		Transport:     p.transportH1, // upgrades are HTTP/1.1
-		FlushInterval: -1,            // stream as it comes: SSE and LLM token streams
+		Transport:     tunnelTransport{p: p, h1Only: true}, // upgrades are HTTP/1.1
+		FlushInterval: -1,                                  // stream as it comes: SSE and LLM token streams
 		ErrorHandler:  p.upstreamError,
 		BufferPool:    p.bufs,
 		ErrorLog:      errLog,
@@ -497,6 +526,14 @@ const (
 	ruleNotProxyRequest = "not_a_proxy_request"
 	ruleHeaderTooLarge  = "header_too_large"
 	ruleHeaderTimeout   = "header_timeout"
+	// A request line or relay request that cannot be read.
+	ruleMalformedRequest = "malformed_request"
+	// What a relay is asked that the proxy does not relay: a SOCKS
+	// command other than CONNECT, a scheme other than http in absolute
+	// form, an unspecified address.
+	ruleRelayUnsupported = "relay_unsupported"
+	// A relay asked through more than maxRelayDepth relays.
+	ruleRelayDepth = "relay_depth"
 )
 
 func writeText(w http.ResponseWriter, status int, body string) {

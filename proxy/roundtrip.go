@@ -53,7 +53,7 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	var res *http.Response
 	var err error
 	if h2 {
-		res, err = p.transport.RoundTrip(out)
+		res, err = tunnelTransport{p: p}.RoundTrip(out)
 	} else {
 		res, err = p.upstreamH1.send(out, x.got1xx)
 	}

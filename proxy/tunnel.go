@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -28,7 +30,19 @@ const (
 	protoOther  // client-first, neither TLS nor HTTP: passed through
 	protoSilent // no bytes within PeekTimeout: server-first, passed through
 	protoSSLv2  // an SSL 2.0-compatible ClientHello: it cannot be inspected, so refused
+	// protoRequestLine is an HTTP/1 request line that the proxy reads
+	// itself: a CONNECT (to a relay), or a line net/http reads otherwise
+	// than a permissive proxy does.
+	protoRequestLine
+	protoSOCKS4 // a SOCKS4 or SOCKS4a request (to a relay)
+	protoSOCKS5 // a SOCKS5 greeting (to a relay)
 )
+
+// inspected reports whether the proxy reads a protocol itself, rather than
+// passing its bytes through.
+func (proto protocol) inspected() bool {
+	return proto != protoClosed && proto != protoOther && proto != protoSilent
+}
 
 // serveTunnel runs the tunnel logic on c. It returns when the tunnel is
 // over, with c closed, or as soon as the connection is handed to an HTTP
@@ -64,6 +78,10 @@ func (p *Proxy) serveProtocol(ctx context.Context, tc *tunnelConn, proto protoco
 	case protoHTTP:
 		tc.t.setScheme("http")
 		return p.serveInnerConn(tc, tc)
+	case protoRequestLine:
+		return p.serveRequestLine(ctx, tc)
+	case protoSOCKS4, protoSOCKS5:
+		return p.serveSOCKS(ctx, tc, proto)
 	case protoSSLv2:
 		p.publish(&event.Event{
 			Time: p.now(), Kind: event.KindTLS, Session: tc.t.session, Process: tc.t.process, TLS: &event.TLS{},
@@ -79,9 +97,9 @@ func (p *Proxy) serveProtocol(ctx context.Context, tc *tunnelConn, proto protoco
 }
 
 // classify peeks at the client's first bytes. firstWait bounds the wait
-// for the first byte (zero: no bound); an ambiguous start (a few capital
-// letters that may become an HTTP method) waits at most PeekTimeout more
-// and then counts as HTTP, so stalling cannot turn inspection off.
+// for the first byte (zero: no bound). A TLS record is known by its first
+// byte, at no further cost; anything else is looked at more closely
+// (classifyMore).
 func (p *Proxy) classify(tc *tunnelConn, firstWait time.Duration) protocol {
 	c := tc.Conn
 	if firstWait > 0 {
@@ -98,8 +116,20 @@ func (p *Proxy) classify(tc *tunnelConn, firstWait time.Duration) protocol {
 	if b[0] == 0x16 {
 		return protoTLS // no text protocol starts with 0x16; Sniff decides the rest
 	}
-	c.SetReadDeadline(time.Now().Add(p.peekTimeout))
-	if b[0]&0x80 != 0 {
+	return p.classifyMore(tc, b[0])
+}
+
+// classifyMore classifies a tunnel whose first byte, first, is not a TLS
+// record's: a SOCKS request, an SSL 2.0 hello, an HTTP/1 request line
+// (requestStart), or anything else. An ambiguous start waits at most
+// PeekTimeout more and then counts as what it may become (a request line,
+// a SOCKS request), so that stalling cannot turn inspection off.
+func (p *Proxy) classifyMore(tc *tunnelConn, first byte) protocol {
+	tc.Conn.SetReadDeadline(time.Now().Add(p.peekTimeout))
+	switch {
+	case first == socksVersion4 || first == socksVersion5:
+		return classifySOCKS(tc.r)
+	case first&0x80 != 0:
 		// Neither text nor a TLS record: perhaps a TLS hello in the
 		// SSL 2.0 format, which names no server.
 		if b, _ := tc.r.Peek(5); chtls.LooksLikeSSLv2Hello(b) {
@@ -109,16 +139,59 @@ func (p *Proxy) classify(tc *tunnelConn, firstWait time.Duration) protocol {
 	}
 	for {
 		b, _ := tc.r.Peek(tc.r.Buffered())
-		switch httpStart(b) {
+		switch requestStart(b) {
 		case yes:
-			return protoHTTP
+			return requestKind(b)
 		case no:
 			return protoOther
 		}
 		if _, err := tc.r.Peek(len(b) + 1); err != nil {
-			return protoHTTP // fail closed: the HTTP server rejects what is not HTTP
+			return protoRequestLine // fail closed: the proxy reads it, and refuses what is not a request
 		}
 	}
+}
+
+// classifySOCKS tells a SOCKS4 request (version 4, command CONNECT or
+// BIND) or SOCKS5 greeting (version 5, at least one method) from other
+// bytes. A client that stops after the version byte is taken at its word.
+func classifySOCKS(r *bufio.Reader) protocol {
+	b, err := r.Peek(2)
+	switch {
+	case err != nil && len(b) == 1 && b[0] == socksVersion4:
+		return protoSOCKS4
+	case err != nil && len(b) == 1:
+		return protoSOCKS5
+	case err != nil:
+		return protoClosed
+	case b[0] == socksVersion4 && (b[1] == socksCmdConnect || b[1] == socksCmdBind):
+		return protoSOCKS4
+	case b[0] == socksVersion5 && b[1] != 0:
+		return protoSOCKS5
+	}
+	return protoOther
+}
+
+// requestKind says whether the request line at the start of b (as
+// requestStart recognised it) goes to net/http as it is, or is read by the
+// proxy: a CONNECT (which may be asked of a relay), or a line that net/http
+// would read otherwise than a permissive proxy (leading blank lines, runs
+// of white space, no version). With the line not all there yet, its start
+// decides: what follows may yet make net/http refuse it, which is safe.
+func requestKind(b []byte) protocol {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		if rl, err := parseRequestLine(b[:i+1]); err == nil && rl.canonical {
+			return protoHTTP
+		}
+		return protoRequestLine
+	}
+	m := 0
+	for m < len(b) && isTchar(b[m]) {
+		m++
+	}
+	if m == 0 || m+1 >= len(b) || b[m] != ' ' || isLeadSpace(b[m+1]) || isConnectMethod(b[:m]) {
+		return protoRequestLine
+	}
+	return protoHTTP
 }
 
 type tristate int
@@ -128,32 +201,6 @@ const (
 	yes
 	no
 )
-
-// httpStart says whether b starts an HTTP/1 request line or the h2c
-// preface: a token of capital letters (the method), a space, then '/', '*'
-// or an absolute URI's scheme.
-func httpStart(b []byte) tristate {
-	const maxMethod = 20
-	i := 0
-	for i < len(b) && b[i] >= 'A' && b[i] <= 'Z' {
-		i++
-	}
-	switch {
-	case i == 0 || i > maxMethod:
-		return no
-	case i == len(b):
-		return maybe
-	case b[i] != ' ':
-		return no
-	case i+1 == len(b):
-		return maybe
-	}
-	switch b[i+1] {
-	case '/', '*', 'h', 'H':
-		return yes
-	}
-	return no
-}
 
 func isTimeout(err error) bool {
 	var ne net.Error
@@ -262,7 +309,7 @@ func (p *Proxy) passthrough(ctx context.Context, tc *tunnelConn, serverFirst boo
 			up.Close()
 			<-downDone
 			return false
-		case (proto == protoTLS || proto == protoHTTP || proto == protoSSLv2) && gate.CompareAndSwap(0, 2):
+		case proto.inspected() && gate.CompareAndSwap(0, 2):
 			t.mu.Lock()
 			t.upstream = nil
 			t.mu.Unlock()
@@ -326,8 +373,17 @@ func (p *Proxy) endDown(tc *tunnelConn, err error) {
 	tc.CloseWrite()
 }
 
-// dialTunnel connects to a tunnel's destination for passthrough.
+// dialTunnel connects to a tunnel's destination: for passthrough, and to
+// reach a relay at the far end of it. A relayed tunnel's destination is
+// reached through its relay, on the connection the relay opened for the
+// client if no dial took it yet.
 func (p *Proxy) dialTunnel(ctx context.Context, t *tunnel) (net.Conn, error) {
+	if t.relay != nil {
+		if c := t.takePending(); c != nil {
+			return c, nil
+		}
+		return p.dialRelay(ctx, t.relay)
+	}
 	if t.dst.IsValid() {
 		return p.dial(ctx, t.dst.String())
 	}
@@ -363,8 +419,16 @@ func (p *Proxy) dialUpstream(ctx context.Context, network, addr string) (net.Con
 		return nil, err
 	}
 	host = normalizeHost(host)
-	if t := tunnelFrom(ctx); t != nil && t.dst.IsValid() && uint16(port) == t.port &&
-		(host == t.host || host == t.dst.Addr().String()) {
+	t := tunnelFrom(ctx)
+	switch {
+	case t == nil:
+	case t.relay != nil:
+		// Through the relay, and only to the tunnel's destination.
+		if host != t.host || uint16(port) != t.port {
+			return nil, fmt.Errorf("proxy: dial %s: not the destination of a tunnel through relay %s", addr, t.relay.url)
+		}
+		return p.dialTunnel(ctx, t)
+	case t.dst.IsValid() && uint16(port) == t.port && (host == t.host || host == t.dst.Addr().String()):
 		return p.dial(ctx, t.dst.String())
 	}
 	return p.dialHost(ctx, host, uint16(port))

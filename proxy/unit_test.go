@@ -196,69 +196,6 @@ func TestPolicyHeader(t *testing.T) {
 	}
 }
 
-func TestHTTPStart(t *testing.T) {
-	tests := []struct {
-		in   string
-		want tristate
-	}{
-		{"GET / HTTP/1.1", yes},
-		{"POST /x", yes},
-		{"OPTIONS * HTTP/1.1", yes},
-		{"GET http://h/", yes},
-		{"PRI * HTTP/2.0", yes},
-		{"G", maybe},
-		{"GET", maybe},
-		{"GET ", maybe},
-		{"PING\r\n", no},
-		{"SSH-2.0-x", no},
-		{"get / HTTP/1.1", no},
-		{"\x00\x01", no},
-		{"GET x", no},
-		{"ABCDEFGHIJKLMNOPQRSTU /", no},
-	}
-	for _, tt := range tests {
-		if got := httpStart([]byte(tt.in)); got != tt.want {
-			t.Errorf("httpStart(%q) = %v, want %v", tt.in, got, tt.want)
-		}
-	}
-}
-
-func TestHostMatches(t *testing.T) {
-	tun := &tunnel{host: "api.example.test", port: 443}
-	v6 := &tunnel{host: "::1", port: 8443}
-	v4 := &tunnel{host: "127.0.0.1", port: 443}
-	tests := []struct {
-		t    *tunnel
-		host string
-		want bool
-	}{
-		{tun, "api.example.test", true},
-		{tun, "API.Example.Test", true},
-		{tun, "api.example.test.", true},
-		{tun, "api.example.test:443", true},
-		{tun, "", true},
-		{tun, "api.example.test:444", false},
-		{tun, "api.example.test:x", false},
-		{tun, "other.example.test", false},
-		{tun, "api.example.test.evil", false},
-		{tun, "api.example.test:443:443", false},
-		{v6, "[::1]:8443", true},
-		{v6, "[0:0::1]", true},
-		{v6, "[::2]:8443", false},
-		{v6, "[::1%lo]:8443", false},
-		{v4, "127.0.0.1:443", true},
-		{v4, "[::ffff:127.0.0.1]:443", true},
-		{v4, "127.0.0.2", false},
-		{v4, "127.0.0.1:80", false},
-		{&tunnel{port: 80}, "anything", true}, // unknown name: the destination address is dialled
-	}
-	for _, tt := range tests {
-		if got := tt.t.hostMatches(tt.host); got != tt.want {
-			t.Errorf("tunnel %s:%d hostMatches(%q) = %v, want %v", tt.t.host, tt.t.port, tt.host, got, tt.want)
-		}
-	}
-}
-
 func TestTargetOf(t *testing.T) {
 	tests := []struct {
 		method, target string
@@ -325,25 +262,6 @@ func FuzzCredentialHeader(f *testing.F) {
 		}
 		if got := isCredentialHeader(name); got != want {
 			t.Errorf("isCredentialHeader(%q) = %v, want %v", name, got, want)
-		}
-	})
-}
-
-// FuzzHTTPStart checks the tunnel's protocol sniffing on arbitrary first
-// bytes: a decided answer (yes or no) never changes as more bytes arrive,
-// which is what lets classify stop reading at the first decided answer.
-func FuzzHTTPStart(f *testing.F) {
-	for _, s := range []string{"GET / HTTP/1.1\r\n", "PRI * HTTP/2.0", "CONNECT h:1 HTTP/1.1", "SSH-2.0-OpenSSH", "\x16\x03\x01", "GE", "POST http://x/"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		prev := maybe
-		for i := 1; i <= len(b); i++ { // classify asks only once a byte has arrived
-			got := httpStart(b[:i])
-			if prev != maybe && got != prev {
-				t.Fatalf("httpStart(%q) = %v after %q gave %v", b[:i], got, b[:i-1], prev)
-			}
-			prev = got
 		}
 	})
 }

@@ -57,11 +57,16 @@ type h1Upstream struct {
 }
 
 // h1Key says which pooled connections a request may use: same scheme and
-// authority, and same destination address for a tunnel that has one.
+// authority, and same destination address for a tunnel that has one; for a
+// relayed tunnel, the same relays reached the same way with the same
+// credentials (relayHop.key), and never a connection made without them,
+// nor theirs for a tunnel without: either would change where the bytes
+// go.
 type h1Key struct {
 	https     bool
 	authority string // host:port
 	dst       netip.AddrPort
+	relay     string
 }
 
 // inlineBodyMax is the largest request body written on the handler's
@@ -103,6 +108,33 @@ type h1Conn struct {
 	// header is the wait for the response header; headerAfterBody while
 	// the request body is being written.
 	header deadline
+	// proxy is set on a connection to a relay that is a forward proxy:
+	// requests are written in absolute form, with the client's
+	// credentials for the relay.
+	proxy *relayHop
+}
+
+// writeRequest writes req on the connection (see writeRequest).
+func (pc *h1Conn) writeRequest(req *http.Request, flushHead bool) error {
+	if pc.proxy != nil {
+		return writeProxyRequest(pc.bw, req, pc.proxy.proxyAuth)
+	}
+	return writeRequest(pc.bw, req, flushHead)
+}
+
+// writeProxyRequest writes req in absolute form, as a forward proxy takes
+// it, with auth as its Proxy-Authorization.
+func writeProxyRequest(bw *bufio.Writer, req *http.Request, auth []string) error {
+	out := *req
+	out.Header = req.Header.Clone()
+	if out.Header == nil {
+		out.Header = http.Header{}
+	}
+	delete(out.Header, "Proxy-Authorization")
+	if len(auth) > 0 {
+		out.Header["Proxy-Authorization"] = auth
+	}
+	return out.WriteProxy(bw)
 }
 
 // headerAfterBody is the state of h1Conn.header while the wait for the
@@ -160,6 +192,9 @@ func (h *h1Upstream) send(req *http.Request, got1xx func(int, textproto.MIMEHead
 	key := h1Key{https: req.URL.Scheme == "https", authority: canonicalAddr(req.URL)}
 	if t := tunnelFrom(ctx); t != nil {
 		key.dst = t.dst
+		if t.relay != nil {
+			key.relay = t.relay.key
+		}
 	}
 	replayable := req.Body == nil && isIdempotent(req)
 	for try := 0; ; try++ {
@@ -193,7 +228,7 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 	stop := onCancel(ctx, pc)
 	var written chan error
 	if req.Body == nil || (req.ContentLength > 0 && req.ContentLength <= inlineBodyMax) {
-		err := writeRequest(pc.bw, req, false)
+		err := pc.writeRequest(req, false)
 		if err == nil {
 			err = pc.bw.Flush()
 		}
@@ -228,7 +263,7 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 // writeBody writes a request with a large or streamed body, then starts
 // the wait for the response header, unless it already came.
 func (h *h1Upstream) writeBody(pc *h1Conn, req *http.Request, written chan<- error) {
-	err := writeRequest(pc.bw, req, true)
+	err := pc.writeRequest(req, true)
 	if err == nil {
 		err = pc.bw.Flush()
 	}
@@ -367,6 +402,9 @@ func (h *h1Upstream) dialConn(ctx context.Context, key h1Key) (*h1Conn, error) {
 		return nil, err
 	}
 	pc := &h1Conn{raw: raw, c: raw, key: key, limit: -1, watch: h.watch}
+	if t := tunnelFrom(ctx); key.relay != "" && t != nil && t.relay != nil && t.relay.forward {
+		pc.proxy = t.relay
+	}
 	pc.header.conn = raw
 	h.watch.add(&pc.header)
 	if key.https {

@@ -325,6 +325,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	}, 8192))
 
 	procs := attribution.NewTable(attribution.OSProc(), attribution.WithSocketLookup(attribution.SockDiag))
+	names := &sessionNames{} // the transparent session's resolver, once started
 	p, err := proxy.New(proxy.Options{
 		Logger:        log,
 		Decider:       guarded,
@@ -332,6 +333,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		Certs:         certs.NewLeaves(ca, certs.LeafOptions{}),
 		UpstreamRoots: roots,
 		Resolve:       resolver(resolves),
+		Names:         names,
 		Processes: proxy.ProcessFinderFunc(func(client, _ netip.AddrPort, _ string) (*event.Process, error) {
 			// The client's socket: local = its ephemeral address, remote = the proxy.
 			root := int(s.rootPID.Load())
@@ -369,6 +371,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		switch {
 		case err == nil:
 			mode = config.ModeTransparent
+			names.ts.Store(ts)
 			ts.serve(p)
 		case mode == config.ModeAuto:
 			fmt.Fprintf(o.stderr, "chaperone: transparent mode unavailable (%v)\n", err)

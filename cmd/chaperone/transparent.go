@@ -203,6 +203,27 @@ func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error
 	return proxy.Tunnel{Session: ts.id, Host: host, Dst: o.Dst, Process: proc, Via: "transparent"}, nil
 }
 
+// Resolved implements proxy.ResolverMemory for the session: its resolver
+// answered host with addr (the name it last answered with that address).
+func (ts *transparentSession) Resolved(session, host string, addr netip.Addr) bool {
+	if session != ts.id {
+		return false
+	}
+	name, ok := ts.dns.NameFor(addr.Unmap())
+	return ok && name == host
+}
+
+// sessionNames is the proxy's ResolverMemory in run: the transparent
+// session's resolver, once the session has one (the proxy is made first).
+type sessionNames struct {
+	ts atomic.Pointer[transparentSession]
+}
+
+func (n *sessionNames) Resolved(session, host string, addr netip.Addr) bool {
+	ts := n.ts.Load()
+	return ts != nil && ts.Resolved(session, host, addr)
+}
+
 // unredirected names the session and process of a client that reached a
 // listener without passing the hooks: a session process that connected
 // to the proxy's address itself (the hooks leave that alone). The

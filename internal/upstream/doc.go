@@ -9,6 +9,8 @@
 // after the proxy allowed, denied or rewrote it. The default handler serves a
 // greeting, byte streams, echoes, chosen statuses, header dumps and a
 // WebSocket echo; GitHandler serves bare Git repositories over smart HTTP.
+// A Relay is a permissive HTTP proxy and SOCKS4/4a/5 server that records
+// what it was asked and opens connections to loopback addresses only.
 //
 // Guarantees:
 //   - A Server only ever listens on a loopback address (127.0.0.0/8 or ::1);

@@ -1,0 +1,240 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+)
+
+// An HTTP/1 request line is recognised here the way permissive proxies
+// (squid's relaxed parser, tinyproxy) read one, and more permissively
+// still, because what such a proxy would act on must never pass a tunnel
+// uninspected: blank lines and white space before it, any method token in
+// any case, any run of white space (SP, HTAB, VT, FF, a bare CR) between
+// its parts, a line ended by LF or CRLF, and an HTTP version in any case
+// or none (HTTP/0.9). net/http reads a stricter grammar; a line it would
+// read differently, and every CONNECT, is handled by the proxy itself
+// (serveRequestLine), which sends the relay, or net/http, a line of its
+// own making.
+
+// requestLine is a request line, as parsed by parseRequestLine.
+type requestLine struct {
+	method  string // as sent
+	target  string // the request target, as sent
+	version string // as sent; "" for an HTTP/0.9 line
+	// canonical says net/http reads the same request line from these
+	// bytes: no blank line or space before it, single spaces, a version
+	// "HTTP/d.d", and not a CONNECT (which the proxy always handles).
+	canonical bool
+}
+
+// maxSchemeLen bounds the scheme of an absolute-form target: longer is not
+// a URI a proxy forwards.
+const maxSchemeLen = 32
+
+// isTchar reports whether c is an RFC 9110 token character.
+func isTchar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	switch c {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
+		return true
+	}
+	return false
+}
+
+// isLineSpace reports whether c separates the parts of a request line for a
+// permissive parser: SP, HTAB, VT, FF or CR (a CR not before the LF).
+func isLineSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r'
+}
+
+// isLeadSpace reports whether c may come before a request line: blank
+// lines and white space.
+func isLeadSpace(c byte) bool { return isLineSpace(c) || c == '\n' }
+
+func isAlpha(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+
+func isSchemeChar(c byte) bool {
+	return isAlpha(c) || '0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'
+}
+
+// isConnectMethod reports whether m is CONNECT in any case.
+func isConnectMethod(m []byte) bool {
+	return len(m) == 7 && string(bytes.ToUpper(m)) == "CONNECT"
+}
+
+// requestStart says whether b starts an HTTP/1 request line (or the h2c
+// preface): blank lines and white space, a method token, white space, then
+// a target in origin form ('/'), asterisk form ('*'), absolute form
+// (scheme "://") or, after CONNECT in any case, authority form (anything).
+// It decides from as few bytes as it can: maybe means it needs more.
+func requestStart(b []byte) tristate {
+	i := 0
+	for i < len(b) && isLeadSpace(b[i]) {
+		i++
+	}
+	m := i
+	for i < len(b) && isTchar(b[i]) {
+		i++
+	}
+	switch {
+	case i == len(b):
+		return maybe
+	case i == m || !isLineSpace(b[i]):
+		return no
+	}
+	method := b[m:i]
+	for i < len(b) && isLineSpace(b[i]) {
+		i++
+	}
+	if i == len(b) {
+		return maybe
+	}
+	switch c := b[i]; {
+	case c == '/' || c == '*':
+		return yes
+	case isConnectMethod(method):
+		if c > ' ' && c != 0x7f {
+			return yes
+		}
+		return no
+	case !isAlpha(c):
+		return no
+	}
+	// An absolute-form target: scheme "://".
+	s := i
+	for i < len(b) && isSchemeChar(b[i]) && i-s <= maxSchemeLen {
+		i++
+	}
+	switch {
+	case i-s > maxSchemeLen:
+		return no
+	case i == len(b):
+		return maybe
+	}
+	for _, want := range []byte("://") {
+		switch {
+		case i == len(b):
+			return maybe
+		case b[i] != want:
+			return no
+		}
+		i++
+	}
+	return yes
+}
+
+// errBadRequestLine is a line that requestStart accepted but that is not a
+// request line a proxy could act on (a missing target, a stray token, a
+// version that is not HTTP's).
+var errBadRequestLine = errors.New("malformed request line")
+
+// parseRequestLine parses line, the bytes through the LF that ends a
+// request line (blank lines before it included), as requestStart reads
+// it: method, white space, target, and optionally white space and a
+// version "HTTP/d.d" in any case.
+func parseRequestLine(line []byte) (requestLine, error) {
+	var rl requestLine
+	if len(line) == 0 || line[len(line)-1] != '\n' {
+		return rl, errBadRequestLine
+	}
+	lead := 0
+	for lead < len(line)-1 && isLeadSpace(line[lead]) {
+		lead++
+	}
+	body := line[lead : len(line)-1]
+	// The parts, each a run of bytes that are neither white space nor a
+	// control character.
+	var parts [4][]byte
+	n := 0
+	single := true // the parts are separated by single spaces
+	for i := 0; i < len(body); {
+		if isLineSpace(body[i]) {
+			j := i
+			for j < len(body) && isLineSpace(body[j]) {
+				j++
+			}
+			if j < len(body) && (j-i != 1 || body[i] != ' ') || j == len(body) && !(j-i == 1 && body[i] == '\r') {
+				single = false
+			}
+			i = j
+			continue
+		}
+		j := i
+		for j < len(body) && !isLineSpace(body[j]) {
+			if c := body[j]; c < ' ' || c == 0x7f {
+				return rl, errBadRequestLine
+			}
+			j++
+		}
+		if n == len(parts) {
+			return rl, errBadRequestLine
+		}
+		parts[n] = body[i:j]
+		n++
+		i = j
+	}
+	if n < 2 || n > 3 {
+		return rl, errBadRequestLine
+	}
+	for _, c := range parts[0] {
+		if !isTchar(c) {
+			return rl, errBadRequestLine
+		}
+	}
+	rl.method, rl.target = string(parts[0]), string(parts[1])
+	if n == 3 {
+		v := parts[2]
+		if len(v) != len("HTTP/1.1") || !bytes.EqualFold(v[:5], []byte("HTTP/")) ||
+			!isDigit(v[5]) || v[6] != '.' || !isDigit(v[7]) {
+			return rl, errBadRequestLine
+		}
+		rl.version = string(v)
+	}
+	rl.canonical = lead == 0 && single && n == 3 && string(parts[2][:5]) == "HTTP/" &&
+		!isConnectMethod(parts[0])
+	return rl, nil
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// canonicalLine is the request line net/http reads as rl: single spaces,
+// the version in upper case, CRLF. An HTTP/0.9 line (no version, no
+// header) becomes an HTTP/1.0 request without header fields.
+func (rl requestLine) canonicalLine() []byte {
+	b := make([]byte, 0, len(rl.method)+len(rl.target)+16)
+	b = append(b, rl.method...)
+	b = append(b, ' ')
+	b = append(b, rl.target...)
+	if rl.version == "" {
+		return append(b, " HTTP/1.0\r\n\r\n"...)
+	}
+	b = append(b, " HTTP/"...)
+	b = append(b, rl.version[5:]...)
+	return append(b, "\r\n"...)
+}
+
+// errLineTooLong is a request or header line longer than the limit.
+var errLineTooLong = errors.New("line too long")
+
+// readLine reads from br through the next LF, at most limit bytes.
+func readLine(br *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(line)+len(frag) > limit {
+			return nil, errLineTooLong
+		}
+		line = append(line, frag...)
+		switch err {
+		case nil:
+			return line, nil
+		case bufio.ErrBufferFull:
+			continue
+		}
+		return line, err
+	}
+}

@@ -1,0 +1,218 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestRequestStart(t *testing.T) {
+	tests := []struct {
+		in   string
+		want tristate
+	}{
+		{"GET / HTTP/1.1", yes},
+		{"POST /x", yes},
+		{"OPTIONS * HTTP/1.1", yes},
+		{"GET http://h/", yes},
+		{"PRI * HTTP/2.0", yes},
+		{"get / HTTP/1.1", yes},                  // any case: net/http reads it as method "get"
+		{"CONNECT 127.0.0.9:8080 HTTP/1.1", yes}, // authority form
+		{"connect h:1", yes},
+		{"CoNnEcT [::1]:1", yes},
+		{"GET  http://h/", yes},             // a run of spaces
+		{"GET\thttp://h/", yes},             // a tab
+		{"GET \t\v\f\r http://h/", yes},     // any run of white space
+		{"\r\nGET http://h/", yes},          // a blank line first
+		{"\n\n\r\n  GET /", yes},            // blank lines and spaces first
+		{"HEAD HTTPS://h", yes},             // a scheme in upper case
+		{"X-ANY-METHOD~1 svn+ssh://h", yes}, // any token, any scheme
+		{strings.Repeat("A", 100) + " http://h/", yes},
+		{"G", maybe},
+		{"GET", maybe},
+		{"GET ", maybe},
+		{"GET\t", maybe},
+		{"\r\n", maybe},
+		{"GET http", maybe},
+		{"GET http:/", maybe},
+		{"CONNECT", maybe},
+		{"CONNECT ", maybe},
+		{"PING\r\n", no},
+		{"SSH-2.0-x", maybe},
+		{"SSH-2.0-OpenSSH_9.6\r\n", no},
+		{"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n", no},
+		{"\x00\x01", no},
+		{"GET x", maybe},
+		{"GET x y", no},
+		{"GET http:x", no},
+		{"GET http:/x", no},
+		{"get key:1\r\n", no}, // memcached
+		{"MAIL FROM:<a@b>", no},
+		{"GET 1http://h", no},
+		{"GET " + strings.Repeat("a", maxSchemeLen+1) + "://h", no},
+		{"CONNECT \x00", no},
+		{"GET\n/", no},
+		{"(GET) /", no},
+	}
+	for _, tt := range tests {
+		if got := requestStart([]byte(tt.in)); got != tt.want {
+			t.Errorf("requestStart(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestParseRequestLine(t *testing.T) {
+	tests := []struct {
+		in        string
+		want      requestLine
+		canonical string // what net/http is given for a line it reads otherwise
+		bad       bool
+	}{
+		{in: "GET / HTTP/1.1\r\n", want: requestLine{"GET", "/", "HTTP/1.1", true}},
+		{in: "GET / HTTP/1.1\n", want: requestLine{"GET", "/", "HTTP/1.1", true}},
+		{in: "get http://h/ HTTP/1.0\r\n", want: requestLine{"get", "http://h/", "HTTP/1.0", true}},
+		{in: "PRI * HTTP/2.0\r\n", want: requestLine{"PRI", "*", "HTTP/2.0", true}},
+		{in: "CONNECT h:1 HTTP/1.1\r\n", want: requestLine{"CONNECT", "h:1", "HTTP/1.1", false}, canonical: "CONNECT h:1 HTTP/1.1\r\n"},
+		{in: "GET  http://h/ HTTP/1.1\r\n", want: requestLine{"GET", "http://h/", "HTTP/1.1", false}, canonical: "GET http://h/ HTTP/1.1\r\n"},
+		{in: "GET\thttp://h/\tHTTP/1.1\r\n", want: requestLine{"GET", "http://h/", "HTTP/1.1", false}, canonical: "GET http://h/ HTTP/1.1\r\n"},
+		{in: "\r\n\r\nGET /x HTTP/1.1\r\n", want: requestLine{"GET", "/x", "HTTP/1.1", false}, canonical: "GET /x HTTP/1.1\r\n"},
+		{in: "GET /x http/1.1\r\n", want: requestLine{"GET", "/x", "http/1.1", false}, canonical: "GET /x HTTP/1.1\r\n"},
+		{in: "GET /x HTTP/1.1 \r\n", want: requestLine{"GET", "/x", "HTTP/1.1", false}, canonical: "GET /x HTTP/1.1\r\n"},
+		{in: "GET /x HTTP/1.1\r\r\n", want: requestLine{"GET", "/x", "HTTP/1.1", false}, canonical: "GET /x HTTP/1.1\r\n"},
+		{in: "GET http://h/\r\n", want: requestLine{"GET", "http://h/", "", false}, canonical: "GET http://h/ HTTP/1.0\r\n\r\n"}, // HTTP/0.9
+		{in: "GET\n", bad: true},
+		{in: "GET /x HTTP/1.1 extra\r\n", bad: true},
+		{in: "GET /x HTTPS/1.1\r\n", bad: true},
+		{in: "GET /x HTTP/11\r\n", bad: true},
+		{in: "GET /\x00 HTTP/1.1\r\n", bad: true},
+		{in: "G(T / HTTP/1.1\r\n", bad: true},
+		{in: "GET / HTTP/1.1", bad: true}, // no LF
+		{in: "\r\n", bad: true},
+	}
+	for _, tt := range tests {
+		got, err := parseRequestLine([]byte(tt.in))
+		if tt.bad {
+			if err == nil {
+				t.Errorf("parseRequestLine(%q) = %+v, want an error", tt.in, got)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parseRequestLine(%q): %v", tt.in, err)
+			continue
+		}
+		if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(requestLine{})); diff != "" {
+			t.Errorf("parseRequestLine(%q) (-want +got):\n%s", tt.in, diff)
+		}
+		if tt.canonical != "" {
+			if c := string(got.canonicalLine()); c != tt.canonical {
+				t.Errorf("canonicalLine of %q = %q, want %q", tt.in, c, tt.canonical)
+			}
+		}
+	}
+}
+
+func TestRequestKind(t *testing.T) {
+	tests := []struct {
+		in   string
+		want protocol
+	}{
+		{"GET / HTTP/1.1\r\nHost: h\r\n\r\n", protoHTTP},
+		{"GET http://h/ HTTP/1.1\r\n", protoHTTP},
+		{"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", protoHTTP},
+		{"GET /a-long-path-still-coming", protoHTTP}, // its start is net/http's
+		{"CONNECT h:1 HTTP/1.1\r\n\r\n", protoRequestLine},
+		{"connect h:1", protoRequestLine},
+		{"GET  /x", protoRequestLine},
+		{"\r\nGET /x HTTP/1.1\r\n", protoRequestLine},
+		{"GET /x  HTTP/1.1\r\n", protoRequestLine},
+		{"GET http://h/\r\n", protoRequestLine},
+	}
+	for _, tt := range tests {
+		if got := requestKind([]byte(tt.in)); got != tt.want {
+			t.Errorf("requestKind(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+// FuzzRequestStart checks the tunnel's sniffing of request lines on
+// arbitrary first bytes: a decided answer (yes or no) never changes as more
+// bytes arrive, which is what lets classify stop reading at the first
+// decided answer; and whatever net/http reads as a request that a proxy
+// could act on (CONNECT, absolute form, origin form, asterisk) is
+// recognised, at every length, never passed through.
+func FuzzRequestStart(f *testing.F) {
+	for _, s := range []string{"GET / HTTP/1.1\r\nHost: h\r\n\r\n", "PRI * HTTP/2.0", "CONNECT h:1 HTTP/1.1\r\n\r\n",
+		"SSH-2.0-OpenSSH", "\x16\x03\x01", "GE", "POST http://x/ HTTP/1.1\r\nHost: x\r\n\r\n", "\r\nget  http://x/\tHTTP/1.1\r\n\r\n",
+		"M mailto:x HTTP/1.1\r\nHost: x\r\n\r\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		prev := maybe
+		for i := 1; i <= len(b); i++ { // classify asks only once a byte has arrived
+			got := requestStart(b[:i])
+			if prev != maybe && got != prev {
+				t.Fatalf("requestStart(%q) = %v after %q gave %v", b[:i], got, b[:i-1], prev)
+			}
+			prev = got
+		}
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b)))
+		if err != nil {
+			return
+		}
+		actionable := req.Method == http.MethodConnect || req.URL.Host != "" ||
+			strings.HasPrefix(req.RequestURI, "/") || req.RequestURI == "*"
+		if actionable && prev != yes {
+			t.Fatalf("net/http reads %q as %s %q, requestStart says %v", b, req.Method, req.RequestURI, prev)
+		}
+	})
+}
+
+// FuzzRequestLine checks parseRequestLine against net/http: a line it
+// calls canonical is read by http.ReadRequest as the same method, target
+// and version, and the line it makes of any other (canonicalLine) is too,
+// unless net/http refuses the target itself.
+func FuzzRequestLine(f *testing.F) {
+	for _, s := range []string{"GET / HTTP/1.1\r\n", "\r\nCONNECT  h:1\tHTTP/1.1\r\n", "get http://x/\n",
+		"GET /x HTTP/1.1 \r\n", "OPTIONS * http/1.0\r\n", "GET /\x7f HTTP/1.1\r\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			line = line[:i+1]
+		}
+		rl, err := parseRequestLine(line)
+		if err != nil || requestStart(line) != yes { // it is asked only about what requestStart recognised
+			return
+		}
+		check := func(what string, b []byte) {
+			req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(append(b, "Host: h\r\n\r\n"...))))
+			if err != nil {
+				if rl.method != http.MethodConnect {
+					if _, uerr := url.ParseRequestURI(rl.target); uerr == nil {
+						t.Fatalf("%s %q of %q: net/http refuses it: %v", what, b, line, err)
+					}
+				}
+				return
+			}
+			if req.Method != rl.method || req.RequestURI != rl.target {
+				t.Fatalf("%s %q of %q: net/http reads %s %q", what, b, line, req.Method, req.RequestURI)
+			}
+		}
+		if rl.canonical {
+			check("canonical line", line)
+		}
+		c := rl.canonicalLine()
+		check("rewritten line", c)
+		again, err := parseRequestLine(c[:bytes.IndexByte(c, '\n')+1])
+		if err != nil || again.method != rl.method || again.target != rl.target ||
+			!again.canonical && !isConnectMethod([]byte(rl.method)) {
+			t.Fatalf("rewritten line %q of %q parses as %+v, %v", c, line, again, err)
+		}
+	})
+}
