@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,8 @@ func TestMain(m *testing.M) {
 //	open PATH r|w|rw|a|t|c    → ok | err ERRNO
 //	openn PATH N              → ok | err ERRNO (N opens of PATH for reading, one after another)
 //	popen PATH N              → ok | err ERRNO (N opens at once, each on its own thread)
+//	pdir DIR N [FILE M]       → ok | err ERRNO (every file of DIR opened for reading, on N threads at once,
+//	                            while M more threads open FILE in a loop)
 //	exec PATH                 → ok | err ERRNO
 //	bench PATH N              → ok NANOSECONDS (N open+close of PATH)
 func runHelper(in io.Reader, out io.Writer) int {
@@ -79,6 +82,28 @@ func runHelper(in io.Reader, out io.Writer) int {
 			}
 			wg.Wait()
 			fmt.Fprintln(out, reply(errors.Join(errs...)))
+		case "pdir":
+			stop := make(chan struct{})
+			var storm sync.WaitGroup
+			if len(f) == 5 {
+				m, _ := strconv.Atoi(f[4])
+				for range m {
+					storm.Go(func() {
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+								openClose(f[3], unix.O_RDONLY)
+							}
+						}
+					})
+				}
+			}
+			err := openDir(f[1], n)
+			close(stop)
+			storm.Wait()
+			fmt.Fprintln(out, reply(err))
 		case "exec":
 			err := exec.Command(f[1]).Run()
 			var exit *exec.ExitError
@@ -110,6 +135,35 @@ func openClose(path string, flags int) error {
 		return err
 	}
 	return unix.Close(fd)
+}
+
+// openDir opens every file of dir for reading, on n threads at once (each
+// goroutine locked to its own thread while it opens).
+func openDir(dir string, n int) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	next := make(chan string, len(ents))
+	for _, e := range ents {
+		next <- dir + "/" + e.Name()
+	}
+	close(next)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for p := range next {
+				if err := openClose(p, unix.O_RDONLY); err != nil && errs[i] == nil {
+					errs[i] = err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func reply(err error) string {
