@@ -419,13 +419,18 @@ func (f *Files) answer(ev rawEvent) bool {
 	}
 	e.File.Path, e.File.Access = path, access
 	var st *unix.Stat_t // the opened file, when examined already
-	if f.o.Alias != nil {
+	if f.o.Alias != nil || f.o.Protected != nil {
 		st = new(unix.Stat_t)
 		if err := unix.Fstat(ev.fd, st); err != nil {
 			return f.fail(e, "the opened file could not be examined", err)
 		}
-		if orig, ok := f.o.Alias(uint64(st.Dev), st.Ino, path); ok {
-			return f.aliased(e, tgid, orig)
+		if v, refused := f.o.Protected.Open(fileID{uint64(st.Dev), st.Ino}, path, access); refused {
+			return f.refused(e, tgid, v)
+		}
+		if f.o.Alias != nil {
+			if orig, ok := f.o.Alias(uint64(st.Dev), st.Ino, path); ok {
+				return f.aliased(e, tgid, orig)
+			}
 		}
 	}
 	// A cached verdict needs only the executable, not the whole process
@@ -446,6 +451,17 @@ func (f *Files) answer(ev rawEvent) bool {
 		f.hits.Add(1)
 	}
 	return f.allowed(ev, path, access, v, gen, st)
+}
+
+// refused publishes e, an open of a protected file, denied with v whatever
+// the policy says, and returns false. Not cached: the verdict costs nothing.
+func (f *Files) refused(e *event.Event, tgid int, v event.Verdict) bool {
+	if p, err := f.o.Process(tgid); err == nil {
+		e.Process = p
+	}
+	e.Verdict = v
+	f.publish(e)
+	return false
 }
 
 // aliased decides e, an open of the file that is orig by another path, as
@@ -520,7 +536,7 @@ func (f *Files) markStatic(ev rawEvent, path string, gen uint64, static func() b
 			return
 		}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || f.o.Protected.Protects(fileID{uint64(st.Dev), st.Ino}, path) {
 		return
 	}
 	key := inodeKey{dev: uint64(st.Dev), ino: st.Ino}

@@ -43,6 +43,10 @@ func TestMain(m *testing.M) {
 //	pdir DIR N [FILE M]       → ok | err ERRNO (every file of DIR opened for reading, on N threads at once,
 //	                            while M more threads open FILE in a loop)
 //	exec PATH                 → ok | err ERRNO
+//	fsop OP PATH [PATH2]      → ok | err ERRNO: OP is read, write, append, trunc (truncate(2)), rename,
+//	                            link, symlink, unlink, rmdir, mkdir
+//	cd DIR                    → ok | err ERRNO
+//	recd .                    → ok | err ERRNO (chdir to the working directory's path again)
 //	bench PATH N              → ok NANOSECONDS (N open+close of PATH)
 func runHelper(in io.Reader, out io.Writer) int {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -82,6 +86,16 @@ func runHelper(in io.Reader, out io.Writer) int {
 			}
 			wg.Wait()
 			fmt.Fprintln(out, reply(errors.Join(errs...)))
+		case "fsop":
+			fmt.Fprintln(out, reply(fsop(f[1:])))
+		case "cd":
+			fmt.Fprintln(out, reply(unix.Chdir(f[1])))
+		case "recd":
+			wd, err := os.Getwd()
+			if err == nil {
+				err = unix.Chdir(wd)
+			}
+			fmt.Fprintln(out, reply(err))
 		case "pdir":
 			stop := make(chan struct{})
 			var storm sync.WaitGroup
@@ -164,6 +178,48 @@ func openDir(dir string, n int) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// fsop does one file system operation of the helper's fsop command.
+func fsop(a []string) error {
+	if len(a) < 2 {
+		return unix.EINVAL
+	}
+	two := func() string {
+		if len(a) < 3 {
+			return ""
+		}
+		return a[2]
+	}
+	switch a[0] {
+	case "read":
+		return openClose(a[1], unix.O_RDONLY)
+	case "write":
+		return openClose(a[1], unix.O_WRONLY)
+	case "append":
+		fd, err := unix.Open(a[1], unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		_, err = unix.Write(fd, []byte("forged\n"))
+		return err
+	case "trunc":
+		return unix.Truncate(a[1], 0)
+	case "rename":
+		return unix.Rename(a[1], two())
+	case "link":
+		return unix.Link(a[1], two())
+	case "symlink":
+		return unix.Symlink(a[1], two())
+	case "unlink":
+		return unix.Unlink(a[1])
+	case "rmdir":
+		return unix.Rmdir(a[1])
+	case "mkdir":
+		return unix.Mkdir(a[1], 0o755)
+	}
+	return unix.EINVAL
 }
 
 func reply(err error) string {
