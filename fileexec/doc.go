@@ -17,9 +17,13 @@
 // former it is read from the blocked thread's registers in
 // /proc/<tid>/syscall (FAN_REPORT_TID names the thread): the flags of open,
 // openat and open_by_handle_at with O_WRONLY, O_RDWR, O_CREAT, O_TRUNC or
-// O_APPEND make a write, else a read; the second open of an exec (execve,
-// execveat) is an exec; openat2, whose flags live in memory the process can
-// change, and anything unknown, are writes. The path is the event fd's link
+// O_APPEND make a write, else a read; creat is a write; the second open of
+// an exec (execve, execveat) is an exec. Anything else is
+// event.FileUnknown, which the policy decides as a read and as a write:
+// openat2, whose flags the kernel copied from memory the process may have
+// changed since; an io_uring request; registers that stayed hidden (a
+// thread woken by the answers to other opens shows none until it sleeps
+// again, and is waited for up to five seconds). The path is the event fd's link
 // in /proc/self/fd. Directory opens (listing) and, on current kernels,
 // FIFOs and device nodes raise no event.
 //

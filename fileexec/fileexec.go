@@ -62,6 +62,11 @@ type FileOptions struct {
 	// itself. It is asked of every open decided or looked up, before the
 	// cache, and must return promptly.
 	Alias func(dev, ino uint64, path string) (orig string, ok bool)
+	// Protected, when set, names the files no session process may open
+	// for what its Protection forbids, whatever the policy: such an open is
+	// denied (RuleProtected) without a decision, and published. Its files
+	// are never ignore-marked. Links, renames and truncations are Call's.
+	Protected *Protected
 }
 
 // FileStats counts what a Files has answered since WatchMounts.

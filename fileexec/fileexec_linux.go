@@ -150,7 +150,7 @@ func WatchMounts(pid int, o FileOptions) (*Files, error) {
 	}
 	nrs, ok := syscallsFor(runtime.GOARCH)
 	if !ok {
-		o.Logger.Warn("fileexec: no system call table for this architecture: every open is treated as a write", "goarch", runtime.GOARCH)
+		o.Logger.Warn("fileexec: no system call table for this architecture: the access of every open is unknown (decided as a read and as a write)", "goarch", runtime.GOARCH)
 	}
 	fd, err := unix.FanotifyInit(initFlags, eventFlags)
 	if err != nil {
@@ -419,13 +419,18 @@ func (f *Files) answer(ev rawEvent) bool {
 	}
 	e.File.Path, e.File.Access = path, access
 	var st *unix.Stat_t // the opened file, when examined already
-	if f.o.Alias != nil {
+	if f.o.Alias != nil || f.o.Protected != nil {
 		st = new(unix.Stat_t)
 		if err := unix.Fstat(ev.fd, st); err != nil {
 			return f.fail(e, "the opened file could not be examined", err)
 		}
-		if orig, ok := f.o.Alias(uint64(st.Dev), st.Ino, path); ok {
-			return f.aliased(e, tgid, orig)
+		if v, refused := f.o.Protected.Open(fileID{uint64(st.Dev), st.Ino}, path, access); refused {
+			return f.refused(e, tgid, v)
+		}
+		if f.o.Alias != nil {
+			if orig, ok := f.o.Alias(uint64(st.Dev), st.Ino, path); ok {
+				return f.aliased(e, tgid, orig)
+			}
 		}
 	}
 	// A cached verdict needs only the executable, not the whole process
@@ -446,6 +451,17 @@ func (f *Files) answer(ev rawEvent) bool {
 		f.hits.Add(1)
 	}
 	return f.allowed(ev, path, access, v, gen, st)
+}
+
+// refused publishes e, an open of a protected file, denied with v whatever
+// the policy says, and returns false. Not cached: the verdict costs nothing.
+func (f *Files) refused(e *event.Event, tgid int, v event.Verdict) bool {
+	if p, err := f.o.Process(tgid); err == nil {
+		e.Process = p
+	}
+	e.Verdict = v
+	f.publish(e)
+	return false
 }
 
 // aliased decides e, an open of the file that is orig by another path, as
@@ -520,7 +536,7 @@ func (f *Files) markStatic(ev rawEvent, path string, gen uint64, static func() b
 			return
 		}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || f.o.Protected.Protects(fileID{uint64(st.Dev), st.Ino}, path) {
 		return
 	}
 	key := inodeKey{dev: uint64(st.Dev), ino: st.Ino}
@@ -624,31 +640,52 @@ func (f *Files) tgidOf(tid int) (int, error) {
 	return g, nil
 }
 
-// access tells how ev's thread opens its file.
+// access tells how ev's thread opens its file: from its registers in
+// /proc/<tid>/syscall, which the thread cannot change while it waits.
+//
+// The kernel shows them only while the thread sleeps and has not been
+// woken since it was looked at; otherwise the line says "running". The
+// thread queues its event just before it goes to sleep, and every answer
+// to any event of the group wakes every thread waiting for one (they share
+// one wait queue), so on a loaded machine, with many opens waiting, the
+// registers can stay hidden for many milliseconds. The thread waits for
+// this answer anyway: the read is tried again, yielding at first and then
+// sleeping longer and longer, for up to accessPatience. An access still not
+// seen then (or a line that cannot be read) is unknown, which the policy
+// decides as a read and as a write: never a guess.
 func (f *Files) access(ev rawEvent) event.FileAccess {
 	if ev.mask&unix.FAN_OPEN_EXEC_PERM != 0 {
 		return event.FileExec
 	}
 	var buf [512]byte
 	path := "/proc/" + strconv.Itoa(ev.tid) + "/syscall"
-	// The thread queues its event before it goes to sleep waiting for the
-	// answer: until it sleeps, the kernel reports it as "running", without
-	// its registers. Wait for it a little (it is about to).
+	var start time.Time
+	pause := 20 * time.Microsecond
 	for try := 0; ; try++ {
 		b, err := readProc(path, buf[:])
 		if err != nil {
-			return event.FileWrite
+			return event.FileUnknown
 		}
-		if !bytes.HasPrefix(b, []byte("running")) || try == 200 {
+		if !bytes.HasPrefix(b, []byte("running")) {
 			return accessFromSyscall(f.nrs, b)
 		}
-		if try < 10 {
+		switch {
+		case try < 10:
 			runtime.Gosched()
-		} else {
-			time.Sleep(50 * time.Microsecond)
+			continue
+		case try == 10:
+			start = time.Now()
+		case time.Since(start) > accessPatience:
+			f.log.Warn("fileexec: the opening thread's registers stayed hidden; the access is unknown", "tid", ev.tid, "tries", try)
+			return event.FileUnknown
 		}
+		time.Sleep(pause)
+		pause = min(pause+pause/2, 200*time.Microsecond)
 	}
 }
+
+// accessPatience bounds how long access waits for a thread's registers.
+const accessPatience = 5 * time.Second
 
 // readProc reads the start of a /proc file with one read, without the
 // runtime poller's bookkeeping that os.ReadFile pays for on every open.

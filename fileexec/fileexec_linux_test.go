@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -496,5 +497,51 @@ func TestTgidOf(t *testing.T) {
 	}
 	if got := f.tgids[thread]; got != os.Getpid() {
 		t.Errorf("thread %d remembered as %d, want %d", thread, got, os.Getpid())
+	}
+}
+
+// Many threads opening many files for reading at once, while other opens
+// are answered all the time: every open is decided as the read it is.
+// Every answer to any event of the group wakes every opener still waiting
+// (they share one wait queue), and a woken opener that has not run yet
+// shows no registers ("running" in /proc/<tid>/syscall): on a loaded
+// machine the flags of an open could not be read, and it was taken for a
+// write.
+func TestConcurrentReadsAreReads(t *testing.T) {
+	requireRoot(t)
+	storm := writeFile(t, "storm")
+	// Busy processes keep a woken opener from running at once, as a loaded
+	// machine does.
+	for range 2 * runtime.NumCPU() {
+		hog := exec.Command("sh", "-c", "while :; do :; done")
+		if err := hog.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { hog.Process.Kill(); hog.Wait() })
+	}
+	c := startChild(t)
+	_, r := watch(t, c, allowAll)
+	const files, rounds = 1500, 3
+	for round := range rounds {
+		dir := t.TempDir()
+		for i := range files {
+			if err := os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Meanwhile 32 threads open another file in a loop: answered from
+		// the cache, each answer wakes every waiter.
+		if got := c.do(t, "pdir "+dir+" 64 "+storm+" 32"); got != "ok" {
+			t.Fatalf("child got %q", got)
+		}
+		counts := map[event.FileAccess]int{}
+		for _, f := range r.decideCalls() {
+			if strings.HasPrefix(f.Path, dir+"/") {
+				counts[f.Access]++
+			}
+		}
+		if counts[event.FileRead] != files || len(counts) != 1 {
+			t.Fatalf("round %d: %d opens for reading were decided as %v", round, files, counts)
+		}
 	}
 }

@@ -20,3 +20,13 @@ func (*Files) Forget() error { return nil }
 
 // Close does nothing.
 func (*Files) Close() error { return nil }
+
+// NewProtected fails with an error wrapping ErrUnavailable.
+func NewProtected(list []Protect, aliases []string) (*Protected, error) {
+	return nil, fmt.Errorf("fileexec: protect: needs linux: %w", ErrUnavailable)
+}
+
+// MountProtection fails with an error wrapping ErrUnavailable.
+func MountProtection(pid int, p *Protected) error {
+	return fmt.Errorf("fileexec: protect: needs linux: %w", ErrUnavailable)
+}

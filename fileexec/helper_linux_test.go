@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +40,13 @@ func TestMain(m *testing.M) {
 //	open PATH r|w|rw|a|t|c    → ok | err ERRNO
 //	openn PATH N              → ok | err ERRNO (N opens of PATH for reading, one after another)
 //	popen PATH N              → ok | err ERRNO (N opens at once, each on its own thread)
+//	pdir DIR N [FILE M]       → ok | err ERRNO (every file of DIR opened for reading, on N threads at once,
+//	                            while M more threads open FILE in a loop)
 //	exec PATH                 → ok | err ERRNO
+//	fsop OP PATH [PATH2]      → ok | err ERRNO: OP is read, write, append, trunc (truncate(2)), rename,
+//	                            link, symlink, unlink, rmdir, mkdir
+//	cd DIR                    → ok | err ERRNO
+//	recd .                    → ok | err ERRNO (chdir to the working directory's path again)
 //	bench PATH N              → ok NANOSECONDS (N open+close of PATH)
 func runHelper(in io.Reader, out io.Writer) int {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -79,6 +86,38 @@ func runHelper(in io.Reader, out io.Writer) int {
 			}
 			wg.Wait()
 			fmt.Fprintln(out, reply(errors.Join(errs...)))
+		case "fsop":
+			fmt.Fprintln(out, reply(fsop(f[1:])))
+		case "cd":
+			fmt.Fprintln(out, reply(unix.Chdir(f[1])))
+		case "recd":
+			wd, err := os.Getwd()
+			if err == nil {
+				err = unix.Chdir(wd)
+			}
+			fmt.Fprintln(out, reply(err))
+		case "pdir":
+			stop := make(chan struct{})
+			var storm sync.WaitGroup
+			if len(f) == 5 {
+				m, _ := strconv.Atoi(f[4])
+				for range m {
+					storm.Go(func() {
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+								openClose(f[3], unix.O_RDONLY)
+							}
+						}
+					})
+				}
+			}
+			err := openDir(f[1], n)
+			close(stop)
+			storm.Wait()
+			fmt.Fprintln(out, reply(err))
 		case "exec":
 			err := exec.Command(f[1]).Run()
 			var exit *exec.ExitError
@@ -110,6 +149,77 @@ func openClose(path string, flags int) error {
 		return err
 	}
 	return unix.Close(fd)
+}
+
+// openDir opens every file of dir for reading, on n threads at once (each
+// goroutine locked to its own thread while it opens).
+func openDir(dir string, n int) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	next := make(chan string, len(ents))
+	for _, e := range ents {
+		next <- dir + "/" + e.Name()
+	}
+	close(next)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for p := range next {
+				if err := openClose(p, unix.O_RDONLY); err != nil && errs[i] == nil {
+					errs[i] = err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// fsop does one file system operation of the helper's fsop command.
+func fsop(a []string) error {
+	if len(a) < 2 {
+		return unix.EINVAL
+	}
+	two := func() string {
+		if len(a) < 3 {
+			return ""
+		}
+		return a[2]
+	}
+	switch a[0] {
+	case "read":
+		return openClose(a[1], unix.O_RDONLY)
+	case "write":
+		return openClose(a[1], unix.O_WRONLY)
+	case "append":
+		fd, err := unix.Open(a[1], unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		_, err = unix.Write(fd, []byte("forged\n"))
+		return err
+	case "trunc":
+		return unix.Truncate(a[1], 0)
+	case "rename":
+		return unix.Rename(a[1], two())
+	case "link":
+		return unix.Link(a[1], two())
+	case "symlink":
+		return unix.Symlink(a[1], two())
+	case "unlink":
+		return unix.Unlink(a[1])
+	case "rmdir":
+		return unix.Rmdir(a[1])
+	case "mkdir":
+		return unix.Mkdir(a[1], 0o755)
+	}
+	return unix.EINVAL
 }
 
 func reply(err error) string {

@@ -124,31 +124,36 @@ const (
 // waits. open, openat and open_by_handle_at with any of O_WRONLY, O_RDWR,
 // O_CREAT, O_TRUNC or O_APPEND, and creat, are writes; without them, reads.
 // execve, execveat and uselib open the program (or its interpreter): exec.
-// openat2 keeps its flags in memory, which could change after the read, and
-// anything else is unknown: both are writes, the stricter answer.
+// Anything else is unknown: openat2, whose flags the kernel copied from
+// memory the process can change again before they could be read here; an
+// io_uring request (the thread is in io_uring_enter, or is an io_uring
+// worker, and the request's flags live in memory shared with the process);
+// a line without registers ("running") or one that cannot be parsed.
 func accessFromSyscall(nrs syscallNrs, line []byte) event.FileAccess {
 	f := strings.Fields(string(line))
 	if len(f) < 7 {
-		return event.FileWrite // "running", or "-1 sp pc" (not in a system call)
+		return event.FileUnknown // "running", or "-1 sp pc" (not in a system call)
 	}
 	nr, err := strconv.ParseInt(f[0], 10, 64)
 	if err != nil || nr < 0 {
-		return event.FileWrite
+		return event.FileUnknown
 	}
 	flagsAt := -1
 	switch nr {
 	case nrs.execve, nrs.execveat, nrs.uselib:
 		return event.FileExec
+	case nrs.creat:
+		return event.FileWrite
 	case nrs.open:
 		flagsAt = 1
 	case nrs.openat, nrs.openByHandleAt:
 		flagsAt = 2
-	default: // creat, openat2 and the rest
-		return event.FileWrite
+	default: // openat2, io_uring_enter and the rest
+		return event.FileUnknown
 	}
 	flags, err := strconv.ParseUint(strings.TrimPrefix(f[1+flagsAt], "0x"), 16, 64)
 	if err != nil {
-		return event.FileWrite
+		return event.FileUnknown
 	}
 	if flags&oWrite != 0 {
 		return event.FileWrite

@@ -78,19 +78,20 @@ func TestAccessFromSyscall(t *testing.T) {
 		{"amd64 open write", "amd64", "2 0x7ffd1234 0x1 0x0 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileWrite},
 		{"amd64 creat", "amd64", "85 0x7ffd1234 0x1a4 0x0 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileWrite},
 		{"amd64 open_by_handle_at read", "amd64", "304 0x3 0x7ffd1234 0x0 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileRead},
-		{"amd64 openat2 is a write", "amd64", "437 0xffffff9c 0x7ffd1234 0x7ffd2000 0x18 0x0 0x0 0x7ffd0000 0x7f000000", event.FileWrite},
+		{"amd64 openat2 is unknown", "amd64", "437 0xffffff9c 0x7ffd1234 0x7ffd2000 0x18 0x0 0x0 0x7ffd0000 0x7f000000", event.FileUnknown},
+		{"amd64 io_uring_enter is unknown", "amd64", "426 0x3 0x1 0x1 0x1 0x0 0x0 0x7ffd0000 0x7f000000", event.FileUnknown},
 		{"amd64 execve", "amd64", "59 0x7ffd1234 0x7ffd2000 0x7ffd3000 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileExec},
 		{"amd64 execveat", "amd64", "322 0x3 0x7ffd1234 0x7ffd2000 0x7ffd3000 0x0 0x0 0x7ffd0000 0x7f000000", event.FileExec},
 		{"arm64 openat read", "arm64", "56 0xffffffffffffff9c 0xffffd1234 0x80000 0x0 0x0 0x0 0xffffd0000 0xffff00000", event.FileRead},
 		{"arm64 openat write", "arm64", "56 0xffffffffffffff9c 0xffffd1234 0x80241 0x1b6 0x0 0x0 0xffffd0000 0xffff00000", event.FileWrite},
 		{"arm64 execve", "arm64", "221 0xffffd1234 0xffffd2000 0xffffd3000 0x0 0x0 0x0 0xffffd0000 0xffff00000", event.FileExec},
-		{"arm64 nr 2 is not open", "arm64", "2 0x7ffd1234 0x0 0x0 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileWrite},
-		{"amd64 nr 56 is not openat", "amd64", "56 0xffffff9c 0x7ffd1234 0x0 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileWrite},
-		{"unknown architecture", "riscv64", "56 0xffffff9c 0x7ffd1234 0x0 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileWrite},
-		{"running", "amd64", "running", event.FileWrite},
-		{"not in a system call", "amd64", "-1 0x7ffd0000 0x7f000000", event.FileWrite},
-		{"bad flags", "amd64", "257 0xffffff9c 0x7ffd1234 zz 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileWrite},
-		{"empty", "amd64", "", event.FileWrite},
+		{"arm64 nr 2 is not open", "arm64", "2 0x7ffd1234 0x0 0x0 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileUnknown},
+		{"amd64 nr 56 is not openat", "amd64", "56 0xffffff9c 0x7ffd1234 0x0 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileUnknown},
+		{"unknown architecture", "riscv64", "56 0xffffff9c 0x7ffd1234 0x0 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileUnknown},
+		{"running", "amd64", "running", event.FileUnknown},
+		{"not in a system call", "amd64", "-1 0x7ffd0000 0x7f000000", event.FileUnknown},
+		{"bad flags", "amd64", "257 0xffffff9c 0x7ffd1234 zz 0x0 0x0 0x0 0x7ffd0000 0x7f000000", event.FileUnknown},
+		{"empty", "amd64", "", event.FileUnknown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,7 +151,7 @@ func FuzzAccessFromSyscall(f *testing.F) {
 		for _, arch := range []string{"amd64", "arm64", "other"} {
 			nrs, _ := syscallsFor(arch)
 			switch a := accessFromSyscall(nrs, b); a {
-			case event.FileRead, event.FileWrite, event.FileExec:
+			case event.FileRead, event.FileWrite, event.FileExec, event.FileUnknown:
 			default:
 				t.Errorf("access %q", a)
 			}

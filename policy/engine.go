@@ -212,17 +212,34 @@ func (e *Engine) Stats() Stats {
 // when the default is judge; otherwise the default. Decide never returns
 // an unset verdict: anything that fails denies, or gives the configured
 // on_error. ev is only read.
+//
+// A file event whose access is event.FileUnknown (an open whose mode could
+// not be seen) is decided as a read and as a write: see decideUnknownAccess.
 func (e *Engine) Decide(ctx context.Context, ev *event.Event) event.Verdict {
 	if ev == nil {
 		return event.Verdict{Action: event.Deny, Reason: "no event to decide"}
 	}
-	if i, matched := e.firstRule(ev); matched {
-		r := &e.rules[i]
-		if r.judge {
-			return e.askJudge(ctx, ev, r.name)
-		}
-		return r.verdict
+	if ev.File != nil && ev.File.Access == event.FileUnknown && ev.Kind == event.KindFile {
+		return e.decideUnknownAccess(ctx, ev)
 	}
+	if i, matched := e.firstRule(ev); matched {
+		return e.ruleVerdict(ctx, ev, i)
+	}
+	return e.undecided(ctx, ev)
+}
+
+// ruleVerdict is the verdict of rule i, which matched ev.
+func (e *Engine) ruleVerdict(ctx context.Context, ev *event.Event, i int) event.Verdict {
+	r := &e.rules[i]
+	if r.judge {
+		return e.askJudge(ctx, ev, r.name)
+	}
+	return r.verdict
+}
+
+// undecided is the verdict about ev when no rule matched: the plugins',
+// else the judge's when the default is judge, else the default.
+func (e *Engine) undecided(ctx context.Context, ev *event.Event) event.Verdict {
 	if e.plugins != nil {
 		if v, answered := e.plugins.Ask(ctx, ev); answered {
 			return v
@@ -232,6 +249,81 @@ func (e *Engine) Decide(ctx context.Context, ev *event.Event) event.Verdict {
 		return e.askJudge(ctx, ev, "")
 	}
 	return e.defaultV
+}
+
+// unknownAccesses are what an open of unknown access is decided as.
+var unknownAccesses = [2]event.FileAccess{event.FileRead, event.FileWrite}
+
+// decideUnknownAccess decides ev, a file open whose access could not be
+// seen, as a read and as a write, and returns the stricter verdict: a deny
+// for either denies, else an ask for either asks (the person is shown the
+// event itself, access unknown), else it is allowed. The rules see
+// file.access "read", then "write"; plugins and the judge, which are asked
+// at most once each (when no rule matched one of the two, or a rule hands
+// over to the judge), see the event as it is, access "unknown". A rule's
+// deny for either access is returned without asking a plugin or the judge.
+func (e *Engine) decideUnknownAccess(ctx context.Context, ev *event.Event) event.Verdict {
+	var matched [2]bool
+	var idx [2]int
+	for k, a := range unknownAccesses {
+		f := *ev.File
+		f.Access = a
+		c := *ev
+		c.File = &f
+		idx[k], matched[k] = e.firstRule(&c)
+		if matched[k] && !e.rules[idx[k]].judge && e.rules[idx[k]].verdict.Action == event.Deny {
+			return unknownVerdict(e.rules[idx[k]].verdict, a)
+		}
+	}
+	var rest *event.Verdict // plugins, judge or default, asked once
+	var vs [2]event.Verdict
+	for k := range unknownAccesses {
+		switch {
+		case matched[k]:
+			vs[k] = e.ruleVerdict(ctx, ev, idx[k])
+		case rest != nil:
+			vs[k] = *rest
+		default:
+			vs[k] = e.undecided(ctx, ev)
+			rest = &vs[k]
+		}
+	}
+	switch {
+	case stricter(vs[0], vs[1]):
+		return unknownVerdict(vs[0], event.FileRead)
+	case stricter(vs[1], vs[0]):
+		return unknownVerdict(vs[1], event.FileWrite)
+	}
+	return unknownVerdict(vs[0], "")
+}
+
+// stricter reports whether a is a stricter verdict than b: deny over ask
+// over the rest.
+func stricter(a, b event.Verdict) bool {
+	rank := func(v event.Verdict) int {
+		switch v.Action {
+		case event.Deny:
+			return 2
+		case event.Ask:
+			return 1
+		}
+		return 0
+	}
+	return rank(a) > rank(b)
+}
+
+// unknownVerdict is v, reached for an open of unknown access decided as
+// access a ("": as both alike), with a reason that says so.
+func unknownVerdict(v event.Verdict, a event.FileAccess) event.Verdict {
+	why := "the access could not be seen, so the open was decided as a read and as a write"
+	if a != "" {
+		why += "; as a " + string(a)
+	}
+	if v.Reason != "" {
+		why += ": " + v.Reason
+	}
+	v.Reason = why
+	return v
 }
 
 // firstRule returns the index of the first rule that applies to ev's kind

@@ -605,3 +605,85 @@ func BenchmarkDecideDefault(b *testing.B) {
 		}
 	}
 }
+
+// An open whose access could not be seen is decided as a read and as a
+// write: the stricter verdict wins, and says so.
+func TestDecideUnknownAccess(t *testing.T) {
+	e := mustEngine(t, string(DefaultPolicyYAML()), EngineOptions{})
+	sess := &event.Session{ID: "s1", Workdir: "/home/u/proj", Home: "/home/u", StateDir: "/var/lib/chaperone"}
+	unknown := func(path string) *event.Event {
+		return &event.Event{Kind: event.KindFile, Process: testProcess(), SessionInfo: sess, File: &event.File{Path: path, Access: event.FileUnknown}}
+	}
+	for _, tt := range []struct {
+		name, path string
+		want       event.Action
+		rule       string
+		as         string // the access the reason names; "" for none
+	}{
+		{"other tree's .env: denied as a read", "/home/u/other/.env", event.Deny, "no-env-files-elsewhere", "as a read"},
+		{"credentials: denied as a read", "/home/u/.aws/credentials", event.Deny, "no-credential-files", "as a read"},
+		{"state: denied either way", "/var/lib/chaperone/ca-key.pem", event.Deny, "no-chaperone-state", "as a read"},
+		{"outside the tree: asked as a write", "/home/u/.bashrc", event.Ask, "ask-writes-elsewhere", "as a write"},
+		{"in the tree: allowed", "/home/u/proj/main.go", event.Allow, "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := unknown(tt.path)
+			v := e.Decide(context.Background(), ev)
+			if v.Action != tt.want || v.Rule != tt.rule {
+				t.Errorf("Decide = %v, want %v by rule %q", v, tt.want, tt.rule)
+			}
+			if !strings.Contains(v.Reason, "decided as a read and as a write") || (tt.as != "") != strings.Contains(v.Reason, "; as a ") || !strings.Contains(v.Reason, tt.as) {
+				t.Errorf("reason %q does not say it was decided both ways (%q)", v.Reason, tt.as)
+			}
+			if ev.File.Access != event.FileUnknown {
+				t.Errorf("Decide changed the event's access to %q", ev.File.Access)
+			}
+		})
+	}
+
+	// Plugins and the judge are asked once, with the event as it is.
+	j := &fakeJudge{v: event.Verdict{Action: event.Allow, Reason: "fine"}}
+	pl := &fakePlugins{}
+	e = mustEngine(t, `rules:
+  - name: judge-writes
+    on: file
+    when: file.access == "write" && file.path.startsWith("/srv/")
+    action: judge
+plugins:
+  - name: p
+    command: [p]
+judge: {provider: openai, model: m}
+default: judge
+`, EngineOptions{Judge: j, Plugins: pl})
+	v := e.Decide(context.Background(), unknown("/home/u/x"))
+	if v.Action != event.Allow || j.calls.Load() != 1 || pl.calls.Load() != 1 {
+		t.Errorf("no rule either way: %v, judge called %d times, plugins %d, want allow, 1, 1", v, j.calls.Load(), pl.calls.Load())
+	}
+	if got := j.last.Load().Event.File.Access; got != event.FileUnknown {
+		t.Errorf("the judge saw access %q, want unknown", got)
+	}
+	j.v = event.Verdict{Action: event.Ask, Reason: "a person should see this"}
+	v = e.Decide(context.Background(), unknown("/srv/y"))
+	if v.Action != event.Ask || v.Rule != "m" || !strings.Contains(v.Reason, "as a write: a person should see this") {
+		t.Errorf("the judge asked about the write: %v, want ask by m", v)
+	}
+	// A rule's deny either way is the answer: nobody else is asked.
+	e = mustEngine(t, `rules:
+  - name: no-writes
+    on: file
+    when: file.access == "write"
+    action: deny
+plugins:
+  - name: p
+    command: [p]
+judge: {provider: openai, model: m}
+default: judge
+`, EngineOptions{Judge: j, Plugins: pl})
+	judged, asked := j.calls.Load(), pl.calls.Load()
+	if v := e.Decide(context.Background(), unknown("/home/u/x")); v.Action != event.Deny || v.Rule != "no-writes" {
+		t.Errorf("Decide = %v, want deny by no-writes", v)
+	}
+	if j.calls.Load() != judged || pl.calls.Load() != asked {
+		t.Error("the judge or a plugin was asked about an open a rule denies")
+	}
+}

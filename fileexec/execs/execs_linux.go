@@ -187,7 +187,10 @@ func (x *Execs) handle(n seccompNotif) {
 	log := x.o.Logger.With("session", x.o.Session, "tid", n.Pid)
 	call, ok := classify(n.Data)
 	if !ok {
-		// The filter notifies only execs; anything else runs as without it.
+		if x.o.Other != nil {
+			x.other(log, n)
+			return
+		}
 		x.respond(log, n.ID, x.l.continueCall(n.ID))
 		return
 	}
@@ -281,6 +284,18 @@ func (x *Execs) handle(n seccompNotif) {
 	}
 	x.events.Add(1)
 	x.o.Publish(ev)
+}
+
+// other hands a notification that is not an exec to o.Other; one it
+// panics on is failed with EPERM.
+func (x *Execs) other(log *slog.Logger, n seccompNotif) {
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("execs: answering a notification panicked", "nr", n.Data.Nr, "panic", r)
+			x.respond(log, n.ID, x.l.fail(n.ID, unix.EPERM))
+		}
+	}()
+	x.o.Other(x.ctx, Notification{TID: int(n.Pid), Arch: n.Data.Arch, Nr: n.Data.Nr, Args: n.Data.Args, id: n.ID, l: x.l})
 }
 
 // decide asks o.Decide, giving up when Close cancels it. Decide gets a

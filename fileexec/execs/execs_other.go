@@ -5,6 +5,7 @@ package execs
 import (
 	"fmt"
 	"os"
+	"syscall"
 )
 
 // Execs answers the exec notifications of one seccomp listener (Linux
@@ -25,3 +26,20 @@ func (x *Execs) Stats() Stats { return Stats{} }
 
 // Close does nothing.
 func (x *Execs) Close() error { return nil }
+
+// Notification is a notified system call that is not an exec (Linux only).
+type Notification struct {
+	TID  int
+	Arch uint32
+	Nr   int32
+	Args [6]uint64
+}
+
+// Valid reports false.
+func (Notification) Valid() bool { return false }
+
+// Continue fails with ErrNotSupported.
+func (Notification) Continue() error { return fmt.Errorf("execs: %w", ErrNotSupported) }
+
+// Fail fails with ErrNotSupported.
+func (Notification) Fail(syscall.Errno) error { return fmt.Errorf("execs: %w", ErrNotSupported) }

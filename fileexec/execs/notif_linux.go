@@ -4,6 +4,7 @@ package execs
 
 import (
 	"fmt"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -98,6 +99,27 @@ func (l *listener) send(r seccompNotifResp) error {
 	}
 	return nil
 }
+
+// Notification is a notified system call that is not an exec, handed to
+// ExecOptions.Other with the means to answer it.
+type Notification struct {
+	TID  int    // the calling thread
+	Arch uint32 // its ABI (AUDIT_ARCH_*)
+	Nr   int32
+	Args [6]uint64
+	id   uint64
+	l    *listener
+}
+
+// Valid reports whether the call still waits: its thread has not died, so
+// what was read of it meanwhile was its own.
+func (n Notification) Valid() bool { return n.l.valid(n.id) }
+
+// Continue lets the call run as if no filter were there.
+func (n Notification) Continue() error { return n.l.continueCall(n.id) }
+
+// Fail makes the call return -1 with errno.
+func (n Notification) Fail(errno syscall.Errno) error { return n.l.fail(n.id, errno) }
 
 // execCall is what a notified system call is.
 type execCall struct {

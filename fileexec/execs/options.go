@@ -32,6 +32,12 @@ type ExecOptions struct {
 	Logger *slog.Logger
 	// Now is the clock for the events' Time; time.Now when nil.
 	Now func() time.Time
+	// Other, when set, answers the notifications of system calls that are
+	// not execs (the filter may hand over others for someone else to
+	// decide): it is called on the notification's own goroutine, with a
+	// context Close cancels, and must answer n exactly once. Nil lets
+	// them run.
+	Other func(ctx context.Context, n Notification)
 }
 
 // Stats counts what Serve answered.

@@ -41,6 +41,11 @@ type abi struct {
 	pidfdOpen, pidfdSend, ptrace              uint32
 	vmReadv, vmWritev, prlimit, setpgid       uint32
 	x32                                       bool // refuse the x32 ABI's calls (x86-64 only)
+	// files are the calls notified besides execs, for fileexec's Calls:
+	// link, linkat, rename, renameat, renameat2, truncate (and
+	// truncate64), io_uring_setup. The generic ABI (arm64) has no link,
+	// rename nor truncate64.
+	files []uint32
 }
 
 // abis lists the ABIs the kernel runs on each machine: a 32-bit binary
@@ -49,18 +54,22 @@ var abis = map[string][]abi{
 	"amd64": {
 		{arch: unix.AUDIT_ARCH_X86_64, execve: 59, execveat: 322, unshare: 272, clone: 56, setns: 308, clone3: 435,
 			kill: 62, tkill: 200, tgkill: 234, sigqueue: 129, tgsigqueue: 297, pidfdOpen: 434, pidfdSend: 424, ptrace: 101,
-			vmReadv: 310, vmWritev: 311, prlimit: 302, setpgid: 109, x32: true},
+			vmReadv: 310, vmWritev: 311, prlimit: 302, setpgid: 109, x32: true,
+			files: []uint32{86, 265, 82, 264, 316, 76, 425}},
 		{arch: unix.AUDIT_ARCH_I386, execve: 11, execveat: 358, unshare: 310, clone: 120, setns: 346, clone3: 435,
 			kill: 37, tkill: 238, tgkill: 270, sigqueue: 178, tgsigqueue: 335, pidfdOpen: 434, pidfdSend: 424, ptrace: 26,
-			vmReadv: 347, vmWritev: 348, prlimit: 340, setpgid: 57},
+			vmReadv: 347, vmWritev: 348, prlimit: 340, setpgid: 57,
+			files: []uint32{9, 303, 38, 302, 353, 92, 193, 425}},
 	},
 	"arm64": {
 		{arch: unix.AUDIT_ARCH_AARCH64, execve: 221, execveat: 281, unshare: 97, clone: 220, setns: 268, clone3: 435,
 			kill: 129, tkill: 130, tgkill: 131, sigqueue: 138, tgsigqueue: 240, pidfdOpen: 434, pidfdSend: 424, ptrace: 117,
-			vmReadv: 270, vmWritev: 271, prlimit: 261, setpgid: 154},
+			vmReadv: 270, vmWritev: 271, prlimit: 261, setpgid: 154,
+			files: []uint32{37, 38, 276, 45, 425}},
 		{arch: unix.AUDIT_ARCH_ARM, execve: 11, execveat: 387, unshare: 337, clone: 120, setns: 375, clone3: 435,
 			kill: 37, tkill: 238, tgkill: 268, sigqueue: 178, tgsigqueue: 363, pidfdOpen: 434, pidfdSend: 424, ptrace: 26,
-			vmReadv: 376, vmWritev: 377, prlimit: 369, setpgid: 57},
+			vmReadv: 376, vmWritev: 377, prlimit: 369, setpgid: 57,
+			files: []uint32{9, 330, 38, 329, 382, 92, 193, 425}},
 	},
 }
 
@@ -116,7 +125,8 @@ func (p *program) resolve() ([]unix.SockFilter, error) {
 // filterSpec says what the session's filter does beyond refusing new
 // namespaces.
 type filterSpec struct {
-	// notify hands execve and execveat to the listener.
+	// notify hands execve and execveat to the listener, and the calls of
+	// abi.files (links, renames, truncations by path, io_uring_setup).
 	notify bool
 	// guard, when not 0, is chaperone's pid: the guard rules refuse
 	// (EPERM) kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo,
@@ -133,7 +143,7 @@ type filterSpec struct {
 
 // sessionFilter is the classic BPF program of the session's filter for
 // goarch: with f.notify, execve and execveat of every known ABI go to the
-// listener; setns, and unshare or clone asking for a new user or mount
+// listener, and so do the calls of abi.files; setns, and unshare or clone asking for a new user or mount
 // namespace, get EPERM; clone3 (whose flags, CLONE_INTO_CGROUP among
 // them, a filter cannot read) gets ENOSYS, so that the C library falls
 // back to clone; with f.guard, the guard rules; unknown ABIs get EPERM;
@@ -156,6 +166,9 @@ func sessionFilter(goarch string, f filterSpec) ([]unix.SockFilter, error) {
 		if f.notify {
 			p.jump(unix.BPF_JEQ, a.execve, "notify", "")
 			p.jump(unix.BPF_JEQ, a.execveat, "notify", "")
+			for _, nr := range a.files {
+				p.jump(unix.BPF_JEQ, nr, "notify", "")
+			}
 		}
 		p.jump(unix.BPF_JEQ, a.setns, "eperm", "")
 		p.jump(unix.BPF_JEQ, a.clone3, "enosys", "")

@@ -157,6 +157,15 @@ func shim(args []string) (int, error) {
 			return 126, err
 		}
 	}
+	if s.MountNS {
+		// Chaperone may have mounted over a directory on the way to the
+		// working directory while the shim waited (fileexec protects
+		// files so): enter it again by its path, so that the program's
+		// relative paths go through those mounts and not under them.
+		if wd, err := os.Getwd(); err == nil {
+			_ = unix.Chdir(wd)
+		}
+	}
 	err = unix.Exec(s.Path, s.Argv, os.Environ())
 	code := 126
 	if errors.Is(err, unix.ENOENT) {
