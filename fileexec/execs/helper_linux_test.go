@@ -24,7 +24,18 @@ import (
 // commands the test sends there and answers each with a helperResult.
 const helperEnv = "CHAPERONE_EXECS_TEST_HELPER"
 
+// argvPrinterEnv makes the test binary print its argv, each argument
+// followed by a NUL, and exit: the tests run it as a #! interpreter and
+// under the dynamic loader to see what the kernel and the loader pass.
+const argvPrinterEnv = "CHAPERONE_EXECS_TEST_ARGV"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(argvPrinterEnv) != "" {
+		for _, a := range os.Args {
+			os.Stdout.WriteString(a + "\x00")
+		}
+		os.Exit(0)
+	}
 	if mode := os.Getenv(helperEnv); mode != "" {
 		if err := runHelper(mode); err != nil {
 			fmt.Fprintln(os.Stderr, "helper:", err)
