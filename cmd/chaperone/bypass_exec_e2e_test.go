@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
@@ -11,11 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/policy"
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
@@ -288,4 +291,147 @@ func fileDigest(t *testing.T, path string) string {
 	}
 	s := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// gitPushAgent pushes a new commit to the bare repository $2 from the
+// repository $1 in every way it knows, printing "NAME rc=RC" after each;
+// then fetches ("fetch rc=RC").
+const gitPushAgent = `set -u
+REPO=$1 BARE=$2
+cd "$REPO"
+try() {
+	local name=$1; shift
+	git -c user.name=a -c user.email=a@e2e.test commit -q --allow-empty -m "c-$name"
+	"$@" >"$REPO/../$name.out" 2>&1
+	echo "$name rc=$?"
+}
+try push git push -q origin HEAD:main
+try push-c git -c push.default=simple push -q origin HEAD:main
+try push-git-dir git --git-dir="$REPO/.git" push -q origin HEAD:main
+try push-C git -C "$REPO" push -q origin HEAD:main
+try alias git -c alias.p=push p -q origin HEAD:main
+try shell-alias git -c 'alias.sp=!git push' sp -q origin HEAD:main
+try send-pack git send-pack "$BARE" HEAD:main
+try git-send-pack "$(git --exec-path)/git-send-pack" "$BARE" HEAD:main
+try file-url git push -q "file://$BARE" HEAD:main
+git fetch -q origin >"$REPO/../fetch.out" 2>&1
+echo "fetch rc=$?"
+echo done
+`
+
+var gitPushes = []string{"push", "push-c", "push-git-dir", "push-C", "alias", "shell-alias", "send-pack", "git-send-pack", "file-url"}
+
+// docPolicy returns the YAML block that follows marker in docs/files.md.
+func docPolicy(t *testing.T, marker string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/files.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), marker)
+	if !ok {
+		t.Fatalf("docs/files.md has no %q", marker)
+	}
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatalf("docs/files.md: no yaml block after %q", marker)
+	}
+	return block
+}
+
+// TestDocsGitPushRule checks the rule docs/files.md shows for git's
+// pushes (read from the document): in a session with it, every way git
+// pushes (git push with options before it, aliases, send-pack,
+// git-send-pack, a file:// URL) is refused and nothing reaches the bare
+// repository, while a fetch works; the same pushes in a session without
+// it all arrive. Its http rule refuses smart-HTTP pushes and lets fetches
+// through.
+func TestDocsGitPushRule(t *testing.T) {
+	doc := docPolicy(t, "<!-- policy: git push")
+	t.Run("http", func(t *testing.T) {
+		pol, err := policy.Parse("docs/files.md", []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng, err := policy.NewEngine(pol, policy.EngineOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			method, url string
+			want        event.Action
+		}{
+			{"GET", "https://git.e2e.test/r.git/info/refs?service=git-receive-pack", event.Deny},
+			{"POST", "https://git.e2e.test/r.git/git-receive-pack", event.Deny},
+			{"POST", "https://git.e2e.test/r.git/git%2Dreceive-pack", event.Deny},
+			{"GET", "https://git.e2e.test/r.git/info/refs?service=git%2Dreceive%2Dpack", event.Deny},
+			{"GET", "https://git.e2e.test/r.git/info/refs?service=git-upload-pack", event.Allow},
+			{"POST", "https://git.e2e.test/r.git/git-upload-pack", event.Allow},
+		} {
+			e := &event.Event{Kind: event.KindHTTP, HTTP: &event.HTTP{Method: tt.method, URL: tt.url, Host: "git.e2e.test"}}
+			if got := eng.Decide(context.Background(), e); got.Action != tt.want {
+				t.Errorf("%s %s: %s, want %s", tt.method, tt.url, got, tt.want)
+			}
+		}
+	})
+	needMediation(t)
+	need(t, "git", "bash")
+	for _, tt := range []struct {
+		name, policy string
+		refused      bool
+	}{
+		{name: "without the rule", policy: "default: allow\n"},
+		{name: "with the rule", policy: doc, refused: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			repo, bare := filepath.Join(w.dir, "repo"), filepath.Join(w.dir, "bare.git")
+			for _, args := range [][]string{
+				{"init", "-q", "--bare", "-b", "main", bare},
+				{"init", "-q", "-b", "main", repo},
+				{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@e2e.test", "commit", "-q", "--allow-empty", "-m", "one"},
+				{"-C", repo, "remote", "add", "origin", bare},
+				{"-C", repo, "push", "-q", "origin", "main"},
+			} {
+				if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+					t.Fatalf("git %v: %v\n%s", args, err, out)
+				}
+			}
+			pol := filepath.Join(w.dir, "git.yaml")
+			os.WriteFile(pol, []byte(tt.policy), 0o644)
+			r := w.chaperone(nil, "run", "--mode", "proxy", "--policy", pol, "--log", w.log, "--", "bash", "-c", gitPushAgent, "bash", repo, bare)
+			mustSucceed(t, r)
+			lines := parseExecLines(r.stdout)
+			if lines["done"] == nil || lines["fetch"]["rc"] != "0" {
+				t.Fatalf("the agent did not finish, or could not fetch:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+			}
+			out, err := exec.Command("git", "--git-dir", bare, "log", "--format=%s", "main").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			arrived := strings.Fields(string(out))
+			denials := map[int]bool{}
+			for _, rec := range w.kindRecords(event.KindExec) {
+				if rec.Rule == "no-git-push" && rec.Verdict == event.Deny && rec.Process != nil {
+					denials[rec.Process.PID] = true
+				}
+			}
+			for _, name := range gitPushes {
+				got := slices.Contains(arrived, "c-"+name)
+				switch {
+				case tt.refused && got:
+					t.Errorf("BYPASS: %s reached the repository (rc=%s)", name, lines[name]["rc"])
+				case tt.refused && lines[name]["rc"] == "0":
+					t.Errorf("%s exited 0", name)
+				case !tt.refused && (!got || lines[name]["rc"] != "0"):
+					b, _ := os.ReadFile(filepath.Join(w.dir, name+".out"))
+					t.Errorf("%s did not push without the rule (rc=%s): %s", name, lines[name]["rc"], b)
+				}
+			}
+			if tt.refused && len(denials) < len(gitPushes) {
+				t.Errorf("%d processes refused by no-git-push, want one per push at least (%d)", len(denials), len(gitPushes))
+			}
+		})
+	}
 }
