@@ -197,13 +197,39 @@ func argvArea(argv []string) []byte {
 
 // expectation is what the verifier compares at exec time (struct
 // expectation in bpf/verify.c): FNV-1a 64 hashes and lengths of the argv
-// area, of its tail argv[1:] (all that stays when a #! interpreter
-// replaces argv[0]), and of the file name the kernel records.
+// area the new image gets, of its tail argv[1:], of the file name the
+// kernel records and of the last #! interpreter's name; and the inode of
+// the file the kernel loads.
 type expectation struct {
-	ArgvHash, TailHash, FileHash uint64
-	ArgvLen, TailLen, FileLen    uint32
+	ArgvHash, TailHash, FileHash, InterpHash uint64
+	ArgvLen, TailLen, FileLen, InterpLen     uint32
+	Flags                                    uint32
+	Ino                                      uint64
+	Size                                     int64
+	CtimeSec                                 int64
+	CtimeNsec                                uint32
+	Dev                                      uint32 // the kernel's dev_t: major << 20 | minor
 }
 
+// Expectation flags (bpf/verify.c EXPECT_*).
+const (
+	// expectInterp: a #! interpreter replaces the program, and
+	// bprm->interp must be InterpHash; without it, bprm->interp must be
+	// the file name (no binfmt handler ran).
+	expectInterp = 1 << 0
+	// expectLenient: the kernel may hand the file to a handler user space
+	// does not know (binfmt_misc); the interpreter is not checked, and
+	// when one ran only argv[1:] is compared.
+	expectLenient = 1 << 1
+	// expectInode: the loaded file's inode number, size and ctime must
+	// be Ino, Size and CtimeSec/CtimeNsec; expectDevice: and its device
+	// Dev.
+	expectInode  = 1 << 2
+	expectDevice = 1 << 3
+)
+
+// expect is the expectation for an exec of kernelFilename whose new image
+// gets argv.
 func expect(argv []string, kernelFilename string) expectation {
 	area := argvArea(argv)
 	tail := area[len(area):]
@@ -218,6 +244,14 @@ func expect(argv []string, kernelFilename string) expectation {
 		TailLen:  uint32(len(tail)),
 		FileLen:  uint32(len(kernelFilename)),
 	}
+}
+
+// withInterp expects the #! interpreter named name (as written in the
+// last script's #! line).
+func (e expectation) withInterp(name string) expectation {
+	e.Flags |= expectInterp
+	e.InterpHash, e.InterpLen = fnv64a([]byte(name)), uint32(len(name))
+	return e
 }
 
 func fnv64a(b []byte) uint64 {

@@ -24,8 +24,11 @@ const (
 	maxInFlight = 64
 	// maxPending bounds the allowed execs remembered for a kill report.
 	maxPending = 4096
-	// digestCache is the number of executables whose digest is kept.
-	digestCache = 4096
+	// fileCache is the number of executables whose digest and format are
+	// kept.
+	fileCache = 4096
+	// dirCache is the number of program directories listed by size.
+	dirCache = 64
 )
 
 // Execs answers the exec notifications of one seccomp listener.
@@ -42,7 +45,8 @@ type Execs struct {
 	ver      *verifier // nil when off
 	verErr   error
 	killDone chan struct{}
-	digests  *digests
+	files    *files
+	dirs     *dirIndex
 
 	mu      sync.Mutex
 	pending map[int]*event.Event // allowed execs by tid, for kill reports
@@ -86,10 +90,12 @@ func Serve(listener *os.File, o ExecOptions) (*Execs, error) {
 		sem:      make(chan struct{}, maxInFlight),
 		loopDone: make(chan struct{}),
 		killDone: make(chan struct{}),
-		digests:  newDigests(digestCache),
+		files:    newFiles(fileCache),
+		dirs:     newDirIndex(dirCache),
 		pending:  make(map[int]*event.Event),
 	}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
+	x.learnLoaders()
 	x.ver, x.verErr = loadVerifier()
 	if x.verErr != nil {
 		o.Logger.Warn("execs: argv verification is off: an allowed exec's arguments could be changed after the check", "session", o.Session, "err", x.verErr)
@@ -214,6 +220,9 @@ func (x *Execs) handle(n seccompNotif) {
 	if !x.l.valid(n.ID) {
 		return // the pid may name another process now: what was read is void
 	}
+	if r != nil {
+		r.tgid = tgid
+	}
 	switch {
 	case errors.Is(err, errFault):
 		x.respond(log, n.ID, x.l.fail(n.ID, unix.EFAULT))
@@ -243,31 +252,37 @@ func (x *Execs) handle(n seccompNotif) {
 	}
 	ev.Exec = &event.Exec{Path: r.resolved, Argv: r.argv, Cwd: r.cwd}
 	f, oerr := openTarget(r)
-	if errno, ok := errors.AsType[unix.Errno](oerr); ok && (errno == unix.ENOENT || errno == unix.ENOTDIR) {
+	if errno, ok := errors.AsType[unix.Errno](oerr); ok && (errno == unix.ENOENT || errno == unix.ENOTDIR || errno == unix.ELOOP) {
 		// Nothing to run there: fail it as the kernel would, without a
 		// decision (a shell searching PATH tries a dozen such paths). A
 		// file that appears later is another exec, decided then.
 		x.respond(log, n.ID, x.l.fail(n.ID, errno))
 		return
 	}
-	if oerr == nil {
-		ev.Exec.Digest, err = x.digests.of(f)
-		f.Close()
-		if err != nil {
-			log.Debug("execs: digest", "path", r.resolved, "err", err)
-		}
-	} else {
-		log.Debug("execs: open for digest", "path", r.resolved, "err", oerr)
+	if oerr != nil {
+		x.deny(log, n.ID, ev, event.Verdict{Action: event.Deny, Reason: "cannot open the program: " + oerr.Error()})
+		return
+	}
+	p := x.plan(r, f)
+	f.Close()
+	if p.errno != 0 {
+		x.respond(log, n.ID, x.l.fail(n.ID, p.errno))
+		return
+	}
+	ev.Exec.Program, ev.Exec.Interpreter, ev.Exec.Digest = p.program, p.interpreter, p.digest
+	if p.deny != "" {
+		x.deny(log, n.ID, ev, event.Verdict{Action: event.Deny, Reason: p.deny})
+		return
 	}
 
-	v := x.decide(ev)
+	v := x.decideAll(ev, p)
 	if !v.Allowed() {
 		x.deny(log, n.ID, ev, v.Enforced())
 		return
 	}
 	if x.ver == nil {
 		v.Reason = withSuffix(v.Reason, reasonUnverified)
-	} else if err := x.ver.arm(tid, expect(r.argv, r.kernel)); err != nil {
+	} else if err := x.ver.arm(tid, p.expectation(r)); err != nil {
 		log.Warn("execs: arm the verifier", "err", err)
 		x.deny(log, n.ID, ev, event.Verdict{Action: event.Deny, Reason: reasonArmFailed})
 		return
@@ -296,6 +311,41 @@ func (x *Execs) other(log *slog.Logger, n seccompNotif) {
 		}
 	}()
 	x.o.Other(x.ctx, Notification{TID: int(n.Pid), Arch: n.Data.Arch, Nr: n.Data.Nr, Args: n.Data.Args, id: n.ID, l: x.l})
+}
+
+// decideAll decides every program the exec runs, each as an exec of its
+// own (exec.path, exec.argv and exec.digest its own; exec.program and
+// exec.interpreter the whole exec's), in order, until one is denied: that
+// verdict, its reason saying which program it was, is the exec's. When all
+// are allowed, the exec's own verdict is.
+func (x *Execs) decideAll(ev *event.Event, p plan) event.Verdict {
+	if len(p.views) == 1 {
+		return x.decide(ev) // the program is the exec's: its event is the exec's own
+	}
+	var first event.Verdict
+	for i, view := range p.views {
+		ve := *ev
+		ve.Exec = &event.Exec{Path: view.path, Argv: view.argv, Cwd: ev.Exec.Cwd,
+			Program: ev.Exec.Program, Interpreter: ev.Exec.Interpreter, Digest: viewDigest(view, "")}
+		v := x.decide(&ve)
+		if !v.Allowed() {
+			if view.role != roleExec {
+				v.Reason = withSuffix(v.Reason, "(as "+view.path+": "+view.role+")")
+			}
+			return v
+		}
+		if i == 0 {
+			first = v
+		}
+	}
+	return first
+}
+
+func viewDigest(v program, or string) string {
+	if v.info == nil {
+		return or
+	}
+	return v.info.digest
 }
 
 // decide asks o.Decide, giving up when Close cancels it. Decide gets a
@@ -400,6 +450,10 @@ func killedReason(r uint32) string {
 		return reasonKilledArgv
 	case killedFilename:
 		return reasonKilledPath
+	case killedInterp:
+		return reasonKilledInterp
+	case killedProgram:
+		return reasonKilledProg
 	}
 	return reasonKilledRead
 }

@@ -233,6 +233,13 @@ func TestExec(t *testing.T) {
 	for i := range 300 {
 		long = append(long, fmt.Sprintf("%03d-%s", i, strings.Repeat("x", 300)))
 	}
+	real := func(p string) string {
+		r, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
 	unverified := func(r string) string {
 		if !verified {
 			return withSuffix(r, reasonUnverified)
@@ -252,49 +259,49 @@ func TestExec(t *testing.T) {
 			name:     "allowed",
 			cmd:      helperCmd{Op: "exec", Path: "/bin/true", Argv: []string{"true"}},
 			want:     helperResult{Status: "exit 0"},
-			wantExec: event.Exec{Path: "/bin/true", Argv: []string{"true"}, Cwd: cwd, Digest: sha256File(t, "/bin/true")},
+			wantExec: event.Exec{Path: "/bin/true", Argv: []string{"true"}, Cwd: cwd, Program: real("/bin/true"), Digest: sha256File(t, "/bin/true")},
 			verdict:  event.Verdict{Action: event.Allow, Rule: "ok", DecidedBy: event.DecidedByRule, Reason: unverified("")},
 		},
 		{
 			name:     "denied",
 			cmd:      helperCmd{Op: "exec", Path: "/bin/false", Argv: []string{"false"}},
 			want:     helperResult{Errno: "EPERM"},
-			wantExec: event.Exec{Path: "/bin/false", Argv: []string{"false"}, Cwd: cwd},
+			wantExec: event.Exec{Path: "/bin/false", Argv: []string{"false"}, Cwd: cwd, Program: real("/bin/false")},
 			verdict:  event.Verdict{Action: event.Deny, Rule: "no-false", DecidedBy: event.DecidedByRule, Reason: "false is not allowed (denied with EPERM)"},
 		},
 		{
 			name:     "denied by argv",
 			cmd:      helperCmd{Op: "exec", Path: "/bin/echo", Argv: []string{"echo", "push", "--force"}},
 			want:     helperResult{Errno: "EPERM"},
-			wantExec: event.Exec{Path: "/bin/echo", Argv: []string{"echo", "push", "--force"}, Cwd: cwd},
+			wantExec: event.Exec{Path: "/bin/echo", Argv: []string{"echo", "push", "--force"}, Cwd: cwd, Program: real("/bin/echo")},
 			verdict:  event.Verdict{Action: event.Deny, Rule: "no-force", DecidedBy: event.DecidedByRule, Reason: "no forced pushes (denied with EPERM)"},
 		},
 		{
 			name:     "relative to the working directory",
 			cmd:      helperCmd{Op: "exec", Path: "./echo", Argv: []string{"echo", "hi"}, Dir: "/bin"},
 			want:     helperResult{Status: "exit 0", Stdout: "hi\n"},
-			wantExec: event.Exec{Path: bin + "/echo", Argv: []string{"echo", "hi"}, Cwd: bin},
+			wantExec: event.Exec{Path: bin + "/echo", Argv: []string{"echo", "hi"}, Cwd: bin, Program: real(bin + "/echo")},
 			verdict:  event.Verdict{Action: event.Allow, Rule: "ok", DecidedBy: event.DecidedByRule, Reason: unverified("")},
 		},
 		{
 			name:     "empty argv",
 			cmd:      helperCmd{Op: "exec", Path: "/bin/true"},
 			want:     helperResult{Status: "exit 0"},
-			wantExec: event.Exec{Path: "/bin/true", Cwd: cwd},
+			wantExec: event.Exec{Path: "/bin/true", Cwd: cwd, Program: real("/bin/true")},
 			verdict:  event.Verdict{Action: event.Allow, Rule: "ok", DecidedBy: event.DecidedByRule, Reason: unverified("")},
 		},
 		{
 			name:     "long argv",
 			cmd:      helperCmd{Op: "exec", Path: "/bin/echo", Argv: long},
 			want:     helperResult{Status: "exit 0", Stdout: strings.Join(long[1:], " ") + "\n"},
-			wantExec: event.Exec{Path: "/bin/echo", Argv: long, Cwd: cwd},
+			wantExec: event.Exec{Path: "/bin/echo", Argv: long, Cwd: cwd, Program: real("/bin/echo")},
 			verdict:  event.Verdict{Action: event.Allow, Rule: "ok", DecidedBy: event.DecidedByRule, Reason: unverified("")},
 		},
 		{
 			name:     "script",
 			cmd:      helperCmd{Op: "exec", Path: script, Argv: []string{"whatever", "a", "b"}},
 			want:     helperResult{Status: "exit 0", Stdout: "script a b\n"},
-			wantExec: event.Exec{Path: script, Argv: []string{"whatever", "a", "b"}, Cwd: cwd},
+			wantExec: event.Exec{Path: script, Argv: []string{"whatever", "a", "b"}, Cwd: cwd, Program: real("/bin/sh"), Interpreter: "/bin/sh", Digest: sha256File(t, "/bin/sh")},
 			verdict:  event.Verdict{Action: event.Allow, Rule: "ok", DecidedBy: event.DecidedByRule, Reason: unverified("")},
 		},
 		{
@@ -303,14 +310,14 @@ func TestExec(t *testing.T) {
 			name:     "many arguments",
 			cmd:      helperCmd{Op: "exec", Path: "/bin/true", Argv: append([]string{"true"}, slices.Repeat([]string{"tree/d00/f0000.go"}, 20000)...)},
 			want:     helperResult{Status: "exit 0"},
-			wantExec: event.Exec{Path: "/bin/true", Argv: append([]string{"true"}, slices.Repeat([]string{"tree/d00/f0000.go"}, 20000)...), Cwd: cwd},
+			wantExec: event.Exec{Path: "/bin/true", Argv: append([]string{"true"}, slices.Repeat([]string{"tree/d00/f0000.go"}, 20000)...), Cwd: cwd, Program: real("/bin/true")},
 			verdict:  event.Verdict{Action: event.Allow, Rule: "ok", DecidedBy: event.DecidedByRule},
 		},
 		{
 			name:     "argv changed after the check",
 			cmd:      helperCmd{Op: "exec", Path: "/bin/echo", Argv: []string{"echo", "safe"}},
 			want:     helperResult{Status: "signal killed"},
-			wantExec: event.Exec{Path: "/bin/echo", Argv: []string{"echo", "safe"}, Cwd: cwd},
+			wantExec: event.Exec{Path: "/bin/echo", Argv: []string{"echo", "safe"}, Cwd: cwd, Program: real("/bin/echo")},
 			verdict:  event.Verdict{Action: event.Allow, Rule: "ok", DecidedBy: event.DecidedByRule},
 			killed:   reasonKilledArgv,
 		},

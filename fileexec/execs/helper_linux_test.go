@@ -24,7 +24,18 @@ import (
 // commands the test sends there and answers each with a helperResult.
 const helperEnv = "CHAPERONE_EXECS_TEST_HELPER"
 
+// argvPrinterEnv makes the test binary print its argv, each argument
+// followed by a NUL, and exit: the tests run it as a #! interpreter and
+// under the dynamic loader to see what the kernel and the loader pass.
+const argvPrinterEnv = "CHAPERONE_EXECS_TEST_ARGV"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(argvPrinterEnv) != "" {
+		for _, a := range os.Args {
+			os.Stdout.WriteString(a + "\x00")
+		}
+		os.Exit(0)
+	}
 	if mode := os.Getenv(helperEnv); mode != "" {
 		if err := runHelper(mode); err != nil {
 			fmt.Fprintln(os.Stderr, "helper:", err)
@@ -42,6 +53,12 @@ type helperCmd struct {
 	Argv []string // nil: an empty argv
 	Dir  string   // working directory of the child; "" keeps the helper's
 	N    int      // bench: how many times
+	// Via, when set, runs Path through a descriptor: Path is opened (its
+	// content copied into a memfd named "payload" when Memfd), and the
+	// exec's path is Via with %d replaced by the descriptor
+	// ("/proc/self/fd/%d"). execveat uses the descriptor itself.
+	Via   string
+	Memfd bool
 }
 
 // helperResult is the helper's answer.
@@ -103,8 +120,38 @@ func runHelper(mode string) error {
 	}
 }
 
+// openVia opens c.Path for an exec through a descriptor, inherited by
+// children (no close-on-exec): the file itself, or a memfd with its
+// content.
+func openVia(c helperCmd) (int, error) {
+	if !c.Memfd {
+		return unix.Open(c.Path, unix.O_RDONLY, 0)
+	}
+	b, err := os.ReadFile(c.Path)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := unix.MemfdCreate("payload", 0)
+	if err != nil {
+		return -1, err
+	}
+	if _, err := unix.Write(fd, b); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
 // spawn runs c.Path with c.Argv exactly (empty included) and waits.
 func spawn(c helperCmd) helperResult {
+	if c.Via != "" {
+		fd, err := openVia(c)
+		if err != nil {
+			return helperResult{Errno: errnoName(err)}
+		}
+		defer unix.Close(fd)
+		c.Path, c.Via = fmt.Sprintf(c.Via, fd), ""
+	}
 	rd, wr, err := os.Pipe()
 	if err != nil {
 		return helperResult{Errno: err.Error()}
@@ -148,6 +195,9 @@ func errnoName(err error) string {
 // failed exec comes back.
 func execveatFromThread(c helperCmd) helperResult {
 	fd, err := unix.Open(c.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if c.Memfd {
+		fd, err = openVia(c)
+	}
 	if err != nil {
 		return helperResult{Errno: errnoName(err)}
 	}

@@ -44,7 +44,7 @@ type ExecOptions struct {
 type Stats struct {
 	Events  uint64 // execs decided (and published)
 	Denied  uint64 // of which denied with EPERM
-	Killed  uint64 // allowed execs the verifier killed: argv or path changed after the check
+	Killed  uint64 // allowed execs the verifier killed: argv, path, interpreter or program changed after the check
 	Outside uint64 // execs of processes outside the session, let through undecided
 }
 
@@ -57,6 +57,8 @@ const (
 	reasonKilledArgv   = "argv changed after the check; killed before it ran"
 	reasonKilledPath   = "path changed after the check; killed before it ran"
 	reasonKilledRead   = "argv unreadable at exec; killed before it ran"
+	reasonKilledInterp = "interpreter changed after the check; killed before it ran"
+	reasonKilledProg   = "program changed after the check; killed before it ran"
 )
 
 // withSuffix appends a parenthesized note to a verdict's reason.

@@ -4,8 +4,6 @@ package execs
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -128,86 +125,11 @@ func joinAbs(dir, rel string) string {
 }
 
 // openTarget opens the file the exec names, as the process sees it: the
-// descriptor itself, or the resolved path inside the process's root
-// (RESOLVE_IN_ROOT keeps absolute symlinks inside it too). An O_PATH
-// descriptor: a FIFO cannot hold the answer.
+// descriptor itself, or the path (request.open). An O_PATH descriptor: a
+// FIFO cannot hold the answer.
 func openTarget(r *request) (*os.File, error) {
-	proc := "/proc/" + strconv.Itoa(r.tid)
-	// O_PATH: opened without reading it, so no fanotify permission event
-	// (the session's mounts are watched, by this process); digests.of
-	// reopens it for reading only to hash a file not seen before.
-	const flags = unix.O_PATH | unix.O_CLOEXEC
 	if r.emptyFD {
-		return os.OpenFile(proc+"/fd/"+strconv.Itoa(int(r.args.dirfd)), flags, 0)
+		return os.OpenFile("/proc/"+strconv.Itoa(r.tid)+"/fd/"+strconv.Itoa(int(r.args.dirfd)), unix.O_PATH|unix.O_CLOEXEC, 0)
 	}
-	if !filepath.IsAbs(r.resolved) {
-		return nil, fmt.Errorf("no absolute path for %q", r.path)
-	}
-	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(root)
-	fd, err := unix.Openat2(root, r.resolved, &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_IN_ROOT})
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), r.resolved), nil
-}
-
-// fileKey names a version of a file: a write changes ctime, and ctime
-// cannot be set back from user space.
-type fileKey struct {
-	dev, ino     uint64
-	size         int64
-	mtime, ctime unix.Timespec
-}
-
-// digests caches sha256 digests of executables by fileKey. Bounded: when
-// full, an arbitrary entry goes.
-type digests struct {
-	mu  sync.Mutex
-	max int
-	m   map[fileKey]string
-}
-
-func newDigests(max int) *digests { return &digests{max: max, m: make(map[fileKey]string)} }
-
-// of returns "sha256:<hex>" of the regular file f, an O_PATH descriptor:
-// a version seen before costs an fstat, a new one is reopened to be read.
-func (d *digests) of(f *os.File) (string, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return "", err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return "", errors.New("not a regular file")
-	}
-	k := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
-	d.mu.Lock()
-	s, ok := d.m[k]
-	d.mu.Unlock()
-	if ok {
-		return s, nil
-	}
-	rf, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	if err != nil {
-		return "", err
-	}
-	defer rf.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, rf); err != nil {
-		return "", err
-	}
-	s = "sha256:" + hex.EncodeToString(h.Sum(nil))
-	d.mu.Lock()
-	if len(d.m) >= d.max {
-		for old := range d.m {
-			delete(d.m, old)
-			break
-		}
-	}
-	d.m[k] = s
-	d.mu.Unlock()
-	return s, nil
+	return r.open(r.path, r.args.dirfd)
 }

@@ -21,6 +21,8 @@ const (
 	killedArgv       = 1
 	killedFilename   = 2
 	killedUnreadable = 3
+	killedInterp     = 4
+	killedProgram    = 5
 )
 
 // verifier is the loaded bpf/verify.c: an expectation per allowed exec,
@@ -81,8 +83,9 @@ func samePIDNamespace() error {
 // before the system call continues.
 func (v *verifier) arm(tid int, e expectation) error {
 	k := verifyExpectation{
-		ArgvHash: e.ArgvHash, TailHash: e.TailHash, FileHash: e.FileHash,
-		ArgvLen: e.ArgvLen, TailLen: e.TailLen, FileLen: e.FileLen,
+		ArgvHash: e.ArgvHash, TailHash: e.TailHash, FileHash: e.FileHash, InterpHash: e.InterpHash,
+		ArgvLen: e.ArgvLen, TailLen: e.TailLen, FileLen: e.FileLen, InterpLen: e.InterpLen,
+		Flags: e.Flags, Ino: e.Ino, Size: e.Size, CtimeSec: e.CtimeSec, CtimeNsec: e.CtimeNsec, Dev: e.Dev,
 	}
 	if err := v.objs.Expect.Put(uint32(tid), k); err != nil {
 		return fmt.Errorf("execs: verifier: arm %d: %w", tid, err)

@@ -14,14 +14,22 @@ import (
 )
 
 type verifyExpectation struct {
-	_        structs.HostLayout
-	ArgvHash uint64
-	TailHash uint64
-	FileHash uint64
-	ArgvLen  uint32
-	TailLen  uint32
-	FileLen  uint32
-	Flags    uint32
+	_          structs.HostLayout
+	ArgvHash   uint64
+	TailHash   uint64
+	FileHash   uint64
+	InterpHash uint64
+	ArgvLen    uint32
+	TailLen    uint32
+	FileLen    uint32
+	InterpLen  uint32
+	Flags      uint32
+	Pad        uint32
+	Ino        uint64
+	Size       int64
+	CtimeSec   int64
+	CtimeNsec  uint32
+	Dev        uint32
 }
 
 type verifyKilledRec struct {

@@ -41,7 +41,42 @@ struct task_struct {
 	struct mm_struct *mm;
 } __attribute__((preserve_access_index));
 
+struct super_block {
+	__u32 s_dev;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+	long long i_size;
+} __attribute__((preserve_access_index));
+
+/* The inode's ctime, by kernel version (CO-RE flavors of struct inode:
+ * the loader uses the one whose field the running kernel has). */
+struct timespec64 {
+	__s64 tv_sec;
+	long tv_nsec;
+};
+
+struct inode___v611 { /* Linux 6.11 and later */
+	__s64 i_ctime_sec;
+	__u32 i_ctime_nsec;
+} __attribute__((preserve_access_index));
+
+struct inode___v66 { /* 6.6 to 6.10 */
+	struct timespec64 __i_ctime;
+} __attribute__((preserve_access_index));
+
+struct inode___v5 { /* before 6.6 */
+	struct timespec64 i_ctime;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
 struct linux_binprm {
+	struct file *file;
 	const char *filename;
 	const char *interp;
 } __attribute__((preserve_access_index));

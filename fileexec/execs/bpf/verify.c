@@ -13,13 +13,23 @@
  *       and before the process returns to user space. Only a thread with
  *       an entry in `expect` is checked, keyed by old_pid: the id of the
  *       thread that called execve, which is not the new image's pid when
- *       a non-leader thread exec'd. The entry is deleted, then the new
- *       argv (mm->arg_start..arg_end) and bprm->filename are hashed with
- *       FNV-1a 64 and compared, with their lengths. Any difference, or
- *       memory that cannot be read, sends SIGKILL to the process, which
- *       dies before its first instruction, and a record to `killed`.
- *       When a binfmt handler (#! scripts, binfmt_misc) replaced the
- *       interpreter, argv[0] was replaced too: then only argv[1:] (the
+ *       a non-leader thread exec'd. The entry is deleted, then checked:
+ *         - bprm->filename, hashed with FNV-1a 64, with its length;
+ *         - the interpreter: with EXPECT_INTERP, bprm->interp (the last
+ *           #! line's interpreter, as written) hashed and compared; without
+ *           it, bprm->interp must still be bprm->filename (no #! script,
+ *           no binfmt_misc handler ran);
+ *         - the new argv (mm->arg_start..arg_end): the whole area, which
+ *           user space computed as the kernel builds it for a #! chain;
+ *         - with EXPECT_INODE, the file the kernel loaded (bprm->file: the
+ *           binary, or the last #! interpreter): its inode number, size
+ *           and ctime (a write, a chmod or a rename changes it), and with
+ *           EXPECT_DEVICE its superblock's device.
+ *       Any difference, or memory that cannot be read, sends SIGKILL to
+ *       the process, which dies before its first instruction, and a record
+ *       to `killed`. With EXPECT_LENIENT (a file user space does not know
+ *       how the kernel runs: binfmt_misc may hand it to a program) the
+ *       interpreter is not checked, and when one ran only argv[1:] (the
  *       end of the area, starting right after a NUL) is compared.
  *   tp_btf/sched_process_exit
  *       Deletes the exiting thread's entry, so that an exec that failed
@@ -27,6 +37,7 @@
  */
 #include "types.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 
 #define FNV_OFFSET 0xcbf29ce484222325ULL
 #define FNV_PRIME 0x100000001b3ULL
@@ -41,16 +52,36 @@
 #define REASON_ARGV 1     /* argv differs */
 #define REASON_FILENAME 2 /* the path differs */
 #define REASON_UNREADABLE 3
+#define REASON_INTERP 4  /* another interpreter ran */
+#define REASON_PROGRAM 5 /* another file, or another version of it, was loaded */
+
+/* expectation.flags */
+#define EXPECT_INTERP 1
+#define EXPECT_LENIENT 2
+#define EXPECT_INODE 4
+#define EXPECT_DEVICE 8
+
+/* The nanoseconds of a ctime; the bits above are flags (multigrain
+ * timestamps mark a queried ctime in bit 31). */
+#define NSEC_MASK 0x3fffffff
 
 /* What user space allowed, by the id of the thread that asked. */
 struct expectation {
-	__u64 argv_hash; /* FNV-1a 64 of the whole argv area */
-	__u64 tail_hash; /* FNV-1a 64 of argv[1:] (the end of the area) */
-	__u64 file_hash; /* FNV-1a 64 of bprm->filename, without its NUL */
+	__u64 argv_hash;   /* FNV-1a 64 of the whole argv area */
+	__u64 tail_hash;   /* FNV-1a 64 of argv[1:] (the end of the area) */
+	__u64 file_hash;   /* FNV-1a 64 of bprm->filename, without its NUL */
+	__u64 interp_hash; /* FNV-1a 64 of bprm->interp, with EXPECT_INTERP */
 	__u32 argv_len;
 	__u32 tail_len;
 	__u32 file_len;
-	__u32 flags; /* reserved, 0 */
+	__u32 interp_len;
+	__u32 flags; /* EXPECT_* */
+	__u32 pad;
+	__u64 ino; /* of bprm->file's inode, with EXPECT_INODE */
+	__s64 size;
+	__s64 ctime_sec;
+	__u32 ctime_nsec;
+	__u32 dev; /* its superblock's s_dev, with EXPECT_DEVICE */
 };
 
 /* One killed exec, for user space to publish. */
@@ -192,7 +223,7 @@ static __always_inline __u32 check_argv(struct task_struct *p, struct linux_binp
 		return REASON_ARGV;
 	len = end - start;
 
-	if (bprm->interp == bprm->filename) {
+	if (!(e->flags & EXPECT_LENIENT) || bprm->interp == bprm->filename) {
 		if (len != e->argv_len)
 			return REASON_ARGV;
 		if (hash(start, len, &h))
@@ -200,8 +231,8 @@ static __always_inline __u32 check_argv(struct task_struct *p, struct linux_binp
 		return h == e->argv_hash ? 0 : REASON_ARGV;
 	}
 
-	/* An interpreter took argv[0]'s place: compare argv[1:], which must
-	 * start right after a NUL. */
+	/* An unknown handler took argv[0]'s place: compare argv[1:], which
+	 * must start right after a NUL. */
 	if (e->tail_len >= len)
 		return REASON_ARGV;
 	char before = 1;
@@ -214,24 +245,76 @@ static __always_inline __u32 check_argv(struct task_struct *p, struct linux_binp
 	return h == e->tail_hash ? 0 : REASON_ARGV;
 }
 
-static __always_inline __u32 check_filename(struct linux_binprm *bprm, struct expectation *e)
+/* check_kstr returns 0 when the kernel string s is len bytes hashing to
+ * want, else mismatch. */
+static __always_inline __u32 check_kstr(const char *s, __u32 len, __u64 want, __u32 mismatch)
 {
 	__u32 zero = 0;
-	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	struct scratch *sc = bpf_map_lookup_elem(&scratch, &zero);
 	__u64 h;
 	long n;
 
-	if (!s)
+	if (!sc)
 		return REASON_UNREADABLE;
-	n = bpf_probe_read_kernel_str(s->buf, MAX_FILENAME, bprm->filename);
+	n = bpf_probe_read_kernel_str(sc->buf, MAX_FILENAME, s);
 	if (n <= 0)
 		return REASON_UNREADABLE;
 	n--; /* the NUL */
-	if (n != e->file_len || n >= MAX_FILENAME)
-		return REASON_FILENAME;
+	if (n != len || n >= MAX_FILENAME)
+		return mismatch;
 	if (hash(0, n, &h))
 		return REASON_UNREADABLE;
-	return h == e->file_hash ? 0 : REASON_FILENAME;
+	return h == want ? 0 : mismatch;
+}
+
+static __always_inline __u32 check_interp(struct linux_binprm *bprm, struct expectation *e)
+{
+	if (e->flags & EXPECT_LENIENT)
+		return 0;
+	if (!(e->flags & EXPECT_INTERP))
+		return bprm->interp == bprm->filename ? 0 : REASON_INTERP;
+	if (bprm->interp == bprm->filename)
+		return REASON_INTERP;
+	return check_kstr(bprm->interp, e->interp_len, e->interp_hash, REASON_INTERP);
+}
+
+/* check_program returns 0 when bprm->file is the version of the file
+ * user space decided on. */
+static __always_inline __u32 check_program(struct linux_binprm *bprm, struct expectation *e)
+{
+	struct file *f;
+	struct inode *in;
+	__s64 sec;
+	__u32 nsec;
+
+	if (!(e->flags & EXPECT_INODE))
+		return 0;
+	f = bprm->file;
+	if (!f)
+		return REASON_UNREADABLE;
+	in = f->f_inode;
+	if (!in)
+		return REASON_UNREADABLE;
+	if (in->i_ino != e->ino || in->i_size != e->size)
+		return REASON_PROGRAM;
+	if (bpf_core_field_exists(struct inode___v611, i_ctime_sec)) {
+		struct inode___v611 *t = (void *)in;
+		sec = t->i_ctime_sec;
+		nsec = t->i_ctime_nsec;
+	} else if (bpf_core_field_exists(struct inode___v66, __i_ctime)) {
+		struct inode___v66 *t = (void *)in;
+		sec = t->__i_ctime.tv_sec;
+		nsec = t->__i_ctime.tv_nsec;
+	} else {
+		struct inode___v5 *t = (void *)in;
+		sec = t->i_ctime.tv_sec;
+		nsec = t->i_ctime.tv_nsec;
+	}
+	if (sec != e->ctime_sec || (nsec & NSEC_MASK) != e->ctime_nsec)
+		return REASON_PROGRAM;
+	if ((e->flags & EXPECT_DEVICE) && in->i_sb->s_dev != e->dev)
+		return REASON_PROGRAM;
+	return 0;
 }
 
 SEC("tp_btf/sched_process_exec")
@@ -249,7 +332,11 @@ int on_exec(__u64 *ctx)
 	e = *found;
 	bpf_map_delete_elem(&expect, &old_pid);
 
-	reason = check_filename(bprm, &e);
+	reason = check_kstr(bprm->filename, e.file_len, e.file_hash, REASON_FILENAME);
+	if (!reason)
+		reason = check_interp(bprm, &e);
+	if (!reason)
+		reason = check_program(bprm, &e);
 	if (!reason)
 		reason = check_argv(p, bprm, &e);
 	if (reason) {
