@@ -3,7 +3,8 @@
 // request for its model, streaming flag and the agent's current task
 // (Inspect), rewriting the string values of a JSON body in place so that the
 // caller can redact secrets (RewriteStrings), undoing and redoing
-// Content-Encoding (DecodeBody, EncodeBody), and passing a response through as
+// Content-Encoding, stacked codings included, whole or as a stream (Decode,
+// Encoding.Encode, Encoding.NewReader), and passing a response through as
 // it streams while parsing its usage, finish reasons and tool calls and
 // restoring redacted placeholders (ResponseReader). Secret detection lives in
 // rewrite/secrets, credential injection and identity headers in
