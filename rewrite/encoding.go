@@ -215,10 +215,24 @@ func newDecoder(c coding, src io.Reader, maxMemory int) (io.ReadCloser, error) {
 	switch c {
 	case codingGzip:
 		return gzip.NewReader(src)
-	case codingZlib:
-		return zlib.NewReader(src)
-	case codingRawDeflate:
-		return flate.NewReader(src), nil
+	case codingZlib, codingRawDeflate:
+		// A deflate stream ends by itself: the readers stop there and
+		// ignore what follows, which would then go unchecked.
+		br, ok := src.(flate.Reader)
+		if !ok {
+			br = bufio.NewReader(src)
+		}
+		var d io.ReadCloser
+		if c == codingZlib {
+			zr, err := zlib.NewReader(br)
+			if err != nil {
+				return nil, err
+			}
+			d = zr
+		} else {
+			d = flate.NewReader(br)
+		}
+		return &deflateEnd{ReadCloser: d, src: br}, nil
 	case codingBrotli:
 		return io.NopCloser(brotli.NewReader(src)), nil
 	case codingZstd:
@@ -230,6 +244,28 @@ func newDecoder(c coding, src io.Reader, maxMemory int) (io.ReadCloser, error) {
 		return zstdCloser{zr}, nil
 	}
 	return nil, ErrUnsupportedEncoding
+}
+
+// errTrailing is data after the end of a deflate stream.
+var errTrailing = errors.New("data after the end of the deflate stream")
+
+// deflateEnd fails a deflate stream followed by anything.
+type deflateEnd struct {
+	io.ReadCloser
+	src io.ByteReader // what the deflate reader reads, byte by byte
+}
+
+func (d *deflateEnd) Read(p []byte) (int, error) {
+	n, err := d.ReadCloser.Read(p)
+	if err == io.EOF {
+		if _, berr := d.src.ReadByte(); berr != io.EOF {
+			if berr == nil {
+				berr = errTrailing
+			}
+			return n, berr
+		}
+	}
+	return n, err
 }
 
 type zstdCloser struct{ *zstd.Decoder }

@@ -155,6 +155,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"corrupt gzip", "gzip", []byte("not gzip " + secret), nil, "Content-Encoding gzip could not be decoded: gzip: invalid header"},
 		{"truncated gzip", "gzip", gz[:len(gz)-6], nil, "Content-Encoding gzip could not be decoded: unexpected EOF"},
 		{"gzip said, br sent", "gzip, br", gz, nil, "Content-Encoding br could not be decoded: "},
+		{"deflate then more", "deflate", append(stdEncode(t, "zlib", []byte("hello")), secret...), nil, "Content-Encoding deflate could not be decoded: data after the end of the deflate stream"},
+		{"bare deflate then more", "deflate", append(stdEncode(t, "raw", []byte("hello")), secret...), nil, "Content-Encoding deflate could not be decoded: data after the end of the deflate stream"},
+		{"gzip then more", "gzip", append(stdEncode(t, "gzip", []byte("hello")), secret...), nil, "Content-Encoding gzip could not be decoded: gzip: invalid header"},
+		{"br then more", "br", append(stdEncode(t, "br", []byte("hello")), secret...), nil, "Content-Encoding br could not be decoded: brotli: excessive input"},
+		{"zstd then more", "zstd", append(stdEncode(t, "zstd", []byte("hello")), secret...), nil, "Content-Encoding zstd could not be decoded: "},
 		{"not zstd", "zstd", []byte("not zstd " + secret), nil, "Content-Encoding zstd could not be decoded: "},
 	}
 	for _, tt := range tests {
@@ -253,17 +258,18 @@ func FuzzDecodeDeflate(f *testing.F) {
 		const limit = 64 << 10
 		var ref io.Reader
 		ce := "deflate"
+		src := bytes.NewReader(body)
 		switch kind % 3 {
 		case 0:
 			if zlibHeader(body) {
 				return // ours takes it as zlib: compared below
 			}
-			ref = flate.NewReader(bytes.NewReader(body))
+			ref = flate.NewReader(src)
 		case 1:
 			if !zlibHeader(body) {
 				return
 			}
-			zr, err := zlib.NewReader(bytes.NewReader(body))
+			zr, err := zlib.NewReader(src)
 			if err != nil {
 				ref = errReader{noEOF(err)}
 			} else {
@@ -281,6 +287,9 @@ func FuzzDecodeDeflate(f *testing.F) {
 		want, werr := io.ReadAll(io.LimitReader(ref, limit+1))
 		if werr == nil && len(want) > limit {
 			werr = ErrTooLarge
+		}
+		if werr == nil && ce == "deflate" && src.Len() > 0 {
+			werr = errTrailing // the standard library's readers stop at the stream's end
 		}
 		got, _, err := Decode(ce, body, limit)
 		if (err == nil) != (werr == nil) {
