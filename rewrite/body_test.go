@@ -267,7 +267,7 @@ func mapStrings(v any, fn func(string) (string, bool)) any {
 
 func TestEncodingRoundTrip(t *testing.T) {
 	body := bytes.Repeat([]byte(`{"text":"hello AKIA"}`), 500)
-	for _, ce := range []string{"", "identity", "gzip", "x-gzip", "br", "zstd", "GZIP", " Br ", "ZSTD"} {
+	for _, ce := range []string{"", "identity", "gzip", "x-gzip", "br", "zstd", "GZIP", " Br ", "ZSTD", "deflate", "gzip, br", "zstd,deflate, gzip"} {
 		t.Run(ce, func(t *testing.T) {
 			enc, err := EncodeBody(ce, body)
 			if err != nil {
@@ -293,9 +293,10 @@ func TestEncodingErrors(t *testing.T) {
 		body []byte
 		want error
 	}{
-		{"deflate", []byte("x"), ErrUnsupportedEncoding},
 		{"compress", []byte("x"), ErrUnsupportedEncoding},
-		{"gzip, br", []byte("x"), ErrUnsupportedEncoding},
+		{"gzip, br, zstd, deflate, gzip", []byte("x"), ErrUnsupportedEncoding},
+		{"gzip, br", []byte("x"), nil},
+		{"deflate", []byte("x"), nil},
 		{"gzip", []byte("not gzip"), nil},
 		{"zstd", []byte("not zstd"), nil},
 		{"br", []byte("not brotli at all, really"), nil},

@@ -3,7 +3,10 @@
 // request for its model, streaming flag and the agent's current task
 // (Inspect), rewriting the string values of a JSON body in place so that the
 // caller can redact secrets (RewriteStrings), undoing and redoing
-// Content-Encoding (DecodeBody, EncodeBody), and passing a response through as
+// Content-Encoding, stacked codings included, whole or as a stream (Decode,
+// Encoding.Encode, Encoding.NewReader), checking a body too large to hold
+// as it streams, window by window, giving out only what has been checked
+// (StreamScanner), and passing a response through as
 // it streams while parsing its usage, finish reasons and tool calls and
 // restoring redacted placeholders (ResponseReader). Secret detection lives in
 // rewrite/secrets, credential injection and identity headers in
@@ -11,7 +14,8 @@
 //
 // It is pure logic: no network, no files, no clocks, no logging. Errors never
 // carry body content, so they never carry a secret. Everything is safe for
-// concurrent use except a ResponseReader, which belongs to one response.
+// concurrent use except a ResponseReader or a StreamScanner, which belong to
+// one response or request.
 //
 // It imports only the standard library, github.com/klauspost/compress/zstd and
 // github.com/andybalholm/brotli; of the project, at most event.

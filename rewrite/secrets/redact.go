@@ -20,11 +20,13 @@ const MaxPlaceholderLen = 64
 const minHex = 4
 
 // Redactor replaces the secrets of one session with placeholders and
-// remembers them, so that the placeholders can be restored in responses. It
-// is safe for concurrent use.
+// remembers them, so that the placeholders can be restored in responses,
+// and so that their encodings are found in later texts (Known). It is safe
+// for concurrent use.
 type Redactor struct {
-	s   *Scanner
-	key []byte
+	s     *Scanner
+	key   []byte
+	known *Known
 
 	mu       sync.Mutex
 	bySecret map[redactKey]string // (rule, secret) -> placeholder
@@ -35,36 +37,69 @@ type redactKey struct{ rule, secret string }
 
 // NewRedactor returns a Redactor for one session. key (32 random bytes per
 // session) keys the HMAC that names each secret's placeholder: the same
-// secret under the same key gets the same placeholder.
+// secret under the same key gets the same placeholder. Its Known set holds
+// DefaultKnownValues.
 func NewRedactor(s *Scanner, key []byte) *Redactor {
 	return &Redactor{
 		s:        s,
 		key:      append([]byte(nil), key...),
+		known:    NewKnown(DefaultKnownValues),
 		bySecret: map[redactKey]string{},
 		secrets:  map[string]string{},
 	}
 }
 
+// Known is the session's set of known secret values: each secret Redact
+// finds joins it, and so may the caller's.
+func (r *Redactor) Known() *Known { return r.known }
+
 // Redact returns v with every secret replaced by its placeholder; ids lists
 // the rule id of each replacement, in order (duplicates kept). Once a secret
 // is found, its other occurrences in v are replaced too, even where no rule
-// would find it. When nothing is found, out is v and ids is nil, and nothing
-// is allocated.
+// would find it; so are known values (Known) and their encodings, each by
+// the placeholder of the value itself (a brokered credential's is never
+// restored). The secrets found join Known. When nothing is found, out is v
+// and ids is nil, and nothing is allocated.
 func (r *Redactor) Redact(v string) (out string, ids []string) {
 	fs := r.s.ScanString(v)
-	if len(fs) == 0 {
+	km := r.known.Find(v)
+	if len(fs) == 0 && len(km) == 0 {
 		return v, nil
 	}
-	fs = everyOccurrence(v, fs)
+	if len(fs) > 0 {
+		fs = everyOccurrence(v, fs)
+	}
+	type repl struct {
+		start, end int
+		id, ph     string
+	}
+	rs := make([]repl, 0, len(fs)+len(km))
+	for _, f := range fs {
+		secret := v[f.Start:f.End]
+		rs = append(rs, repl{f.Start, f.End, f.RuleID, r.placeholder(f.RuleID, secret, true)})
+		r.known.Add(f.RuleID, secret)
+	}
+	for _, m := range km {
+		if overlapsAny(fs, m.Start, m.End) {
+			continue
+		}
+		rs = append(rs, repl{m.Start, m.End, m.RuleID, r.placeholder(m.RuleID, m.value, m.Credential == "")})
+	}
+	if len(km) > 0 {
+		slices.SortStableFunc(rs, func(x, y repl) int { return x.start - y.start })
+	}
 	var b strings.Builder
 	b.Grow(len(v))
-	ids = make([]string, 0, len(fs))
+	ids = make([]string, 0, len(rs))
 	last := 0
-	for _, f := range fs {
-		b.WriteString(v[last:f.Start])
-		b.WriteString(r.placeholder(f.RuleID, v[f.Start:f.End]))
-		ids = append(ids, f.RuleID)
-		last = f.End
+	for _, x := range rs {
+		if x.start < last {
+			continue // overlaps one replaced already
+		}
+		b.WriteString(v[last:x.start])
+		b.WriteString(x.ph)
+		ids = append(ids, x.id)
+		last = x.end
 	}
 	b.WriteString(v[last:])
 	return b.String(), ids
@@ -81,8 +116,9 @@ func (r *Redactor) Lookup(placeholder string) (secret string, ok bool) {
 // placeholder names secret, found by rule id. Placeholders of one session
 // never collide: a secret whose short name is taken by another gets a longer
 // one, so the first comer keeps its name and the result does not depend on
-// anything but the order secrets were first seen in.
-func (r *Redactor) placeholder(id, secret string) string {
+// anything but the order secrets were first seen in. Lookup restores it
+// only if restorable.
+func (r *Redactor) placeholder(id, secret string, restorable bool) string {
 	k := redactKey{id, secret}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -101,7 +137,7 @@ func (r *Redactor) placeholder(id, secret string) string {
 		}
 	}
 	r.bySecret[k] = p
-	if _, taken := r.secrets[p]; !taken {
+	if _, taken := r.secrets[p]; !taken && restorable {
 		r.secrets[p] = secret
 	}
 	return p

@@ -104,8 +104,8 @@ func TestPlaceholderCollisions(t *testing.T) {
 	long := 0
 	for i := range 3000 {
 		secret := fmt.Sprintf("secret-%d", i)
-		p := a.placeholder("env-secret", secret)
-		if q := b.placeholder("env-secret", secret); q != p {
+		p := a.placeholder("env-secret", secret, true)
+		if q := b.placeholder("env-secret", secret, true); q != p {
 			t.Fatalf("secret %d: sessions disagree on its placeholder", i)
 		}
 		if old, dup := seen[p]; dup && old != secret {

@@ -149,6 +149,13 @@ func (s *Scanner) scan(text string) []Finding {
 	if text == "" {
 		return nil
 	}
+	// One pass of the keyword automaton drives every rule that has
+	// keywords. Most texts (a header's value, a clean prompt) have none:
+	// they cost that pass and nothing else.
+	pos, q, ok := s.ac.find(text, 0, 0)
+	if !ok && len(s.always) == 0 {
+		return nil
+	}
 	st := s.states.Get().(*scanState)
 	defer s.states.Put(st)
 	for i := range st.open {
@@ -157,21 +164,14 @@ func (s *Scanner) scan(text string) []Finding {
 		st.tried[i] = -1
 	}
 	st.cands = st.cands[:0]
-
-	// One pass of the keyword automaton drives every rule that has keywords.
-	pos, q := 0, int32(0)
-	for {
-		var ok bool
-		pos, q, ok = s.ac.find(text, pos, q)
-		if !ok {
-			break
-		}
+	for ok {
 		for _, k := range s.ac.outputs(q) {
 			start := pos - s.ac.lens[k]
 			for _, ri := range s.kwRules[k] {
 				s.hit(st, text, ri, start, pos)
 			}
 		}
+		pos, q, ok = s.ac.find(text, pos, q)
 	}
 	for ri, w := range st.open {
 		if w.end >= 0 {
