@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -412,7 +413,12 @@ func (p *Proxy) relays(t *tunnel, r *http.Request) bool {
 			port = "443"
 		}
 	}
-	return !p.hostMatches(t, net.JoinHostPort(host, port))
+	if p.hostMatches(t, net.JoinHostPort(host, port)) {
+		return false
+	}
+	// The destination's own address, on a tunnel known by name.
+	a, err := netip.ParseAddr(host)
+	return err != nil || !t.dst.IsValid() || a.Unmap() != t.dst.Addr().Unmap() || port != strconv.Itoa(int(t.port))
 }
 
 // forwardRelayed serves r, a request in absolute form that t's client
