@@ -291,7 +291,7 @@ func (p *Proxy) serveSOCKS(ctx context.Context, tc *tunnelConn, proto protocol) 
 		methods := msg[2:]
 		// A password if the client has one, to pass on to the relay if it
 		// asks; else none.
-		choice := byte(socks5AuthNoneOK)
+		choice := byte(socks5NoAcceptable)
 		switch {
 		case slices.Contains(methods, socks5AuthPassword):
 			choice = socks5AuthPassword
@@ -301,7 +301,7 @@ func (p *Proxy) serveSOCKS(ctx context.Context, tc *tunnelConn, proto protocol) 
 		if _, err := tc.Conn.Write([]byte{socksVersion5, choice}); err != nil {
 			return false
 		}
-		if choice == socks5AuthNoneOK {
+		if choice == socks5NoAcceptable {
 			p.refuseRelay(t, rp, "", 0, ruleRelayUnsupported, "the SOCKS5 client offers no authentication method the proxy can pass on (none, username and password)")
 			return false
 		}
