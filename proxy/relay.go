@@ -131,7 +131,11 @@ type relayDest struct {
 func (d relayDest) hostPort() string { return net.JoinHostPort(d.host, strconv.Itoa(int(d.port))) }
 
 // errRelayDest is a destination that no relay should be asked for.
-var errRelayDest = errors.New("not a host name or IP address with a port")
+var errRelayDest = errors.New("proxy: " + badRelayDest)
+
+// badRelayDest is why a destination is refused, as events say it (never
+// quoting it: it is the client's, and may carry anything).
+const badRelayDest = "not a host name or IP address with a port"
 
 // parseRelayDest normalises a destination asked of a relay.
 func parseRelayDest(host string, port uint16) (relayDest, error) {

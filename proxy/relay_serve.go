@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,7 +54,7 @@ func (p *Proxy) serveRequestLine(ctx context.Context, tc *tunnelConn) (handedOff
 }
 
 // errLineIncomplete is a request line the client did not finish.
-var errLineIncomplete = errors.New("request line incomplete")
+var errLineIncomplete = errors.New("proxy: request line incomplete")
 
 // peekLine returns the request line at the head of the sniffing buffer,
 // blank lines before it included, through its LF, waiting for it; a line
@@ -101,7 +102,7 @@ func (p *Proxy) refuseLine(tc *tunnelConn, err error) {
 		p.publishMalformed(t, http.StatusRequestURITooLong, "request line longer than "+strconv.Itoa(tc.r.Size())+" bytes")
 		writeClose(tc, http.StatusRequestURITooLong, "chaperone: request line too long\n", nil)
 	default:
-		p.publishMalformed(t, http.StatusBadRequest, "a request line that is not HTTP's: "+err.Error())
+		p.publishMalformed(t, http.StatusBadRequest, "a request line that is not HTTP's")
 		writeClose(tc, http.StatusBadRequest, "chaperone: malformed request line\n", nil)
 	}
 }
@@ -188,7 +189,7 @@ func (p *Proxy) serveRelayConnect(ctx context.Context, tc *tunnelConn, rl reques
 	host, port, ok := connectTarget(rl.target)
 	d, err := parseRelayDest(host, port)
 	if !ok || err != nil {
-		p.refuseRelay(t, relayHTTP, host, port, ruleMalformedRequest, "CONNECT to "+strconv.Quote(clip(rl.target, 100))+": "+errRelayDest.Error())
+		p.refuseRelay(t, relayHTTP, host, port, ruleMalformedRequest, "CONNECT to a target that is "+badRelayDest)
 		writeClose(tc, http.StatusBadRequest, "chaperone: CONNECT needs host:port\n", nil)
 		return false
 	}
@@ -234,13 +235,6 @@ func connectTarget(target string) (host string, port uint16, ok bool) {
 		return h, 0, false
 	}
 	return h, uint16(n), true
-}
-
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
 
 // serveRelayed serves the rest of tc as rt, the tunnel to the
@@ -290,7 +284,7 @@ func (p *Proxy) serveSOCKS(ctx context.Context, tc *tunnelConn, proto protocol) 
 		methods := msg[2:]
 		// A password if the client has one, to pass on to the relay if it
 		// asks; else none.
-		choice := byte(socks5AuthNoneOK)
+		choice := byte(socks5NoAcceptable)
 		switch {
 		case slices.Contains(methods, socks5AuthPassword):
 			choice = socks5AuthPassword
@@ -300,7 +294,7 @@ func (p *Proxy) serveSOCKS(ctx context.Context, tc *tunnelConn, proto protocol) 
 		if _, err := tc.Conn.Write([]byte{socksVersion5, choice}); err != nil {
 			return false
 		}
-		if choice == socks5AuthNoneOK {
+		if choice == socks5NoAcceptable {
 			p.refuseRelay(t, rp, "", 0, ruleRelayUnsupported, "the SOCKS5 client offers no authentication method the proxy can pass on (none, username and password)")
 			return false
 		}
@@ -356,7 +350,7 @@ func (p *Proxy) serveSOCKS(ctx context.Context, tc *tunnelConn, proto protocol) 
 	}
 	d, err := parseRelayDest(req.host, req.port)
 	if err != nil {
-		p.refuseRelay(t, rp, "", req.port, ruleMalformedRequest, "SOCKS request for "+strconv.Quote(clip(req.host, 100))+": "+err.Error())
+		p.refuseRelay(t, rp, "", req.port, ruleMalformedRequest, "SOCKS request for a target that is "+badRelayDest)
 		tc.Conn.Write(refusal)
 		return false
 	}
@@ -412,7 +406,12 @@ func (p *Proxy) relays(t *tunnel, r *http.Request) bool {
 			port = "443"
 		}
 	}
-	return !p.hostMatches(t, net.JoinHostPort(host, port))
+	if p.hostMatches(t, net.JoinHostPort(host, port)) {
+		return false
+	}
+	// The destination's own address, on a tunnel known by name.
+	a, err := netip.ParseAddr(host)
+	return err != nil || !t.dst.IsValid() || a.Unmap() != t.dst.Addr().Unmap() || port != strconv.Itoa(int(t.port))
 }
 
 // forwardRelayed serves r, a request in absolute form that t's client
@@ -435,7 +434,7 @@ func (p *Proxy) forwardRelayed(w http.ResponseWriter, r *http.Request, t *tunnel
 	}
 	d, err := parseRelayDest(host, port)
 	if err != nil {
-		p.refuseRelay(t, relayHTTP, host, port, ruleMalformedRequest, "a request in absolute form for "+strconv.Quote(clip(r.URL.Host, 100))+": "+err.Error())
+		p.refuseRelay(t, relayHTTP, host, port, ruleMalformedRequest, "a request in absolute form for a target that is "+badRelayDest)
 		writeText(w, http.StatusBadRequest, "chaperone: a request for a relay needs a host name or IP address\n")
 		return
 	}
@@ -483,7 +482,7 @@ func (tt tunnelTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return tt.p.transport.RoundTrip(req)
 	case t.relay.forward:
-		return nil, errors.New("a protocol switch is not passed to a relay in absolute form")
+		return nil, errors.New("proxy: a protocol switch is not passed to a relay in absolute form")
 	}
 	i := 0
 	if tt.h1Only {

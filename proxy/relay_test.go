@@ -642,3 +642,92 @@ func TestRelaySOCKSBind(t *testing.T) {
 	}
 	w.checkNothingRelayed(t, w.relay)
 }
+
+// Which requests in absolute form are for a relay: those for another
+// destination than the tunnel's, over plain HTTP.
+func TestRelays(t *testing.T) {
+	p := &Proxy{}
+	dst := netip.MustParseAddrPort("127.0.0.9:3128")
+	named := &tunnel{host: "proxy.example.test", port: 3128, dst: dst, scheme: "http"}
+	byAddr := &tunnel{port: 3128, dst: dst, scheme: "http"}
+	tlsTun := &tunnel{host: "proxy.example.test", port: 3128, dst: dst, scheme: "https"}
+	tests := []struct {
+		t      *tunnel
+		target string
+		want   bool
+	}{
+		{named, "/x", false},
+		{named, "http://proxy.example.test:3128/x", false},
+		{named, "http://127.0.0.9:3128/x", false},    // its own address
+		{named, "http://proxy.example.test/x", true}, // port 80
+		{named, "http://other.example.test:3128/x", true},
+		{named, "http://127.0.0.10:3128/x", true},
+		{byAddr, "http://127.0.0.9:3128/x", false},
+		{byAddr, "http://127.0.0.9/x", true},
+		{byAddr, "http://api.example.test/x", true},
+		{byAddr, "https://127.0.0.9:3128/x", false},
+		{tlsTun, "http://other.example.test/x", false}, // inside TLS: domain fronting, not a relay
+	}
+	for _, tt := range tests {
+		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + tt.target + " HTTP/1.1\r\nHost: h\r\n\r\n")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.relays(tt.t, r); got != tt.want {
+			t.Errorf("tunnel %q %s %s: relays(%s) = %v, want %v", tt.t.host, tt.t.dst, tt.t.scheme, tt.target, got, tt.want)
+		}
+	}
+}
+
+// Relays asked through relays are decided each in turn, up to
+// maxRelayDepth deep; one more is refused.
+func TestRelayDepth(t *testing.T) {
+	w := newRelayWorld(t, envOptions{}, upstream.RelayOptions{})
+	c := w.dial(t, w.relay.Addr, true)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := 1; i <= maxRelayDepth+1; i++ {
+		io.WriteString(c, "CONNECT "+w.relay.Addr.String()+" HTTP/1.1\r\n\r\n")
+		res, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 200
+		if i > maxRelayDepth {
+			want = http.StatusForbidden
+		}
+		if res.StatusCode != want {
+			t.Fatalf("CONNECT %d relays deep: %d, want %d", i, res.StatusCode, want)
+		}
+	}
+	e := w.rec.wait(t, "refusal", func(e *event.Event) bool {
+		return e.Kind == event.KindConnect && e.Verdict.Rule == ruleRelayDepth
+	})
+	if e.Connect.Via != "relay" || e.Connect.Dst != w.relay.Addr {
+		t.Errorf("event %+v", *e.Connect)
+	}
+	if n := len(w.relay.Requests()); n != maxRelayDepth {
+		t.Errorf("the relay was asked %d times, want %d", n, maxRelayDepth)
+	}
+}
+
+// Through the explicit proxy too: a CONNECT tunnel to a relay carries
+// requests decided on their targets.
+func TestRelayExplicitMode(t *testing.T) {
+	w := newRelayWorld(t, envOptions{}, upstream.RelayOptions{})
+	c, br, resp := w.connect(w.relay.Addr.String(), basicAuth(proxyUser, testToken))
+	if resp != nil {
+		t.Fatalf("CONNECT to the relay: %d", resp.StatusCode)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "CONNECT "+w.canary.addr.String()+" HTTP/1.1\r\n\r\n")
+	res, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || res.StatusCode != http.StatusForbidden {
+		t.Fatalf("CONNECT to the canary through the relay: %v %v, want 403", res, err)
+	}
+	e := w.relayEventFor(t, w.canary.addr.Addr().String(), w.canary.addr.Port(), w.relay.Addr)
+	if e.Verdict.Allowed() || e.Session != testSession {
+		t.Errorf("event %+v", e)
+	}
+	w.checkNothingRelayed(t, w.relay)
+}

@@ -130,7 +130,7 @@ func requestStart(b []byte) tristate {
 // errBadRequestLine is a line that requestStart accepted but that is not a
 // request line a proxy could act on (a missing target, a stray token, a
 // version that is not HTTP's).
-var errBadRequestLine = errors.New("malformed request line")
+var errBadRequestLine = errors.New("proxy: malformed request line")
 
 // parseRequestLine parses line, the bytes through the LF that ends a
 // request line (blank lines before it included), as requestStart reads
@@ -218,7 +218,7 @@ func (rl requestLine) canonicalLine() []byte {
 }
 
 // errLineTooLong is a request or header line longer than the limit.
-var errLineTooLong = errors.New("line too long")
+var errLineTooLong = errors.New("proxy: line too long")
 
 // readLine reads from br through the next LF, at most limit bytes.
 func readLine(br *bufio.Reader, limit int) ([]byte, error) {

@@ -22,7 +22,7 @@ const (
 
 	socks5AuthNone     = 0x00
 	socks5AuthPassword = 0x02
-	socks5AuthNoneOK   = 0xff // no acceptable method
+	socks5NoAcceptable = 0xff // no acceptable method
 
 	socks5AtypIPv4   = 0x01
 	socks5AtypDomain = 0x03

@@ -214,7 +214,9 @@ func TestTransparentBashDevTCP(t *testing.T) {
 	need(t, "bash")
 	w := newWorld(t)
 	plain := startUpstream(t, upstream.Options{Name: "plain.e2e.test", Addr: "127.0.0.4:0"})
-	r := w.transparent(nil, "bash", "-c", `exec 3<>"/dev/tcp/127.0.0.4/$1"
+	// The Host names the address only through --resolve: a request to an
+	// address must name it, or a name the session knows for it.
+	r := w.transparent([]string{"--resolve", "plain.e2e.test:127.0.0.4"}, "bash", "-c", `exec 3<>"/dev/tcp/127.0.0.4/$1"
 printf 'GET /devtcp HTTP/1.1\r\nHost: plain.e2e.test\r\nConnection: close\r\n\r\n' >&3
 cat <&3`, "bash", strconv.Itoa(int(plain.Addr.Port())))
 	mustSucceed(t, r)
