@@ -106,8 +106,9 @@ func (r *request) open(name string, dirfd int32) (int, error) {
 	}
 	fd, err := unix.Openat2(d, name, how)
 	if errors.Is(err, unix.ELOOP) {
-		how.Resolve &^= unix.RESOLVE_NO_MAGICLINKS
-		if fd2, err2 := unix.Openat2(d, name, how); err2 == nil {
+		// A loop, or a magic link (RESOLVE_IN_ROOT refuses those too): an
+		// open that follows them tells which.
+		if fd2, err2 := unix.Openat(d, name, flags, 0); err2 == nil {
 			unix.Close(fd2)
 			return -1, errMagicLink
 		}
@@ -139,10 +140,13 @@ func (r *request) close() {
 // procPath rewrites an absolute path that names the process's own /proc
 // entries (or a /proc/PID path) to the /proc path Chaperone opens for it.
 func procPath(name string, tid, tgid int) (string, bool) {
-	if !strings.HasPrefix(name, "/proc/") && !strings.HasPrefix(name, "/dev/") {
+	if !filepath.IsAbs(name) {
 		return "", false
 	}
 	c := filepath.Clean(name)
+	if !strings.HasPrefix(c, "/proc/") && !strings.HasPrefix(c, "/dev/") {
+		return "", false
+	}
 	pid := "/proc/" + strconv.Itoa(tgid)
 	switch c {
 	case "/dev/stdin":

@@ -183,3 +183,28 @@ func quoteAll(s []string) string {
 	}
 	return out + "]"
 }
+
+func TestProcPath(t *testing.T) {
+	tests := []struct {
+		name, want string
+		ok         bool
+	}{
+		{"/proc/self/fd/3", "/proc/10/fd/3", true},
+		{"/proc/self/exe", "/proc/10/exe", true},
+		{"/usr/bin/../../proc/self/exe", "/proc/10/exe", true},
+		{"/proc/thread-self/fd/4", "/proc/10/task/11/fd/4", true},
+		{"/dev/fd/5", "/proc/10/fd/5", true},
+		{"/dev/stdin", "/proc/10/fd/0", true},
+		{"/proc/1234/root/usr/bin/true", "/proc/1234/root/usr/bin/true", true},
+		{"/proc/sys/kernel/x", "", false},
+		{"/proc/1234", "", false},
+		{"/usr/bin/true", "", false},
+		{"fd/3", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := procPath(tt.name, 11, 10)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("procPath(%q) = %q, %v; want %q, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+}
