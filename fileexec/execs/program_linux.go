@@ -395,7 +395,7 @@ func equalStrings(a, b []string) bool {
 
 // programDirs are where installed programs are looked for by content,
 // besides the directories of the process's PATH.
-var programDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+var programDirs = [...]string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
 // maxSameContent bounds the installed programs one nameless file is
 // decided as.
@@ -406,7 +406,7 @@ const maxSameContent = 8
 // of the process's PATH (its environment as it started). A memfd holding
 // a copy of /usr/bin/openssl is decided as /usr/bin/openssl too.
 func (x *Execs) sameContent(r *request, v program) []string {
-	dirs := append([]string(nil), programDirs...)
+	dirs := append([]string(nil), programDirs[:]...)
 	if env, err := os.ReadFile("/proc/" + strconv.Itoa(r.tgid) + "/environ"); err == nil {
 		for kv := range strings.SplitSeq(string(env), "\x00") {
 			if path, ok := strings.CutPrefix(kv, "PATH="); ok {
