@@ -32,13 +32,13 @@ func newDirIndex(max int) *dirIndex {
 // ofSize returns the names of the files in dir (as process r sees it)
 // whose size is size, following symlinks.
 func (d *dirIndex) ofSize(r *request, dir string, size int64) []string {
-	f, err := r.open(dir, atFDCWD)
+	fd, err := r.open(dir, atFDCWD)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	var st unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return nil
 	}
 	k := dirKey{dev: st.Dev, ino: st.Ino, mtime: st.Mtim}
@@ -46,7 +46,7 @@ func (d *dirIndex) ofSize(r *request, dir string, size int64) []string {
 	bySize, ok := d.m[k]
 	d.mu.Unlock()
 	if !ok {
-		bySize = listBySize(f)
+		bySize = listBySize(fd)
 		d.mu.Lock()
 		if len(d.m) >= d.max {
 			clear(d.m)
@@ -57,10 +57,10 @@ func (d *dirIndex) ofSize(r *request, dir string, size int64) []string {
 	return bySize[size]
 }
 
-// listBySize reads the directory open (O_PATH) in f.
-func listBySize(f *os.File) map[int64][]string {
+// listBySize reads the directory open (O_PATH) in fd.
+func listBySize(fd int) map[int64][]string {
 	bySize := map[int64][]string{}
-	dir, err := os.Open("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
+	dir, err := os.Open("/proc/self/fd/" + strconv.Itoa(fd))
 	if err != nil {
 		return bySize
 	}

@@ -251,7 +251,8 @@ func (x *Execs) handle(n seccompNotif) {
 		return
 	}
 	ev.Exec = &event.Exec{Path: r.resolved, Argv: r.argv, Cwd: r.cwd}
-	f, oerr := openTarget(r)
+	defer r.close()
+	fd, oerr := openTarget(r)
 	if errno, ok := errors.AsType[unix.Errno](oerr); ok && (errno == unix.ENOENT || errno == unix.ENOTDIR || errno == unix.ELOOP) {
 		// Nothing to run there: fail it as the kernel would, without a
 		// decision (a shell searching PATH tries a dozen such paths). A
@@ -263,8 +264,8 @@ func (x *Execs) handle(n seccompNotif) {
 		x.deny(log, n.ID, ev, event.Verdict{Action: event.Deny, Reason: "cannot open the program: " + oerr.Error()})
 		return
 	}
-	p := x.plan(r, f)
-	f.Close()
+	p := x.plan(r, fd)
+	unix.Close(fd)
 	if p.errno != 0 {
 		x.respond(log, n.ID, x.l.fail(n.ID, p.errno))
 		return

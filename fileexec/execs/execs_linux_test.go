@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/chaperone-dev/chaperone/event"
 )
@@ -509,12 +510,20 @@ func BenchmarkExec(b *testing.B) {
 					b.Logf("the verifier is off: %v", err)
 				}
 			}
+			var before, after unix.Rusage
+			unix.Getrusage(unix.RUSAGE_SELF, &before)
 			b.ResetTimer()
 			r := h.do(b, helperCmd{Op: "bench", Path: "/bin/true", Argv: []string{"true"}, N: b.N})
 			b.StopTimer()
+			unix.Getrusage(unix.RUSAGE_SELF, &after)
 			if r.Status != "exit 0" {
 				b.Fatalf("%+v", r)
 			}
+			// The CPU this process (the one that serves) spent per exec:
+			// unlike the time, it does not depend on what else the
+			// machine runs.
+			cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "serve-cpu-µs/op")
 		})
 	}
 }

@@ -76,38 +76,41 @@ type files struct {
 	m       map[fileKey]*fileInfo
 	loaders map[string]bool // digests of the system's loaders
 	fs      map[uint64]identityCheck
+	reals   map[realKey]string
 }
 
 func newFiles(max int) *files {
-	return &files{max: max, m: make(map[fileKey]*fileInfo), loaders: make(map[string]bool), fs: make(map[uint64]identityCheck)}
+	return &files{max: max, m: make(map[fileKey]*fileInfo), loaders: make(map[string]bool), fs: make(map[uint64]identityCheck),
+		reals: make(map[realKey]string)}
 }
 
 // errNotRegular is an exec of something that is not a regular file: the
 // kernel refuses it (EACCES).
 var errNotRegular = errors.New("not a regular file")
 
-// of returns the fileInfo of f, an O_PATH descriptor of a regular file: a
-// version seen before costs an fstat; a new one is reopened and read.
-func (c *files) of(f *os.File) (*fileInfo, fileKey, error) {
+// of returns the fileInfo of fd, an O_PATH descriptor of a regular file,
+// with its version and link count: a version seen before costs an fstat;
+// a new one is reopened and read.
+func (c *files) of(fd int) (*fileInfo, fileKey, uint64, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, fileKey{}, err
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fileKey{}, 0, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fileKey{}, errNotRegular
+		return nil, fileKey{}, 0, errNotRegular
 	}
 	k := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 	c.mu.Lock()
 	info, ok := c.m[k]
 	c.mu.Unlock()
 	if ok {
-		return info, k, nil
+		return info, k, uint64(st.Nlink), nil
 	}
-	info, err := c.read(f, st.Size)
+	info, err := c.read(fd)
 	if err != nil {
-		return nil, k, err
+		return nil, k, 0, err
 	}
-	info.identity = c.identity(f, st.Dev)
+	info.identity = c.identity(fd, st.Dev)
 	c.mu.Lock()
 	info.knownLoader = c.loaders[info.digest]
 	if len(c.m) >= c.max {
@@ -118,12 +121,12 @@ func (c *files) of(f *os.File) (*fileInfo, fileKey, error) {
 	}
 	c.m[k] = info
 	c.mu.Unlock()
-	return info, k, nil
+	return info, k, uint64(st.Nlink), nil
 }
 
 // read hashes the file and recognises its format.
-func (c *files) read(f *os.File, size int64) (*fileInfo, error) {
-	rf, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+func (c *files) read(fd int) (*fileInfo, error) {
+	rf, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -151,9 +154,41 @@ func (c *files) read(f *os.File, size int64) (*fileInfo, error) {
 	return info, nil
 }
 
+// realPath is the path of the file open in fd as /proc shows it (symlinks
+// resolved; "/memfd:NAME (deleted)" for a memfd), remembered for the name
+// it was opened by and its version: readlink of a descriptor is one of
+// the dearer calls of an exec.
+func (c *files) realPath(fd int, name string, k fileKey, nlink uint64) string {
+	if nlink == 0 {
+		real, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)) // no name to remember it by
+		return real
+	}
+	rk := realKey{name: name, key: k}
+	c.mu.Lock()
+	real, ok := c.reals[rk]
+	c.mu.Unlock()
+	if ok {
+		return real
+	}
+	real, _ = os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	c.mu.Lock()
+	if len(c.reals) >= c.max {
+		clear(c.reals)
+	}
+	c.reals[rk] = real
+	c.mu.Unlock()
+	return real
+}
+
+// realKey is a file's version and the name it was opened by.
+type realKey struct {
+	name string
+	key  fileKey
+}
+
 // identity says what the verifier may compare of files on f's
 // filesystem, where stat reports the inode's own numbers.
-func (c *files) identity(f *os.File, dev uint64) identityCheck {
+func (c *files) identity(fd int, dev uint64) identityCheck {
 	c.mu.Lock()
 	id, ok := c.fs[dev]
 	c.mu.Unlock()
@@ -161,7 +196,7 @@ func (c *files) identity(f *os.File, dev uint64) identityCheck {
 		return id
 	}
 	var s unix.Statfs_t
-	if unix.Fstatfs(int(f.Fd()), &s) != nil {
+	if unix.Fstatfs(fd, &s) != nil {
 		return identityNone
 	}
 	switch uint32(s.Type) {

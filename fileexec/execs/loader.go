@@ -13,23 +13,31 @@ type loaderRun struct {
 	argv []string
 }
 
-// Options of glibc's ld.so (elf/rtld.c dl_main) and musl's (ldso/dynlink.c
-// __dls3) when run as a command. glibc matches them exactly and refuses any
-// other "--…" argument; one that takes a value needs one after it. musl
-// also takes --library-path=, --preload= and --argv0= with the value
-// inside. Both end their options at "--" (glibc since 2.37; 2.36 refuses
-// it) and at the first argument that does not start with "--".
-var (
-	loaderValueOpts = map[string]bool{
-		"--library-path": true, "--inhibit-rpath": true, "--audit": true, "--preload": true,
-		"--argv0": true, "--glibc-hwcaps-prepend": true, "--glibc-hwcaps-mask": true,
+// The options of glibc's ld.so (elf/rtld.c dl_main) and musl's
+// (ldso/dynlink.c __dls3) when run as a command. glibc matches them
+// exactly and refuses any other "--…" argument; one that takes a value
+// needs one after it. musl also takes --library-path=, --preload= and
+// --argv0= with the value inside. Both end their options at "--" (a newer
+// glibc; 2.36 refuses it) and at the first argument that does not start
+// with "--". loaderValueOpt and loaderFlag name glibc's options that take
+// a value and those that do not; loaderInlineOpts are musl's forms.
+func loaderValueOpt(a string) bool {
+	switch a {
+	case "--library-path", "--inhibit-rpath", "--audit", "--preload", "--argv0", "--glibc-hwcaps-prepend", "--glibc-hwcaps-mask":
+		return true
 	}
-	loaderFlags = map[string]bool{
-		"--list": true, "--verify": true, "--inhibit-cache": true, "--list-tunables": true,
-		"--list-diagnostics": true, "--help": true,
+	return false
+}
+
+func loaderFlag(a string) bool {
+	switch a {
+	case "--list", "--verify", "--inhibit-cache", "--list-tunables", "--list-diagnostics", "--help":
+		return true
 	}
-	loaderInlineOpts = []string{"--library-path=", "--preload=", "--argv0="}
-)
+	return false
+}
+
+var loaderInlineOpts = [...]string{"--library-path=", "--preload=", "--argv0="}
 
 // parseLoaderArgv reads the argv of a dynamic loader run as a command and
 // returns the program it runs, as glibc's or musl's would: where the two
@@ -51,8 +59,8 @@ func parseLoaderArgv(argv []string) loaderRun {
 			return loaderProgram(argv[i:], argv0, hasArgv0)
 		case a == "--version":
 			return loaderRun{} // glibc prints its version and exits; musl refuses it
-		case loaderFlags[a]:
-		case loaderValueOpts[a]:
+		case loaderFlag(a):
+		case loaderValueOpt(a):
 			if i+1 >= len(argv) {
 				return loaderRun{} // no value: refused
 			}

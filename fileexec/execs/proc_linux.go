@@ -25,6 +25,7 @@ type request struct {
 	kernel    string // the file name the kernel will record
 	emptyFD   bool   // execveat(fd, "", AT_EMPTY_PATH): the descriptor itself
 	args      execArgs
+	root      int // the process's root, once opened (request.rootFD); 0: not yet
 }
 
 // errNoEntry is an empty path without AT_EMPTY_PATH: the kernel fails the
@@ -127,9 +128,9 @@ func joinAbs(dir, rel string) string {
 // openTarget opens the file the exec names, as the process sees it: the
 // descriptor itself, or the path (request.open). An O_PATH descriptor: a
 // FIFO cannot hold the answer.
-func openTarget(r *request) (*os.File, error) {
+func openTarget(r *request) (int, error) {
 	if r.emptyFD {
-		return os.OpenFile("/proc/"+strconv.Itoa(r.tid)+"/fd/"+strconv.Itoa(int(r.args.dirfd)), unix.O_PATH|unix.O_CLOEXEC, 0)
+		return unix.Open("/proc/"+strconv.Itoa(r.tid)+"/fd/"+strconv.Itoa(int(r.args.dirfd)), unix.O_PATH|unix.O_CLOEXEC, 0)
 	}
 	return r.open(r.path, r.args.dirfd)
 }

@@ -75,43 +75,66 @@ var errMagicLink = errors.New("the path reaches a file through a /proc link of t
 // dirfd or to its cwd) the way the process would: inside its root;
 // /proc/self, /proc/thread-self, /dev/fd and /dev/std* are the process's;
 // a /proc link reached any other way is refused (errMagicLink), since
-// Chaperone following it would reach its own files. O_PATH: no read, so
-// no fanotify event; files.of reopens a file to read it.
-func (r *request) open(name string, dirfd int32) (*os.File, error) {
+// Chaperone following it would reach its own files. It returns an O_PATH
+// descriptor (no read, so no fanotify event; files.of reopens a file to
+// read it), which the caller closes.
+func (r *request) open(name string, dirfd int32) (int, error) {
 	const flags = unix.O_PATH | unix.O_CLOEXEC
 	if p, ok := procPath(name, r.tid, r.tgid); ok {
-		return os.OpenFile(p, flags, 0)
+		return unix.Open(p, flags, 0)
 	}
-	proc := "/proc/" + strconv.Itoa(r.tid)
-	dir, base := proc+"/root", name
+	var d int
+	how := &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_MAGICLINKS}
 	switch {
 	case filepath.IsAbs(name):
-	case dirfd == atFDCWD:
-		dir = proc + "/cwd"
-	default:
-		dir = proc + "/fd/" + strconv.Itoa(int(dirfd))
-	}
-	d, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(d)
-	how := &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_MAGICLINKS}
-	if filepath.IsAbs(name) {
+		root, err := r.rootFD()
+		if err != nil {
+			return -1, err
+		}
+		d = root
 		how.Resolve |= unix.RESOLVE_IN_ROOT
+	default:
+		dir := "/proc/" + strconv.Itoa(r.tid) + "/cwd"
+		if dirfd != atFDCWD {
+			dir = "/proc/" + strconv.Itoa(r.tid) + "/fd/" + strconv.Itoa(int(dirfd))
+		}
+		var err error
+		if d, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return -1, err
+		}
+		defer unix.Close(d)
 	}
-	fd, err := unix.Openat2(d, base, how)
+	fd, err := unix.Openat2(d, name, how)
 	if errors.Is(err, unix.ELOOP) {
-		how.Resolve &^= unix.RESOLVE_NO_MAGICLINKS
-		if fd2, err2 := unix.Openat2(d, base, how); err2 == nil {
+		// A loop, or a magic link (RESOLVE_IN_ROOT refuses those too): an
+		// open that follows them tells which.
+		if fd2, err2 := unix.Openat(d, name, flags, 0); err2 == nil {
 			unix.Close(fd2)
-			return nil, errMagicLink
+			return -1, errMagicLink
 		}
 	}
-	if err != nil {
-		return nil, err
+	return fd, err
+}
+
+// rootFD is the process's root directory, opened once per request.
+func (r *request) rootFD() (int, error) {
+	if r.root > 0 {
+		return r.root, nil
 	}
-	return os.NewFile(uintptr(fd), name), nil
+	fd, err := unix.Open("/proc/"+strconv.Itoa(r.tid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	r.root = fd
+	return fd, nil
+}
+
+// close releases what the request holds open.
+func (r *request) close() {
+	if r.root > 0 {
+		unix.Close(r.root)
+		r.root = 0
+	}
 }
 
 // procPath rewrites an absolute path that names the process's own /proc
@@ -121,20 +144,26 @@ func procPath(name string, tid, tgid int) (string, bool) {
 		return "", false
 	}
 	c := filepath.Clean(name)
-	pid := "/proc/" + strconv.Itoa(tgid)
-	for std, fd := range map[string]string{"/dev/stdin": "0", "/dev/stdout": "1", "/dev/stderr": "2"} {
-		if c == std {
-			return pid + "/fd/" + fd, true
-		}
+	if !strings.HasPrefix(c, "/proc/") && !strings.HasPrefix(c, "/dev/") {
+		return "", false
 	}
-	for prefix, to := range map[string]string{
-		"/dev/fd/":           pid + "/fd/",
-		"/proc/self/":        pid + "/",
-		"/proc/thread-self/": pid + "/task/" + strconv.Itoa(tid) + "/",
-	} {
-		if rest, ok := strings.CutPrefix(c, prefix); ok {
-			return to + rest, true
-		}
+	pid := "/proc/" + strconv.Itoa(tgid)
+	switch c {
+	case "/dev/stdin":
+		return pid + "/fd/0", true
+	case "/dev/stdout":
+		return pid + "/fd/1", true
+	case "/dev/stderr":
+		return pid + "/fd/2", true
+	}
+	if rest, ok := strings.CutPrefix(c, "/dev/fd/"); ok {
+		return pid + "/fd/" + rest, true
+	}
+	if rest, ok := strings.CutPrefix(c, "/proc/self/"); ok {
+		return pid + "/" + rest, true
+	}
+	if rest, ok := strings.CutPrefix(c, "/proc/thread-self/"); ok {
+		return pid + "/task/" + strconv.Itoa(tid) + "/" + rest, true
 	}
 	if rest, ok := strings.CutPrefix(c, "/proc/"); ok {
 		n, _, _ := strings.Cut(rest, "/")
@@ -160,22 +189,21 @@ func (r *request) abs(name string) string {
 // load opens and reads a program named name (relative to the cwd),
 // with the argv it gets and the role it plays.
 func (x *Execs) load(r *request, name string, argv []string, role string) (program, error) {
-	f, err := r.open(name, atFDCWD)
+	fd, err := r.open(name, atFDCWD)
 	if err != nil {
 		return program{}, err
 	}
-	defer f.Close()
-	return x.describe(f, r.abs(name), argv, role)
+	defer unix.Close(fd)
+	return x.describe(fd, r.abs(name), argv, role)
 }
 
-// describe reads the program open in f.
-func (x *Execs) describe(f *os.File, path string, argv []string, role string) (program, error) {
-	info, key, err := x.files.of(f)
+// describe reads the program open in fd (O_PATH), known as path.
+func (x *Execs) describe(fd int, path string, argv []string, role string) (program, error) {
+	info, key, nlink, err := x.files.of(fd)
 	if err != nil {
 		return program{}, err
 	}
-	real, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
-	return program{path: path, argv: argv, role: role, info: info, key: key, real: real}, nil
+	return program{path: path, argv: argv, role: role, info: info, key: key, real: x.files.realPath(fd, path, key, nlink)}, nil
 }
 
 // plan finds every program the exec runs: the file it names (open in f);
@@ -184,9 +212,9 @@ func (x *Execs) describe(f *os.File, path string, argv []string, role string) (p
 // loaders; the program a loader run as a command loads; and, for a file
 // without a name (a memfd, a deleted file), the installed programs with
 // its content.
-func (x *Execs) plan(r *request, f *os.File) plan {
+func (x *Execs) plan(r *request, fd int) plan {
 	var p plan
-	exec, err := x.describe(f, r.resolved, r.argv, roleExec)
+	exec, err := x.describe(fd, r.resolved, r.argv, roleExec)
 	switch {
 	case errors.Is(err, errNotRegular):
 		p.errno = unix.EACCES // as the kernel answers an exec of a directory or a device
@@ -294,8 +322,8 @@ func (x *Execs) loaderPrograms(r *request, run loaderRun) ([]program, error) {
 	if !strings.Contains(run.program, "/") {
 		names = []string{"./" + run.program}
 		if cf, err := r.open("/etc/ld.so.cache", atFDCWD); err == nil {
-			b, rerr := os.ReadFile("/proc/self/fd/" + strconv.Itoa(int(cf.Fd())))
-			cf.Close()
+			b, rerr := os.ReadFile("/proc/self/fd/" + strconv.Itoa(cf))
+			unix.Close(cf)
 			if rerr == nil {
 				paths, _ := ldCacheLookup(b, run.program)
 				names = append(names, paths...)
@@ -367,7 +395,7 @@ func equalStrings(a, b []string) bool {
 
 // programDirs are where installed programs are looked for by content,
 // besides the directories of the process's PATH.
-var programDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+var programDirs = [...]string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
 // maxSameContent bounds the installed programs one nameless file is
 // decided as.
@@ -378,7 +406,7 @@ const maxSameContent = 8
 // of the process's PATH (its environment as it started). A memfd holding
 // a copy of /usr/bin/openssl is decided as /usr/bin/openssl too.
 func (x *Execs) sameContent(r *request, v program) []string {
-	dirs := append([]string(nil), programDirs...)
+	dirs := append([]string(nil), programDirs[:]...)
 	if env, err := os.ReadFile("/proc/" + strconv.Itoa(r.tgid) + "/environ"); err == nil {
 		for kv := range strings.SplitSeq(string(env), "\x00") {
 			if path, ok := strings.CutPrefix(kv, "PATH="); ok {
@@ -458,12 +486,12 @@ func (x *Execs) learnLoaders() {
 		paths = append(paths, m...)
 	}
 	for _, path := range paths {
-		f, err := os.OpenFile(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
 			continue
 		}
-		info, _, err := x.files.of(f)
-		f.Close()
+		info, _, _, err := x.files.of(fd)
+		unix.Close(fd)
 		if err == nil && info.isELF && !info.elf.hasInterp && info.elf.typ == elf.ET_DYN {
 			x.files.markLoader(info)
 		}

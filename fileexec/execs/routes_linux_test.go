@@ -261,6 +261,20 @@ func TestExecRoutes(t *testing.T) {
 			pub.clear()
 		})
 	}
+	t.Run("a symlink to a /proc link", func(t *testing.T) {
+		// Followed by Chaperone, /proc/self would be Chaperone's: refused.
+		link := filepath.Join(f.dir, "link")
+		if err := os.Symlink("/proc/self/exe", link); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.do(t, helperCmd{Op: "exec", Path: link, Argv: []string{"link"}}); got != (helperResult{Errno: "EPERM"}) {
+			t.Errorf("helper result %+v, want EPERM", got)
+		}
+		e := pub.waitFor(t, "the link", func(e *event.Event) bool { return e.Exec.Path == link })
+		if e.Verdict.Action != event.Deny || !strings.Contains(e.Verdict.Reason, errMagicLink.Error()) {
+			t.Errorf("verdict %s", e.Verdict)
+		}
+	})
 	t.Run("#!/usr/bin/env: env's own exec is decided", func(t *testing.T) {
 		got := h.do(t, helperCmd{Op: "exec", Path: f.envScript, Argv: []string{"env-script"}})
 		if got.Status != "exit 126" {
