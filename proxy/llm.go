@@ -43,6 +43,8 @@ type Rewrites struct {
 	RewriteParams func(rule string) map[string]any
 	// Task is told the agent's current task, as each LLM request shows it.
 	Task func(task string)
+
+	clean cleanValues // header and query values found clean
 }
 
 // Limits of the request bodies read before they are sent: a body beyond

@@ -93,17 +93,74 @@ func (rw *Rewrites) known() *secrets.Known {
 	return rw.Redactor.Known()
 }
 
+// cleanValues remembers, for one session, header and query values in
+// which the scanner found nothing: the same User-Agent, Accept and beta
+// lists come with every request, the scanner's verdict on a text never
+// changes, and a value whose words wake a rule (curl/8.14 wakes the curl
+// rules) costs its regexes each time. At most maxCleanValues values,
+// each of minCleanLen to maxCleanLen bytes (shorter ones cost less to
+// scan than to look up). The zero value is ready.
+type cleanValues struct {
+	mu sync.RWMutex
+	m  map[string]struct{}
+}
+
+const (
+	minCleanLen    = 8
+	maxCleanLen    = 512
+	maxCleanValues = 4096
+)
+
+func (c *cleanValues) has(s string) bool {
+	if len(s) < minCleanLen || len(s) > maxCleanLen {
+		return false
+	}
+	c.mu.RLock()
+	_, ok := c.m[s]
+	c.mu.RUnlock()
+	return ok
+}
+
+func (c *cleanValues) add(s string) {
+	if len(s) < minCleanLen || len(s) > maxCleanLen {
+		return
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[string]struct{})
+	}
+	if len(c.m) < maxCleanValues {
+		c.m[strings.Clone(s)] = struct{}{}
+	}
+	c.mu.Unlock()
+}
+
+// scanValue runs the scanner on a header's or parameter's value s (part
+// pt, named name), through the session's clean values; found says
+// whether it found anything.
+func (x *exchange) scanValue(s string, pt part, name string) (found bool) {
+	sc := x.rw.Scanner
+	if sc == nil || x.rw.clean.has(s) {
+		return false
+	}
+	fs := sc.ScanString(s)
+	for _, f := range fs {
+		x.found = append(x.found, secretAt{f.RuleID, pt.where(name)})
+		x.learn(f.RuleID, s[f.Start:f.End])
+	}
+	if len(fs) == 0 {
+		x.rw.clean.add(s)
+	}
+	return len(fs) > 0
+}
+
 // scanPart looks for secrets in s, which is part pt (named name) of the
 // request to host; found says whether there was any. In a credential
 // header's value (cred), only a brokered credential's value counts.
 func (x *exchange) scanPart(s string, pt part, name, host string, cred bool) (found bool) {
 	rw := x.rw
-	if sc := rw.Scanner; sc != nil && !cred {
-		for _, f := range sc.ScanString(s) {
-			x.found = append(x.found, secretAt{f.RuleID, pt.where(name)})
-			x.learn(f.RuleID, s[f.Start:f.End])
-			found = true
-		}
+	if !cred {
+		found = x.scanValue(s, pt, name)
 	}
 	if k := rw.known(); k != nil {
 		for _, m := range k.Find(s) {
@@ -205,14 +262,7 @@ func (x *exchange) scanQueryValue(raw, key, host string) bool {
 		pt = partQueryName // the name holds a secret: not to be shown
 	}
 	v := queryUnescape(raw)
-	found := false
-	if sc := x.rw.Scanner; sc != nil {
-		for _, f := range sc.ScanString(v) {
-			x.found = append(x.found, secretAt{f.RuleID, queryWhere(pt, key)})
-			x.learn(f.RuleID, v[f.Start:f.End])
-			found = true
-		}
-	}
+	found := x.scanValue(v, pt, key)
 	if k := x.rw.known(); k != nil {
 		// As sent (a '+' of base64 is still one), and as the server reads
 		// it (what it decodes to may be percent-encoded again).

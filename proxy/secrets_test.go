@@ -262,7 +262,7 @@ func percentEncodeAll(s string) string {
 
 // encodeBody applies codings (as a Content-Encoding lists them; "deflate-raw"
 // for bare deflate) with the reference encoders.
-func encodeBody(t *testing.T, codings string, b []byte) []byte {
+func encodeBody(t testing.TB, codings string, b []byte) []byte {
 	t.Helper()
 	for c := range strings.SplitSeq(codings, ",") {
 		var buf bytes.Buffer
