@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/rewrite"
 )
 
 // serveInner handles every request decrypted from (or read in plain from)
@@ -45,11 +46,13 @@ type exchange struct {
 
 	// The rewrite stage's, for sessions with rewrites.
 	rw      *Rewrites
-	llm     *llmCall       // the request is an LLM API call
-	plain   []byte         // the request body, decoded, when read whole
-	enc     string         // its Content-Encoding
-	sendLen int64          // when the body was read: the length of what is sent (-1: unknown); else 0
-	ch      *event.Changes // what was changed
+	llm     *llmCall         // the request is an LLM API call
+	plain   []byte           // the request body, decoded, when read whole
+	enc     rewrite.Encoding // its Content-Encoding
+	sendLen int64            // when the body was read: the length of what is sent (-1: unknown); else 0
+	ch      *event.Changes   // what was changed
+	found   []secretAt       // the secrets found in the request, and where
+	stream  *bodyScan        // the body, too large to hold, checked as it is sent
 
 	sharedHeader bool // the request's header map is the event's
 }
@@ -104,6 +107,9 @@ func (p *Proxy) serveUpgrade(x *exchange, r *http.Request) {
 // (unless published at a protocol switch), then its llm event.
 func (p *Proxy) finish(x *exchange, r *http.Request) {
 	sw := &x.sw
+	if x.stream != nil {
+		x.settleStream()
+	}
 	if !sw.published {
 		if sw.status == 0 { // the handler ended without a status
 			sw.status = http.StatusBadGateway
@@ -194,6 +200,8 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, x *exch
 	}
 	e.Verdict = p.decide(r.Context(), e)
 	if !e.Verdict.Allowed() {
+		// Say where the request's secrets are, whichever rule refused it.
+		e.Verdict.Reason = withPlaces(e.Verdict.Reason, x.found)
 		p.refuse(w, e, http.StatusForbidden, e.Verdict)
 		if x.llm != nil {
 			x.llm.ev.Verdict = e.Verdict

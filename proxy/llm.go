@@ -43,6 +43,8 @@ type Rewrites struct {
 	RewriteParams func(rule string) map[string]any
 	// Task is told the agent's current task, as each LLM request shows it.
 	Task func(task string)
+
+	clean cleanValues // header and query values found clean
 }
 
 // Limits of the request bodies read before they are sent: a body beyond
@@ -79,13 +81,17 @@ func (rw *Rewrites) wants(v event.Verdict, param string) bool {
 }
 
 // prepare does the work on a session's request that comes before its http
-// event is decided: it recognises LLM API calls and decides their llm
-// event, reads the body, redacts it when the llm verdict says so and finds
-// the secrets left in it. False means the request was refused.
+// event is decided: it looks for secrets in its header and query,
+// recognises LLM API calls and decides their llm event, reads the body,
+// redacts it when the llm verdict says so and finds the secrets left in it
+// (or, for a body too large to hold, sets it to be checked as it streams).
+// False means the request was refused.
 func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request, x *exchange) bool {
 	rw := x.rw
 	e := &x.ev
 	api, isLLM := rewrite.DetectAPI(r.Host, r.URL.Path, rw.LLMHosts)
+	x.scanHead(r, api, isLLM)
+	x.http.Secrets = x.secretIDs()
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return true
 	}
@@ -95,7 +101,7 @@ func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request, x *exchange) boo
 	}
 	raw, whole, err := readUpTo(r.Body, limit)
 	x.body.rc = io.NopCloser(io.MultiReader(bytes.NewReader(raw), r.Body))
-	x.sendLen = r.ContentLength // what the client declared, or -1: a body too large to scan is sent as it came
+	x.sendLen = r.ContentLength // what the client declared, or -1: a body too large to hold is sent as it came
 	if err != nil {
 		p.refuse(w, e, http.StatusBadRequest, proxyVerdict(ruleRedactFailed, "the request body could not be read"))
 		return false
@@ -105,18 +111,18 @@ func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request, x *exchange) boo
 			p.refuse(w, e, http.StatusRequestEntityTooLarge, proxyVerdict(ruleRedactFailed, "the LLM request is too large to check for secrets"))
 			return false
 		}
-		return true // passed on unscanned
+		return p.streamBody(w, r, x, raw, r.Body)
 	}
 	x.sendLen = int64(len(raw))
 	x.body.rc = io.NopCloser(bytes.NewReader(raw))
-	enc := r.Header.Get("Content-Encoding")
-	plain, err := rewrite.DecodeBody(enc, raw)
+	plain, enc, err := rewrite.Decode(contentEncoding(r.Header), raw, rewrite.MaxDecodedBytes)
 	if err != nil {
-		if isLLM {
-			p.refuse(w, e, http.StatusBadRequest, proxyVerdict(ruleRedactFailed, "the LLM request's encoding cannot be read: "+err.Error()))
-			return false
+		if !isLLM && errors.Is(err, rewrite.ErrTooLarge) {
+			// Too large to hold decoded, not to check as it goes.
+			return p.streamBody(w, r, x, raw, http.NoBody)
 		}
-		return true
+		p.refuseUndecodable(w, x, err)
+		return false
 	}
 	x.plain, x.enc = plain, enc
 	if isLLM {
@@ -124,9 +130,25 @@ func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request, x *exchange) boo
 			return false
 		}
 	}
-	if rw.Scanner != nil {
-		x.http.Secrets = secretIDs(rw.Scanner.Scan(x.plain))
+	x.scanBody(x.plain, r.Host)
+	x.http.Secrets = x.secretIDs()
+	return true
+}
+
+// streamBody sets the body (raw, read already, then rest) to be checked
+// as it is sent upstream.
+func (p *Proxy) streamBody(w http.ResponseWriter, r *http.Request, x *exchange, raw []byte, rest io.Reader) bool {
+	rw := x.rw
+	if rw.Scanner == nil && rw.known() == nil && rw.Credentials == nil {
+		return true // nothing to look for
 	}
+	bs, err := p.newBodyScan(r, x, raw, rest)
+	if err != nil {
+		p.refuseUndecodable(w, x, err)
+		return false
+	}
+	x.stream = bs
+	x.body.rc = bs
 	return true
 }
 
@@ -200,7 +222,7 @@ func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, chec
 		}
 		return false
 	}
-	encoded, err := rewrite.EncodeBody(x.enc, out)
+	encoded, err := x.enc.Encode(out)
 	if err != nil {
 		p.refuse(w, &x.ev, http.StatusBadRequest, proxyVerdict(ruleRedactFailed, "the redacted body cannot be encoded: "+err.Error()))
 		return false
@@ -323,19 +345,6 @@ func (p *Proxy) finishLLM(x *exchange, status int) {
 	}
 	x.llm = nil
 	p.publish(&c.ev)
-}
-
-// secretIDs lists the rule ids of fs, each once, sorted.
-func secretIDs(fs []secrets.Finding) []string {
-	if len(fs) == 0 {
-		return nil
-	}
-	ids := make([]string, 0, len(fs))
-	for _, f := range fs {
-		ids = append(ids, f.RuleID)
-	}
-	slices.Sort(ids)
-	return slices.Compact(ids)
 }
 
 // readUpTo reads r to its end if that is at most limit bytes: whole says

@@ -15,7 +15,17 @@ const Redacted = "[REDACTED]"
 // anything named like a token, secret, password or API key) replaced by
 // Redacted. Both '&' and ';' separate parameters, since some servers split
 // on either. The rest of the query is kept byte for byte.
-func RedactURL(u *url.URL) string {
+func RedactURL(u *url.URL) string { return redactURL(u, nil) }
+
+// Flags of a query parameter in which a secret was found.
+const (
+	queryName  uint8 = 1 << iota // in its name: the whole parameter is Redacted
+	queryValue                   // in its value: the value is Redacted
+)
+
+// redactURL is RedactURL, with also the parameters flagged (by position,
+// as writeRedactedQuery splits the query; flags may be short) redacted.
+func redactURL(u *url.URL, flags []uint8) string {
 	var b strings.Builder
 	path := u.EscapedPath()
 	b.Grow(len(u.Scheme) + 3 + len(u.Host) + len(path) + 1 + len(u.RawQuery) + len(Redacted))
@@ -46,13 +56,13 @@ func RedactURL(u *url.URL) string {
 	}
 	if u.RawQuery != "" || u.ForceQuery {
 		b.WriteByte('?')
-		writeRedactedQuery(&b, u.RawQuery)
+		writeRedactedQuery(&b, u.RawQuery, flags)
 	}
 	return b.String()
 }
 
-func writeRedactedQuery(b *strings.Builder, q string) {
-	for q != "" {
+func writeRedactedQuery(b *strings.Builder, q string, flags []uint8) {
+	for i := 0; q != ""; i++ {
 		seg := q
 		sep := strings.IndexAny(q, "&;")
 		if sep >= 0 {
@@ -60,8 +70,14 @@ func writeRedactedQuery(b *strings.Builder, q string) {
 		} else {
 			q = ""
 		}
+		var f uint8
+		if i < len(flags) {
+			f = flags[i]
+		}
 		key, _, hasValue := strings.Cut(seg, "=")
-		if hasValue && isSecretParam(key) {
+		if f&queryName != 0 {
+			b.WriteString(Redacted)
+		} else if hasValue && (f&queryValue != 0 || isSecretParam(key)) {
 			b.WriteString(key)
 			b.WriteByte('=')
 			b.WriteString(Redacted)

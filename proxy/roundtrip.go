@@ -50,6 +50,15 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	if out.Body != nil {
 		defer x.body.Close()
 	}
+	if x.stream != nil {
+		// A body checked as it goes can stop the request half way: it
+		// cancels it, which closes the upstream connection (or resets
+		// the HTTP/2 stream) before the body's end is sent.
+		ctx, cancel := context.WithCancel(out.Context())
+		defer cancel()
+		out = out.WithContext(ctx)
+		x.stream.start(cancel)
+	}
 	var res *http.Response
 	var err error
 	if h2 {
@@ -61,6 +70,21 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	x.rtDone = true
 	x.mu.Unlock()
 	if err != nil {
+		if x.stream != nil {
+			if _, v := x.stream.outcome(); v != nil {
+				status := http.StatusForbidden
+				if v.Rule == ruleUndecodable {
+					status = http.StatusBadRequest
+				}
+				if r.ProtoMajor == 1 {
+					// Most HTTP/1 clients read no answer before they have
+					// sent their whole body: take (and drop) what is left.
+					drainBody(x.sw.ResponseWriter, r.Body)
+				}
+				writeText(&x.sw, status, denyMessage(*v))
+				return false
+			}
+		}
 		p.upstreamError(&x.sw, out, err)
 		return false
 	}
@@ -84,6 +108,24 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 		copyTrailers(x.sw.Header(), res.Trailer, announced)
 	}
 	return false
+}
+
+// Bounds of what is read of a request body that was stopped, so that the
+// client gets to read the refusal.
+const (
+	maxDrain     = 64 << 20
+	drainTimeout = 5 * time.Second
+)
+
+// drainBody reads and drops the rest of a request body, within maxDrain
+// bytes and drainTimeout.
+func drainBody(w http.ResponseWriter, body io.Reader) {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(drainTimeout)) != nil {
+		return // no deadline: not worth a wait without one
+	}
+	io.CopyN(io.Discard, body, maxDrain)
+	rc.SetReadDeadline(time.Time{})
 }
 
 // needsH2 reports whether an HTTP/2 client's request must reach the
@@ -129,6 +171,15 @@ func (x *exchange) outgoing(r *http.Request, traced bool) *http.Request {
 		}
 	}
 	switch {
+	case x.stream != nil:
+		// The body is checked as it goes: it is sent as it came (with
+		// the client's Content-Length, or chunked), maybe while the
+		// response comes back.
+		out.Body = &x.body
+		out.ContentLength = x.sendLen
+		if r.ProtoMajor == 1 {
+			http.NewResponseController(x.sw.ResponseWriter).EnableFullDuplex()
+		}
 	case x.sendLen != 0:
 		// The rewrite stage read the body (and may have changed it).
 		out.Body = &x.body

@@ -455,6 +455,10 @@ func (w *h1Writer) reset(cc *clientConn, req *http.Request, ctx *reqContext) {
 	w.closeAfter = req.ProtoMinor == 0 // HTTP/1.0: one request a connection
 }
 
+// SetReadDeadline bounds the reads of the request's body from the
+// connection (for http.ResponseController).
+func (w *h1Writer) SetReadDeadline(t time.Time) error { return w.cc.tc.SetReadDeadline(t) }
+
 func (w *h1Writer) Header() http.Header {
 	if w.header == nil {
 		w.header = make(http.Header)

@@ -95,6 +95,11 @@ func sessionRewrites(cfg config.Config, pol *policy.Policy, current func() *poli
 		return nil, nil, nil, fmt.Errorf("run: credentials: %w", err)
 	}
 	rw.Credentials = b
+	// Their real values are secrets the session knows from the start: found
+	// (or their encodings) anywhere but on their hosts, they are refused.
+	for _, c := range creds {
+		rw.Redactor.Known().AddCredential(c.Name, c.Value)
+	}
 	for _, c := range cfg.Credentials {
 		names := c.AgentEnv
 		if len(names) == 0 && c.Env != "" {

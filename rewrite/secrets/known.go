@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Known-value limits.
@@ -175,6 +176,14 @@ func (k *Known) Find(text string) []KnownMatch {
 		ms = dedupeMatches(ms)
 	}
 	return ms
+}
+
+// FindBytes is Find for a byte slice; it keeps no reference to b.
+func (k *Known) FindBytes(b []byte) []KnownMatch {
+	if len(b) == 0 {
+		return nil
+	}
+	return k.Find(unsafe.String(&b[0], len(b)))
 }
 
 func dedupeMatches(ms []KnownMatch) []KnownMatch {

@@ -107,7 +107,7 @@ func newScanner(o Options, rules []*rule, global []allowlist) (*Scanner, error) 
 	s.ids = slices.Compact(s.ids)
 	n := len(s.rules)
 	s.states.New = func() any {
-		return &scanState{open: make([]span, n), next: make([]int, n), tried: make([]int, n)}
+		return &scanState{open: make([]span, n), next: make([]int, n), tried: make([]int, n), epoch: make([]uint32, n)}
 	}
 	return s, nil
 }
@@ -137,12 +137,40 @@ type candidate struct {
 }
 
 // scanState is the per-scan scratch space, pooled so that a scan that finds
-// nothing allocates nothing.
+// nothing allocates nothing. A rule's entries are valid only when its epoch
+// is the scan's: a scan sets up only the rules its text wakes, so its cost
+// does not grow with the number of rules.
 type scanState struct {
-	open  []span // per rule: the window waiting to be searched; end < 0 = none
-	next  []int  // per rule: where its next match may start (matches do not overlap)
-	tried []int  // per rule: where its anchored regex was last tried
-	cands []candidate
+	open    []span // per rule: the window waiting to be searched; end < 0 = none
+	next    []int  // per rule: where its next match may start (matches do not overlap)
+	tried   []int  // per rule: where its anchored regex was last tried
+	epoch   []uint32
+	gen     uint32
+	touched []int32 // the rules set up in this scan
+	cands   []candidate
+}
+
+// begin starts a scan.
+func (st *scanState) begin() {
+	st.gen++
+	if st.gen == 0 { // wrapped: no stale epoch may pass for the new one
+		clear(st.epoch)
+		st.gen = 1
+	}
+	st.touched = st.touched[:0]
+	st.cands = st.cands[:0]
+}
+
+// use sets up rule ri's entries the first time a scan needs them.
+func (st *scanState) use(ri int32) {
+	if st.epoch[ri] == st.gen {
+		return
+	}
+	st.epoch[ri] = st.gen
+	st.open[ri] = span{-1, -1}
+	st.next[ri] = 0
+	st.tried[ri] = -1
+	st.touched = append(st.touched, ri)
 }
 
 func (s *Scanner) scan(text string) []Finding {
@@ -158,12 +186,7 @@ func (s *Scanner) scan(text string) []Finding {
 	}
 	st := s.states.Get().(*scanState)
 	defer s.states.Put(st)
-	for i := range st.open {
-		st.open[i] = span{-1, -1}
-		st.next[i] = 0
-		st.tried[i] = -1
-	}
-	st.cands = st.cands[:0]
+	st.begin()
 	for ok {
 		for _, k := range s.ac.outputs(q) {
 			start := pos - s.ac.lens[k]
@@ -173,12 +196,13 @@ func (s *Scanner) scan(text string) []Finding {
 		}
 		pos, q, ok = s.ac.find(text, pos, q)
 	}
-	for ri, w := range st.open {
-		if w.end >= 0 {
-			s.search(st, text, int32(ri), w.start, w.end)
+	for _, ri := range st.touched {
+		if w := st.open[ri]; w.end >= 0 {
+			s.search(st, text, ri, w.start, w.end)
 		}
 	}
 	for _, ri := range s.always {
+		st.use(ri)
 		s.search(st, text, ri, 0, len(text))
 	}
 	if len(st.cands) == 0 {
@@ -189,6 +213,7 @@ func (s *Scanner) scan(text string) []Finding {
 
 // hit handles one occurrence [start, end) of one of rule ri's keywords.
 func (s *Scanner) hit(st *scanState, text string, ri int32, start, end int) {
+	st.use(ri)
 	r := s.rules[ri]
 	if r.opWithin > 0 && (!hasOperator(text[end:min(len(text), end+r.opWithin)]) || r.secretSet != nil && !r.secretAfter(text, end)) {
 		return
