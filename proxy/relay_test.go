@@ -29,15 +29,15 @@ const (
 	relayCanaryIP = "127.0.0.43" // the denied target
 )
 
-// canary is a denied target: it records every connection that reaches it.
-type canary struct {
+// relayCanary is a denied target: it records every connection that reaches it.
+type relayCanary struct {
 	addr netip.AddrPort
 	mu   sync.Mutex
 	got  []string
 }
 
-func startCanary(t *testing.T) *canary {
-	c := &canary{}
+func startCanary(t *testing.T) *relayCanary {
+	c := &relayCanary{}
 	c.addr = serveTCP(t, relayCanaryIP+":0", func(conn net.Conn) {
 		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
 		b, _ := io.ReadAll(io.LimitReader(conn, 512))
@@ -48,7 +48,7 @@ func startCanary(t *testing.T) *canary {
 	return c
 }
 
-func (c *canary) received() []string {
+func (c *relayCanary) received() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.got...)
@@ -62,7 +62,7 @@ type relayWorld struct {
 	relay  *upstream.Relay
 	api    *upstream.Server // HTTPS
 	plain  *upstream.Server // plain HTTP
-	canary *canary
+	canary *relayCanary
 }
 
 func newRelayWorld(t *testing.T, o envOptions, ro upstream.RelayOptions) *relayWorld {
