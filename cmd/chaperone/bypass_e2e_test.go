@@ -422,20 +422,31 @@ func TestBypass(t *testing.T) {
 		}
 	})
 
-	// The agent's own CONNECT proxy: curl's connection to it is seen and
-	// allowed (it is a local process of the session), the helper's
-	// outbound connection is the one denied above.
+	// The agent's own relay: curl's CONNECT to it is decided on its
+	// target (via relay) and refused before the relay hears of it; a
+	// client in the relay's own protocol reaches it, and the relay's own
+	// connection is the one denied above (connect-helper).
 	t.Run("connect-helper-client", func(t *testing.T) {
 		l := lines["connect-helper-client"]
-		rec, ok := findConnectTo(recs, l.pid, func(ap netip.AddrPort) bool { return ap.Addr().Unmap() == netip.MustParseAddr("127.0.0.1") })
+		rec, ok := findConnect(recs, l.pid, deny4.addr)
 		if !ok {
-			t.Fatalf("curl's connection to the helper (pid %d) was not seen\n%s", l.pid, dumpConnects(recs))
+			t.Fatalf("curl's CONNECT through the helper (pid %d) was not decided on its target\n%s", l.pid, dumpConnects(recs))
 		}
-		if rec.Session != start.Session || rec.Process == nil || !strings.HasPrefix(filepath.Base(rec.Process.Exe), "curl") {
-			t.Errorf("curl's connection to the helper: %+v", rec)
+		if rec.Via != "relay" || !strings.HasPrefix(rec.Relay, "http://127.0.0.1:") {
+			t.Errorf("curl's CONNECT through the helper: via %q relay %q, want via relay, relay http://127.0.0.1:PORT", rec.Via, rec.Relay)
+		}
+		if rec.Verdict != event.Deny || rec.Rule != "deny_hosts" || rec.Session != start.Session ||
+			rec.Process == nil || !strings.HasPrefix(filepath.Base(rec.Process.Exe), "curl") {
+			t.Errorf("BYPASS: curl's CONNECT through the helper: %+v, want denied by deny_hosts, curl's, in the session", rec)
+		}
+		if h, ok := lines["connect-helper-http"]; ok {
+			t.Errorf("BYPASS: curl's CONNECT reached the agent's relay: %q", h.outcome)
 		}
 		if !strings.Contains(lines["connect-helper"].outcome, "helper-dial=") {
-			t.Errorf("the helper did not dial: %q", lines["connect-helper"].outcome)
+			t.Errorf("the helper was not asked in its own protocol: %q", lines["connect-helper"].outcome)
+		}
+		if strings.Contains(lines["connect-helper-raw"].outcome, "leaked") {
+			t.Errorf("BYPASS: the helper's client read the denied host's answer: %q", lines["connect-helper-raw"].outcome)
 		}
 	})
 

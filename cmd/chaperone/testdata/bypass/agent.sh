@@ -62,12 +62,16 @@ attempt env-i-bash env -i /bin/bash -c "$devtcp" bash "$DENY4" "$PORT4" env-i-ba
 py daemon daemon "$WORK/daemon.line" "$DENY4" "$PORT4"
 if waitfile "$WORK/daemon.line"; then cat "$WORK/daemon.line"; else echo "BYPASS daemon pid=0 no-line"; fi
 
-# A CONNECT proxy of the agent's own, and curl tunnelling through it.
+# A relay of the agent's own: curl's CONNECT to it (refused at the first
+# hop, decided on its target), then a client speaking the relay's own
+# protocol, which the proxy cannot read: the relay's own connection is
+# the one decided then.
 py connect-proxy connect-helper "$WORK/helper.port" >"$WORK/helper.out" 2>&1 &
 helper=$!
 if waitfile "$WORK/helper.port"; then
 	read -r hpid hport <"$WORK/helper.port"
 	attempt connect-helper-client curl -sS --max-time 10 -p -x "http://127.0.0.1:$hport" "http://$DENY4:$PORT4/connect-helper"
+	py helper-client connect-helper-raw 127.0.0.1 "$hport" "$DENY4" "$PORT4"
 fi
 wait "$helper"
 cat "$WORK/helper.out"

@@ -199,64 +199,100 @@ def cmd_daemon(name, flag, addr, port):
 
 
 def cmd_connect_proxy(name, portfile):
-    """A tiny HTTP CONNECT proxy started by the agent itself: it listens on
-    loopback, and for each CONNECT dials the target and relays bytes. It
-    writes its pid and port to portfile, then one line per tunnel to stdout."""
+    """A relay of the agent's own on loopback. For each client it reads a
+    target, an HTTP CONNECT line or a line of a protocol of its own
+    (0x01 "host:port\\n", which no proxy recognises), dials it and relays
+    bytes. It writes its pid and port to portfile, then one line per
+    client: NAME for its own protocol (it stops after that one),
+    NAME-http for a CONNECT, which Chaperone should refuse before it
+    arrives."""
     ln = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ln.bind(("127.0.0.1", 0))
     ln.listen(8)
     with open(portfile + ".tmp", "w") as f:
         f.write("%d %d\n" % (os.getpid(), ln.getsockname()[1]))
     os.rename(portfile + ".tmp", portfile)
-    ln.settimeout(30)
-    try:
-        c, _ = ln.accept()
-    except socket.timeout:
-        line(name, os.getpid(), "helper-no-client")
-        return
-    c.settimeout(10)
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = c.recv(4096)
-        if not chunk:
-            break
-        head += chunk
-    first = head.split(b"\r\n")[0].decode(errors="replace")
-    parts = first.split()
-    if len(parts) < 2 or parts[0] != "CONNECT":
-        line(name, os.getpid(), "helper-got=%r" % first)
-        c.close()
-        return
-    host, port = parts[1].rsplit(":", 1)
-    try:
-        up = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
-    except OSError as e:
-        line(name, os.getpid(), "helper-dial=%s error=%s" % (parts[1], e))
-        c.sendall(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
-        c.close()
-        return
-    line(name, os.getpid(), "helper-dial=%s connected" % parts[1])
-    c.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-
-    def pump(a, b):
+    ln.settimeout(20)
+    while True:
         try:
-            while True:
-                d = a.recv(65536)
-                if not d:
+            c, _ = ln.accept()
+        except socket.timeout:
+            line(name, os.getpid(), "helper-no-client")
+            return
+        c.settimeout(10)
+        head = b""
+        while b"\n" not in head:
+            chunk = c.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        if head[:1] == b"\x01":
+            who, target = name, head[1:].split(b"\n")[0].decode(errors="replace").strip()
+        else:
+            who = name + "-http"
+            while b"\r\n\r\n" not in head:
+                chunk = c.recv(4096)
+                if not chunk:
                     break
-                b.sendall(d)
-        except OSError:
-            pass
-        finally:
+                head += chunk
+            parts = head.split(b"\r\n")[0].decode(errors="replace").split()
+            if len(parts) < 2 or parts[0] != "CONNECT":
+                line(who, os.getpid(), "helper-got=%r" % parts)
+                c.close()
+                continue
+            target = parts[1]
+        host, port = target.rsplit(":", 1)
+        try:
+            up = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
+        except OSError as e:
+            line(who, os.getpid(), "helper-dial=%s error=%s" % (target, e))
+            c.close()
+            if who == name:
+                return
+            continue
+        line(who, os.getpid(), "helper-dial=%s connected" % target)
+        if who != name:
+            c.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        def pump(a, b):
             try:
-                b.shutdown(socket.SHUT_WR)
+                while True:
+                    d = a.recv(65536)
+                    if not d:
+                        break
+                    b.sendall(d)
             except OSError:
                 pass
+            finally:
+                try:
+                    b.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
 
-    t = threading.Thread(target=pump, args=(up, c))
-    t.start()
-    pump(c, up)
-    t.join()
+        t = threading.Thread(target=pump, args=(up, c))
+        t.start()
+        pump(c, up)
+        t.join()
+        if who == name:
+            return
+
+
+def cmd_helper_client(name, addr, port, target_host, target_port):
+    """Asks the agent's own relay, in its own protocol, for a target and
+    sends a request through it."""
+    try:
+        s = socket.create_connection((addr, int(port)), timeout=10)
+        s.sendall(b"\x01%s:%s\n" % (target_host.encode(), target_port.encode()))
+        s.sendall(("GET /connect-helper HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % target_host).encode())
+        data = b""
+        while len(data) < 4096:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        line(name, os.getpid(), "response=%r" % data[:120])
+    except OSError as e:
+        line(name, os.getpid(), "error=%s" % e)
 
 
 def cmd_proxy_direct(name, via_addr, via_port, target):
@@ -289,5 +325,6 @@ def cmd_proxy_direct(name, via_addr, via_port, target):
 
 if __name__ == "__main__":
     cmds = {"tcp": cmd_tcp, "tfo": cmd_tfo, "mptcp": cmd_mptcp, "udplite": cmd_udplite, "raw": cmd_raw, "udp": cmd_udp, "dns": cmd_dns, "doh": cmd_doh, "daemon": cmd_daemon,
-            "connect-proxy": cmd_connect_proxy, "proxy-direct": cmd_proxy_direct}
+            "connect-proxy": cmd_connect_proxy, "helper-client": cmd_helper_client,
+            "proxy-direct": cmd_proxy_direct}
     cmds[sys.argv[1]](*sys.argv[2:])
