@@ -2,7 +2,10 @@
 
 package fileexec
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // Files is a stand-in: file mediation needs Linux.
 type Files struct{}
@@ -30,3 +33,14 @@ func NewProtected(list []Protect, aliases []string) (*Protected, error) {
 func MountProtection(pid int, p *Protected) error {
 	return fmt.Errorf("fileexec: protect: needs linux: %w", ErrUnavailable)
 }
+
+// Calls is a stand-in: the session's seccomp filter needs Linux.
+type Calls struct{}
+
+// NewCalls fails with an error wrapping ErrUnavailable.
+func NewCalls(o FileOptions) (*Calls, error) {
+	return nil, fmt.Errorf("fileexec: calls: needs linux: %w", ErrUnavailable)
+}
+
+// Handle lets c run.
+func (*Calls) Handle(_ context.Context, _ Call, a CallAnswer) { a.Continue() }

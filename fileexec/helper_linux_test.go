@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -26,6 +28,11 @@ import (
 // helperEnv selects the helper mode of the test binary: a process in a
 // private mount namespace that opens and executes files when told to.
 const helperEnv = "FILEEXEC_TEST_HELPER"
+
+// filterEnv makes the helper run under a seccomp filter that hands the
+// calls Calls decides to a listener, which it sends on fd 3 before it
+// says it is ready.
+const filterEnv = "FILEEXEC_TEST_FILTER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
@@ -52,6 +59,18 @@ func runHelper(in io.Reader, out io.Writer) int {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		fmt.Fprintln(out, "err", err)
 		return 1
+	}
+	if os.Getenv(filterEnv) == "1" {
+		l, err := installCallFilter()
+		if err != nil {
+			fmt.Fprintln(out, "err", err)
+			return 1
+		}
+		if err := unix.Sendmsg(3, []byte("L"), unix.UnixRights(l), nil, 0); err != nil {
+			fmt.Fprintln(out, "err", err)
+			return 1
+		}
+		unix.Close(l)
 	}
 	fmt.Fprintln(out, "ready")
 	sc := bufio.NewScanner(in)
@@ -218,8 +237,78 @@ func fsop(a []string) error {
 		return unix.Rmdir(a[1])
 	case "mkdir":
 		return unix.Mkdir(a[1], 0o755)
+	case "linkfollow":
+		return unix.Linkat(unix.AT_FDCWD, a[1], unix.AT_FDCWD, two(), unix.AT_SYMLINK_FOLLOW)
+	case "linkfd": // link the file held by an O_PATH descriptor, through /proc/self/fd
+		fd, err := unix.Open(a[1], unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, two(), unix.AT_SYMLINK_FOLLOW)
+	case "linkat": // relative to a directory descriptor of the first path's directory
+		dir, err := unix.Open(filepath.Dir(a[1]), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(dir)
+		return unix.Linkat(dir, filepath.Base(a[1]), unix.AT_FDCWD, two(), 0)
+	case "exchange":
+		return unix.Renameat2(unix.AT_FDCWD, a[1], unix.AT_FDCWD, two(), unix.RENAME_EXCHANGE)
+	case "uring":
+		var params [120]byte
+		fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+		if errno != 0 {
+			return errno
+		}
+		return unix.Close(int(fd))
 	}
 	return unix.EINVAL
+}
+
+// installCallFilter installs, on every thread, a seccomp filter that hands
+// the native calls Calls decides to a new listener, as the session's
+// filter does.
+func installCallFilter() (int, error) {
+	var arch uint32
+	switch runtime.GOARCH {
+	case "amd64":
+		arch = auditArchX86_64
+	case "arm64":
+		arch = auditArchAArch64
+	default:
+		return -1, fmt.Errorf("no test filter for %s", runtime.GOARCH)
+	}
+	var nrs []uint32
+	for k := range callNumbers {
+		if k.arch == arch {
+			nrs = append(nrs, uint32(k.nr))
+		}
+	}
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 4}, // arch
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: arch, Jt: 1},
+		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0}, // nr
+	}
+	for i, nr := range nrs {
+		prog = append(prog, unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: nr, Jt: uint8(len(nrs) - i)})
+	}
+	prog = append(prog,
+		unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
+		unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_USER_NOTIF})
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return -1, err
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	fd, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|unix.SECCOMP_FILTER_FLAG_TSYNC|unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH,
+		uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(prog)
+	if errno != 0 {
+		return -1, fmt.Errorf("seccomp: %w", errno)
+	}
+	return int(fd), nil
 }
 
 func reply(err error) string {
@@ -245,8 +334,29 @@ type child struct {
 
 func startChild(tb testing.TB) *child {
 	tb.Helper()
+	c, _ := startChildFiltered(tb, false)
+	return c
+}
+
+// startChildFiltered is startChild, with the child under the filter of
+// installCallFilter when filtered, whose listener it returns.
+func startChildFiltered(tb testing.TB, filtered bool) (*child, *os.File) {
+	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	var mine *os.File
+	if filtered {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		mine = os.NewFile(uintptr(fds[0]), "sock")
+		theirs := os.NewFile(uintptr(fds[1]), "sock-helper")
+		defer theirs.Close()
+		defer mine.Close()
+		cmd.ExtraFiles = []*os.File{theirs}
+		cmd.Env = append(cmd.Env, filterEnv+"=1")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -275,7 +385,26 @@ func startChild(tb testing.TB) *child {
 	if self, _ := os.Readlink("/proc/self/ns/mnt"); self == c.mnt {
 		tb.Fatal("helper shares the test's mount namespace")
 	}
-	return c
+	if !filtered {
+		return c, nil
+	}
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(int(mine.Fd()), buf, oob, 0)
+	if err != nil || n != 1 || buf[0] != 'L' {
+		tb.Fatalf("helper sent no listener: %v", err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		tb.Fatalf("helper sent no listener: %v", err)
+	}
+	lfds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(lfds) != 1 {
+		tb.Fatalf("helper sent no listener: %v", err)
+	}
+	l := os.NewFile(uintptr(lfds[0]), "seccomp-listener")
+	tb.Cleanup(func() { l.Close() })
+	return c, l
 }
 
 // line reads the child's next line; a child that stays silent for a minute

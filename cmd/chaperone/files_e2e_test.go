@@ -83,8 +83,9 @@ head -c 1 /etc/hostname >/dev/null && echo other-ok`)
 	}
 }
 
-// A credential file reached by another path (a hard link in the working
-// tree, or its directory moved there) is still the credential file.
+// A credential file reached by another path (its directory moved into the
+// working tree) is still the credential file; a hard link to it is refused
+// when it is made, as a read of it.
 func TestCredentialFileByAnotherPath(t *testing.T) {
 	needMediation(t)
 	w := newWorld(t)
@@ -111,10 +112,13 @@ mv "$HOME/.aws" moved && cat moved/credentials; echo "moved=$?"`)
 			t.Errorf("agent output lacks %q:\n%s", want, out)
 		}
 	}
-	want := map[string]bool{filepath.Join(work, "linked"): false, filepath.Join(work, "moved", "credentials"): false}
+	want := map[string]bool{"link " + filepath.Join(work, "linked"): false, filepath.Join(work, "moved", "credentials"): false}
 	for _, rec := range w.kindRecords(event.KindFile) {
 		if _, ok := want[rec.Path]; ok && rec.Verdict == event.Deny && rec.Rule == "no-credential-files" && strings.Contains(rec.Reason, creds) {
 			want[rec.Path] = true
+		}
+		if rec.Op == "link" && rec.Path == creds && rec.Target == filepath.Join(work, "linked") && rec.Verdict == event.Deny && rec.Rule == "no-credential-files" {
+			want["link "+rec.Target] = true
 		}
 	}
 	for path, seen := range want {

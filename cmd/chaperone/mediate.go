@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/fileexec"
 	"github.com/chaperone-dev/chaperone/internal/privdrop"
 	"github.com/chaperone-dev/chaperone/proxy"
 )
@@ -29,6 +30,9 @@ type mediationOptions struct {
 	// that undoes that (a new policy).
 	static func(path string, access event.FileAccess, v event.Verdict) bool
 	forget func(func())
+	// protect lists the files the agent may not change (or open), whatever
+	// the policy.
+	protect []fileexec.Protect
 	// fileInSession, when set, is inSession for file opens and execs.
 	fileInSession func(pid int) bool
 	process       func(pid int) (*event.Process, error)

@@ -1,27 +1,37 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/chaperone-dev/chaperone/fileexec"
 	"github.com/chaperone-dev/chaperone/fileexec/execs"
+	"github.com/chaperone-dev/chaperone/policy"
 )
 
-// startMediation watches the mounts of pid's mount namespace for file
-// opens and serves the exec notifications of listener.
+// startMediation protects Chaperone's files in pid's mount namespace,
+// watches its mounts for file opens and serves the notifications of
+// listener: execs, and the links, renames and truncations of fileexec's
+// Calls.
 func startMediation(pid int, listener *os.File, o mediationOptions) (stops []func(), err error) {
 	inSession := o.inSession
 	if o.fileInSession != nil {
 		inSession = o.fileInSession
 	}
-	files, err := fileexec.WatchMounts(pid, fileexec.FileOptions{
+	// The agent must not rewrite its own policy nor the record of what it
+	// did: without that protection the session does not start.
+	prot, err := fileexec.NewProtected(o.protect, policy.CredentialFiles(o.info.Home))
+	if err != nil {
+		return nil, fmt.Errorf("run: protect Chaperone's files: %w", err)
+	}
+	if err := fileexec.MountProtection(pid, prot); err != nil {
+		return nil, fmt.Errorf("run: protect Chaperone's files: %w", err)
+	}
+	fo := fileexec.FileOptions{
 		Session:   o.session,
 		InSession: inSession,
 		Process:   o.process,
@@ -30,8 +40,10 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		Logger:    o.log,
 		Ignore:    ignoredPath,
 		Static:    o.static,
-		Alias:     protectedFiles(o.info.Home, o.info.StateDir).alias,
-	})
+		Alias:     prot.Alias,
+		Protected: prot,
+	}
+	files, err := fileexec.WatchMounts(pid, fo)
 	switch {
 	case errors.Is(err, fileexec.ErrUnavailable):
 		fmt.Fprintf(o.stderr, "chaperone: file opens are not mediated: %v\n", err)
@@ -50,6 +62,11 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 	if listener == nil {
 		return stops, nil
 	}
+	calls, err := fileexec.NewCalls(fo)
+	if err != nil {
+		listener.Close()
+		return stops, fmt.Errorf("run: file mediation: %w", err)
+	}
 	x, err := execs.Serve(listener, execs.ExecOptions{
 		Session:   o.session,
 		InSession: inSession, // the filter is the session's: its mount namespace says it at once
@@ -57,6 +74,9 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		Decide:    o.decide,
 		Publish:   o.publish,
 		Logger:    o.log,
+		Other: func(ctx context.Context, n execs.Notification) {
+			calls.Handle(ctx, fileexec.Call{TID: n.TID, Arch: n.Arch, Nr: n.Nr, Args: n.Args}, n)
+		},
 	})
 	if err != nil {
 		listener.Close()
@@ -78,56 +98,4 @@ func writeDenied(path string, id ids) bool {
 		return false // an ACL (or xattrs we cannot read): the bits are not the whole story
 	}
 	return modeDeniesWrite(int(st.Uid), int(st.Gid), st.Mode, id)
-}
-
-// fileID names a file by its device and inode.
-type fileID struct{ dev, ino uint64 }
-
-// protected maps the files a policy guards by their path, as they are when
-// the session starts, to that path: the user's credential files and
-// Chaperone's state. A hard link to one, or the file renamed (or its
-// directory), keeps the inode, and is decided as the original.
-type protected map[fileID]string
-
-// maxProtected bounds the files of the state directory remembered.
-const maxProtected = 4096
-
-// protectedFiles finds the files to protect under home and stateDir.
-func protectedFiles(home, stateDir string) protected {
-	p := protected{}
-	add := func(path string) {
-		if real, err := filepath.EvalSymlinks(path); err == nil {
-			path = real
-		}
-		var st unix.Stat_t
-		if len(p) < maxProtected && unix.Stat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			p[fileID{uint64(st.Dev), st.Ino}] = path
-		}
-	}
-	if home != "" {
-		for _, rel := range []string{".aws/credentials", ".netrc", ".config/gh/hosts.yml", ".docker/config.json", ".git-credentials"} {
-			add(filepath.Join(home, rel))
-		}
-		keys, _ := filepath.Glob(filepath.Join(home, ".ssh", "id_*"))
-		for _, k := range keys {
-			if !strings.HasSuffix(k, ".pub") {
-				add(k)
-			}
-		}
-	}
-	if stateDir != "" {
-		filepath.WalkDir(stateDir, func(path string, d fs.DirEntry, err error) error {
-			if err == nil && d.Type().IsRegular() {
-				add(path)
-			}
-			return nil
-		})
-	}
-	return p
-}
-
-// alias implements fileexec.FileOptions.Alias.
-func (p protected) alias(dev, ino uint64, path string) (string, bool) {
-	orig, ok := p[fileID{dev, ino}]
-	return orig, ok && orig != path
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"github.com/chaperone-dev/chaperone/config"
 	"github.com/chaperone-dev/chaperone/dns"
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/fileexec"
 	"github.com/chaperone-dev/chaperone/internal/privdrop"
 	"github.com/chaperone-dev/chaperone/policy"
 	"github.com/chaperone-dev/chaperone/proxy"
@@ -61,8 +63,13 @@ func newRunCommand(e env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			configFile, _ := cmd.Flags().GetString("config")
+			if configFile == "" {
+				configFile = e.getenv(config.EnvConfigFile)
+			}
 			code, err := runSession(cmd.Context(), sessionOptions{
 				cfg:        cfg,
+				configFile: configFile,
 				user:       user,
 				agent:      agent,
 				getenv:     e.getenv,
@@ -93,6 +100,7 @@ func newRunCommand(e env) *cobra.Command {
 // sessionOptions is one session to run.
 type sessionOptions struct {
 	cfg            config.Config
+	configFile     string              // the config file loaded, if any: protected from the agent
 	user           string              // --user: run the agent as this user; "" = the sudo user, else as is
 	agent          string              // --agent: the agent\'s name; "" = detected from the command
 	getenv         func(string) string // SUDO_UID and friends
@@ -184,6 +192,13 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	// old policy when a new one loads.
 	var forgetFiles atomic.Pointer[func()]
 	if cfg.Policy != "" {
+		// The policy is watched at its real path: a symbolic link on the
+		// way to it is not a file the session can protect from the agent.
+		if real, err := filepath.EvalSymlinks(cfg.Policy); err == nil {
+			if real, err = filepath.Abs(real); err == nil {
+				cfg.Policy = real
+			}
+		}
 		// A policy that does not load stops the session before it starts:
 		// never half a policy.
 		live, err = newLivePolicy(ctx, cfg.Policy, builtin, log, o.stderr, o.getenv, tasks.get)
@@ -472,6 +487,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		if gate != nil && pid > 0 {
 			stop, err := openGate(ctx, gate, pid, mediationOptions{
 				session: s.id, info: info, inSession: member,
+				protect: protectedFiles(cfg, o.configFile, audit.Path(), currentPolicy(), info.Workdir),
 				process: newProcessCache(func(p int) (*event.Process, error) { return describeProcess(procs, p, pid) }, time.Second).process,
 				decider: guarded, publish: bus.Publish, log: log, stderr: o.stderr,
 				static: func(path string, access event.FileAccess, v event.Verdict) bool {
@@ -550,6 +566,25 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 		return code, fmt.Errorf("run: audit log: %w", auditErr)
 	}
 	return code, nil
+}
+
+// protectedFiles lists the files a session protects from its agent,
+// whatever the policy (fileexec.Protected does the rest): the policy file,
+// the config file and the plugins the policy runs (read and run only), the
+// audit log and Chaperone's state directory (not opened at all).
+func protectedFiles(cfg config.Config, configFile, auditLog string, pol *policy.Policy, workdir string) []fileexec.Protect {
+	list := []fileexec.Protect{
+		{Path: cfg.Policy, What: "the policy file", Protection: fileexec.NoWrite},
+		{Path: configFile, What: "the config file", Protection: fileexec.NoWrite},
+		{Path: auditLog, What: "the audit log", Protection: fileexec.NoAccess},
+		{Path: cfg.StateDir, What: "Chaperone's state", Protection: fileexec.NoAccess, Tree: true},
+	}
+	if pol != nil {
+		for _, f := range pol.PluginFiles(workdir) {
+			list = append(list, fileexec.Protect{Path: f, What: "a plugin of the policy", Protection: fileexec.NoWrite})
+		}
+	}
+	return list
 }
 
 // runChild starts cmd, calls started with its pid, forwards signals and
