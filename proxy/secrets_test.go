@@ -583,3 +583,45 @@ func TestStreamedBodySecrets(t *testing.T) {
 		})
 	}
 }
+
+// A streamed body that stops decoding half way stops there, refused as
+// undecodable; a small body that inflates past what is held (64 MiB) is
+// checked as it streams instead, and goes through whole when clean.
+func TestStreamedBodyDecoding(t *testing.T) {
+	t.Run("corrupt half way", func(t *testing.T) {
+		se := newSecretsEnv(t, nil)
+		body := encodeBody(t, "gzip", bigBody(20<<20, "", 0, true))
+		for i := len(body) / 2; i < len(body)/2+256; i++ {
+			body[i] ^= 0x5a
+		}
+		status, answer := se.do(t, false, http.MethodPost, "https://"+hostPort(se.canarySrv)+"/upload",
+			http.Header{"Content-Encoding": {"gzip"}}, bytes.NewReader(body))
+		if status != http.StatusBadRequest || !strings.Contains(answer, "undecodable_body") ||
+			!strings.Contains(answer, "request body: Content-Encoding gzip could not be decoded") {
+			t.Errorf("status %d: %s", status, answer)
+		}
+		e := se.httpEvent(t, "canary.test")
+		if e.Verdict.Rule != "undecodable_body" || e.HTTP.Error == "" {
+			t.Errorf("event verdict %+v, error %q", e.Verdict, e.HTTP.Error)
+		}
+		for _, g := range se.canary.got() {
+			if g.complete {
+				t.Errorf("the canary got the whole request")
+			}
+		}
+	})
+	t.Run("inflates past what is held", func(t *testing.T) {
+		se := newSecretsEnv(t, nil)
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+		zw.Write(make([]byte, 80<<20))
+		zw.Close()
+		body := buf.Bytes()
+		status, answer := se.do(t, false, http.MethodPost, "https://"+hostPort(se.canarySrv)+"/upload",
+			http.Header{"Content-Encoding": {"gzip"}}, bytes.NewReader(body))
+		got := se.canary.got()
+		if status != 200 || len(got) != 1 || !got[0].complete || !bytes.Equal(got[0].body, body) {
+			t.Errorf("status %d (%s), the canary got %d requests", status, answer, len(got))
+		}
+	})
+}
