@@ -191,6 +191,8 @@ func TestSecretsInHeadersAndQuery(t *testing.T) {
 		status int
 		where  string // in the reason
 		rule   string
+		// upgrade: a GET asking to switch protocols, else a POST
+		upgrade bool
 	}{
 		{name: "custom header", host: "canary", path: "/x", header: http.Header{"X-Custom": {"v=" + tok}},
 			status: 403, where: "github-pat in request header X-Custom", rule: "no-secrets-to-other-hosts"},
@@ -206,6 +208,9 @@ func TestSecretsInHeadersAndQuery(t *testing.T) {
 			status: 403, where: "github-pat in request header X-Custom", rule: "no-secrets-to-other-hosts"},
 		{name: "LLM API, query", host: "llm", path: "/v1/messages?trace=" + tok,
 			status: 403, where: "github-pat in query parameter trace", rule: "no-secrets-to-other-hosts"},
+		{name: "websocket upgrade", host: "canary", path: "/ws?token=" + tok, upgrade: true,
+			header: http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}},
+			status: 403, where: "github-pat in query parameter token", rule: "no-secrets-to-other-hosts"},
 		{name: "Authorization", host: "canary", path: "/x", header: http.Header{"Authorization": {"Bearer " + tok}}, status: 200},
 		{name: "X-Api-Key", host: "canary", path: "/x", header: http.Header{"X-Api-Key": {tok}}, status: 200},
 		{name: "Cookie", host: "canary", path: "/x", header: http.Header{"Cookie": {"s=" + tok}}, status: 200},
@@ -218,8 +223,11 @@ func TestSecretsInHeadersAndQuery(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			se := newSecretsEnv(t, nil)
 			srv := map[string]*upstream.Server{"canary": se.canarySrv, "gemini": se.gemini, "llm": se.llm}[tt.host]
-			body := anthropicBody(t, false, "hello")
-			status, answer := se.do(t, false, http.MethodPost, "https://"+hostPort(srv)+tt.path, tt.header, bytes.NewReader(body))
+			method, body := http.MethodPost, io.Reader(bytes.NewReader(anthropicBody(t, false, "hello")))
+			if tt.upgrade {
+				method, body = http.MethodGet, nil
+			}
+			status, answer := se.do(t, false, method, "https://"+hostPort(srv)+tt.path, tt.header, body)
 			if status != tt.status {
 				t.Fatalf("status %d, want %d: %s", status, tt.status, answer)
 			}
