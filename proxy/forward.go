@@ -193,8 +193,15 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, x *exch
 		p.refuse(w, e, http.StatusForbidden, proxyVerdict(ruleUnknownSession, "the session has ended"))
 		return false
 	}
-	if p.rewrites != nil && r.Header["Upgrade"] == nil {
-		if x.rw = p.rewrites(t.session); x.rw != nil && !p.prepare(w, r, x) {
+	if p.rewrites != nil {
+		if rw := p.rewrites(t.session); rw != nil && r.Header["Upgrade"] != nil {
+			// A protocol switch is not rewritten, and its frames are not
+			// read; its header and query are searched all the same.
+			x.rw = rw
+			x.scanHead(r, rewrite.API{}, false)
+			x.http.Secrets = x.secretIDs()
+			x.rw = nil
+		} else if x.rw = rw; rw != nil && !p.prepare(w, r, x) {
 			return false
 		}
 	}

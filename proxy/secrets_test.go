@@ -191,6 +191,8 @@ func TestSecretsInHeadersAndQuery(t *testing.T) {
 		status int
 		where  string // in the reason
 		rule   string
+		// upgrade: a GET asking to switch protocols, else a POST
+		upgrade bool
 	}{
 		{name: "custom header", host: "canary", path: "/x", header: http.Header{"X-Custom": {"v=" + tok}},
 			status: 403, where: "github-pat in request header X-Custom", rule: "no-secrets-to-other-hosts"},
@@ -206,6 +208,9 @@ func TestSecretsInHeadersAndQuery(t *testing.T) {
 			status: 403, where: "github-pat in request header X-Custom", rule: "no-secrets-to-other-hosts"},
 		{name: "LLM API, query", host: "llm", path: "/v1/messages?trace=" + tok,
 			status: 403, where: "github-pat in query parameter trace", rule: "no-secrets-to-other-hosts"},
+		{name: "websocket upgrade", host: "canary", path: "/ws?token=" + tok, upgrade: true,
+			header: http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}},
+			status: 403, where: "github-pat in query parameter token", rule: "no-secrets-to-other-hosts"},
 		{name: "Authorization", host: "canary", path: "/x", header: http.Header{"Authorization": {"Bearer " + tok}}, status: 200},
 		{name: "X-Api-Key", host: "canary", path: "/x", header: http.Header{"X-Api-Key": {tok}}, status: 200},
 		{name: "Cookie", host: "canary", path: "/x", header: http.Header{"Cookie": {"s=" + tok}}, status: 200},
@@ -218,8 +223,11 @@ func TestSecretsInHeadersAndQuery(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			se := newSecretsEnv(t, nil)
 			srv := map[string]*upstream.Server{"canary": se.canarySrv, "gemini": se.gemini, "llm": se.llm}[tt.host]
-			body := anthropicBody(t, false, "hello")
-			status, answer := se.do(t, false, http.MethodPost, "https://"+hostPort(srv)+tt.path, tt.header, bytes.NewReader(body))
+			method, body := http.MethodPost, io.Reader(bytes.NewReader(anthropicBody(t, false, "hello")))
+			if tt.upgrade {
+				method, body = http.MethodGet, nil
+			}
+			status, answer := se.do(t, false, method, "https://"+hostPort(srv)+tt.path, tt.header, body)
 			if status != tt.status {
 				t.Fatalf("status %d, want %d: %s", status, tt.status, answer)
 			}
@@ -582,4 +590,84 @@ func TestStreamedBodySecrets(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A streamed body that stops decoding half way stops there, refused as
+// undecodable; a small body that inflates past what is held (64 MiB) is
+// checked as it streams instead, and goes through whole when clean.
+func TestStreamedBodyDecoding(t *testing.T) {
+	t.Run("corrupt half way", func(t *testing.T) {
+		se := newSecretsEnv(t, nil)
+		body := encodeBody(t, "gzip", bigBody(20<<20, "", 0, true))
+		for i := len(body) / 2; i < len(body)/2+256; i++ {
+			body[i] ^= 0x5a
+		}
+		status, answer := se.do(t, false, http.MethodPost, "https://"+hostPort(se.canarySrv)+"/upload",
+			http.Header{"Content-Encoding": {"gzip"}}, bytes.NewReader(body))
+		if status != http.StatusBadRequest || !strings.Contains(answer, "undecodable_body") ||
+			!strings.Contains(answer, "request body: Content-Encoding gzip could not be decoded") {
+			t.Errorf("status %d: %s", status, answer)
+		}
+		e := se.httpEvent(t, "canary.test")
+		if e.Verdict.Rule != "undecodable_body" || e.HTTP.Error == "" {
+			t.Errorf("event verdict %+v, error %q", e.Verdict, e.HTTP.Error)
+		}
+		for _, g := range se.canary.got() {
+			if g.complete {
+				t.Errorf("the canary got the whole request")
+			}
+		}
+	})
+	t.Run("inflates past what is held", func(t *testing.T) {
+		se := newSecretsEnv(t, nil)
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+		zw.Write(make([]byte, 80<<20))
+		zw.Close()
+		body := buf.Bytes()
+		status, answer := se.do(t, false, http.MethodPost, "https://"+hostPort(se.canarySrv)+"/upload",
+			http.Header{"Content-Encoding": {"gzip"}}, bytes.NewReader(body))
+		got := se.canary.got()
+		if status != 200 || len(got) != 1 || !got[0].complete || !bytes.Equal(got[0].body, body) {
+			t.Errorf("status %d (%s), the canary got %d requests", status, answer, len(got))
+		}
+	})
+}
+
+// FuzzScanQuery: a secret wholly inside a query parameter's name or value
+// (as sent or percent-encoded) is found, and the event's URL, redacted by
+// the flags scanQuery returns, does not show it; scanQuery splits the
+// query as writeRedactedQuery does, so the flags name the right
+// parameters.
+func FuzzScanQuery(f *testing.F) {
+	f.Add("a=1&b=2", uint16(2), false)
+	f.Add("x=%41&y;z=", uint16(9), true)
+	f.Add("", uint16(0), false)
+	rw := benchRewrites(f, 0)
+	secret := "ghp_" + strings.Repeat("aB3", 12)
+	rw.Redactor.Known().Add("github-pat", secret)
+	f.Fuzz(func(t *testing.T, q string, at uint16, encoded bool) {
+		ins := secret
+		if encoded {
+			ins = percentEncodeAll(secret)
+		}
+		pos := int(at) % (len(q) + 1)
+		q = q[:pos] + ins + q[pos:]
+		u := &url.URL{Scheme: "https", Host: "h.test", Path: "/", RawQuery: q}
+		x := &exchange{rw: rw}
+		flags := x.scanQuery(q, "h.test", false)
+		out := redactURL(u, flags)
+		whole := false
+		for seg := range strings.FieldsFuncSeq(q, func(r rune) bool { return r == '&' || r == ';' }) {
+			k, v, _ := strings.Cut(seg, "=")
+			for _, p := range []string{k, v} {
+				if strings.Contains(p, ins) {
+					whole = true
+				}
+			}
+		}
+		if whole && (len(x.found) == 0 || strings.Contains(out, ins)) {
+			t.Fatalf("query %q: found %v, event URL %q", q, x.found, out)
+		}
+	})
 }

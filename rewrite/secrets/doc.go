@@ -30,6 +30,13 @@
 //     two secrets of the session would share one); Lookup restores only the
 //     placeholders that Redactor made. Redact allocates nothing when the text
 //     holds no secret.
+//   - A Known set belongs to one session (each Redactor has one) and is
+//     safe for concurrent use: the secret values the session has shown,
+//     found again in later texts also encoded (base64 at each alignment,
+//     hex, percent-encoded, JSON-escaped); a match carries the rule id and
+//     position, never the value. Bounded in values and their length.
+//   - StreamOverlap is the context a scan of a stream must carry from one
+//     window to the next so that no secret is cut.
 //   - No secret is ever logged or put in an error.
 //
 // This package is pure logic: no I/O. It must not import any package of this
