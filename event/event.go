@@ -262,7 +262,11 @@ type Exec struct {
 	// Interpreter is the interpreter the kernel starts for a script (its
 	// #! line); empty for a binary.
 	Interpreter string
-	// Digest is "sha256:…" of Program's content (of a memfd's, for an
-	// exec of a descriptor), when computed.
+	// Digest is "sha256:…" of the content of the program the event is
+	// about (of a memfd's, for an exec of a descriptor), when computed. An
+	// exec that runs several programs (a script and its interpreter, the
+	// loader and its program) is decided once per program, each event
+	// with that program's Path, Argv and Digest; the recorded event is
+	// Program's.
 	Digest string
 }

@@ -48,9 +48,13 @@ func keyOf(rule string, e *event.Event) cacheKey {
 		add(c.Dst.Addr().Unmap().String())
 		b = binary.AppendUvarint(b, uint64(dstPort(e)))
 		add(string(c.Transport))
+		add(c.Via)
+		add(c.Relay)
 	} else {
 		add("")
 		b = binary.AppendUvarint(b, 0)
+		add("")
+		add("")
 		add("")
 	}
 	if h := e.HTTP; h != nil {
@@ -78,16 +82,26 @@ func keyOf(rule string, e *event.Event) cacheKey {
 	if f := e.File; f != nil {
 		add(f.Path)
 		add(string(f.Access))
+		add(f.Op)
+		add(f.Target)
 	} else {
+		add("")
+		add("")
 		add("")
 		add("")
 	}
 	if x := e.Exec; x != nil {
 		add(x.Path)
 		addList(x.Argv)
+		add(x.Digest) // a verdict on a path must not outlive a change of what is there
+		add(x.Program)
+		add(x.Interpreter)
 	} else {
 		add("")
 		addList(nil)
+		add("")
+		add("")
+		add("")
 	}
 	return sha256.Sum256(b)
 }

@@ -257,6 +257,47 @@ func TestJudgeRequest(t *testing.T) {
 	}
 }
 
+// Every field the judge reads of a connection, file or exec that a verdict
+// may hang on is in the cache key: changing one asks the judge again.
+func TestJudgeCacheKeyFields(t *testing.T) {
+	evs := testEvents()
+	tests := []struct {
+		name   string
+		kind   event.Kind
+		change func(e *event.Event)
+	}{
+		{"connect via", event.KindConnect, func(e *event.Event) { e.Connect.Via = "transparent" }},
+		{"connect relay", event.KindConnect, func(e *event.Event) { e.Connect.Relay = "http://127.0.0.9:3128" }},
+		{"file access", event.KindFile, func(e *event.Event) { e.File.Access = event.FileUnknown }},
+		{"file op", event.KindFile, func(e *event.Event) { e.File.Op = "rename" }},
+		{"file target", event.KindFile, func(e *event.Event) { e.File.Target = "/tmp/x" }},
+		{"exec digest", event.KindExec, func(e *event.Event) { e.Exec.Digest = "sha256:ff" }},
+		{"exec program", event.KindExec, func(e *event.Event) { e.Exec.Program = "/usr/bin/openssl" }},
+		{"exec interpreter", event.KindExec, func(e *event.Event) { e.Exec.Interpreter = "/usr/bin/perl" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := evs[tt.kind]
+			c := *base
+			switch {
+			case c.Connect != nil:
+				x := *c.Connect
+				c.Connect = &x
+			case c.File != nil:
+				x := *c.File
+				c.File = &x
+			case c.Exec != nil:
+				x := *c.Exec
+				c.Exec = &x
+			}
+			tt.change(&c)
+			if keyOf("r", base) == keyOf("r", &c) {
+				t.Errorf("the cache key does not change with the %s", tt.name)
+			}
+		})
+	}
+}
+
 func TestJudgeCache(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
