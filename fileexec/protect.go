@@ -44,7 +44,8 @@ type fileID struct{ dev, ino uint64 }
 
 type protectedFile struct {
 	Protect
-	real string // Path resolved
+	real   string // Path resolved
+	prefix string // real + "/", for a tree
 }
 
 // Protected is the set of files a session protects, made by NewProtected
@@ -96,12 +97,7 @@ func (p *Protected) find(id fileID, path string) *protectedFile {
 	if f, ok := p.files[path]; ok {
 		return f
 	}
-	for _, t := range p.trees {
-		if path == t.real || strings.HasPrefix(path, t.real+"/") {
-			return t
-		}
-	}
-	return nil
+	return p.inTree(path)
 }
 
 // inTree returns the tree path is in, or nil.
@@ -110,7 +106,7 @@ func (p *Protected) inTree(path string) *protectedFile {
 		return nil
 	}
 	for _, t := range p.trees {
-		if path == t.real || strings.HasPrefix(path, t.real+"/") {
+		if path == t.real || strings.HasPrefix(path, t.prefix) {
 			return t
 		}
 	}
