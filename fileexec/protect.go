@@ -57,7 +57,7 @@ type protectedFile struct {
 // decided as itself (Alias).
 //
 // What it refuses it refuses whatever the policy: opens (FileOptions.
-// Protected), and links, renames and truncations (Files.Call). In the
+// Protected), and links, renames and truncations (Calls). In the
 // session's mount namespace (MountProtection) each protected file is also
 // mounted read-only over itself, and each directory on the way to it over
 // itself, so that the kernel refuses writes (EROFS), removals and renames
