@@ -78,7 +78,11 @@ func keyOf(rule string, e *event.Event) cacheKey {
 	if f := e.File; f != nil {
 		add(f.Path)
 		add(string(f.Access))
+		add(f.Op)
+		add(f.Target)
 	} else {
+		add("")
+		add("")
 		add("")
 		add("")
 	}
