@@ -235,7 +235,8 @@ type File struct {
 	Path   string
 	Access FileAccess
 	// Op is "" for an open, "link" or "rename" when Path is given the new
-	// name Target.
+	// name Target, "truncate" for a truncation by path (a write), and
+	// "io_uring" for the refused io_uring_setup of a session process.
 	Op     string
 	Target string
 }

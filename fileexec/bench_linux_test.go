@@ -3,6 +3,7 @@
 package fileexec
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,9 @@ import (
 //     session (each open is a permission event, allowed at once)
 //   - in-session-cached: the helper is in the session and the verdict is
 //     cached (each open is a permission event answered from the cache)
+//   - in-session-cached-protected: as in-session-cached, with a session's
+//     protected files set (each open's inode is looked up in it, as in a
+//     session)
 //   - in-session-static: as in-session-cached, with Static true for the
 //     file: its inode carries an ignore mark, so its opens raise no event
 func BenchmarkOpen(b *testing.B) {
@@ -32,12 +36,14 @@ func BenchmarkOpen(b *testing.B) {
 		session bool
 		other   bool // watch another helper's namespace instead
 		static  bool
+		protect bool
 	}{
-		{"unwatched-namespace", false, false, false, false},
-		{"other-namespace-watched", false, false, true, false},
-		{"outside", true, false, false, false},
-		{"in-session-cached", true, true, false, false},
-		{"in-session-static", true, true, false, true},
+		{"unwatched-namespace", false, false, false, false, false},
+		{"other-namespace-watched", false, false, true, false, false},
+		{"outside", true, false, false, false, false},
+		{"in-session-cached", true, true, false, false, false},
+		{"in-session-cached-protected", true, true, false, false, true},
+		{"in-session-static", true, true, false, true, false},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
@@ -52,6 +58,22 @@ func BenchmarkOpen(b *testing.B) {
 					}
 					if tc.static {
 						o.Static = func(string, event.FileAccess, event.Verdict) bool { return true }
+					}
+					if tc.protect {
+						dir := b.TempDir()
+						var list []Protect
+						for _, n := range []string{"policy.yaml", "config.yaml", "audit.jsonl"} {
+							if err := os.WriteFile(dir+"/"+n, nil, 0o600); err != nil {
+								b.Fatal(err)
+							}
+							list = append(list, Protect{Path: dir + "/" + n, Protection: NoWrite})
+						}
+						list = append(list, Protect{Path: dir, Protection: NoAccess, Tree: true, What: "state"})
+						p, err := NewProtected(list, nil)
+						if err != nil {
+							b.Fatal(err)
+						}
+						o.Protected, o.Alias = p, p.Alias
 					}
 				})
 				if got := c.do(b, "open "+path+" r"); got != "ok" { // fill the cache, mark the file

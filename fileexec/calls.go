@@ -138,18 +138,20 @@ const pathMax = 4096
 // readPath reads the NUL-terminated path at addr of m (a process's
 // memory), as the kernel's getname does: at most pathMax bytes, the NUL
 // included. Reads stop at page ends, so that a path just before an
-// unmapped page is read whole.
+// unmapped page is read whole; the first reads 256 bytes at most.
 func readPath(m io.ReaderAt, addr uint64) (string, error) {
 	if addr == 0 {
 		return "", errFault
 	}
 	var buf bytes.Buffer
 	chunk := make([]byte, 4096)
+	want := 256 // most paths are short: a first small read, then whole pages
 	for buf.Len() < pathMax {
 		if addr > math.MaxInt64-4096 {
 			return "", errFault
 		}
-		n := min(4096-int(addr%4096), pathMax-buf.Len())
+		n := min(4096-int(addr%4096), pathMax-buf.Len(), want)
+		want = 4096
 		got, _ := m.ReadAt(chunk[:n], int64(addr))
 		if i := bytes.IndexByte(chunk[:got], 0); i >= 0 {
 			buf.Write(chunk[:i])

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,7 +68,7 @@ func (a testAnswer) Fail(errno syscall.Errno) error {
 }
 
 // serveCalls answers l's notifications with k until the test ends.
-func serveCalls(t *testing.T, l *os.File, k *Calls) {
+func serveCalls(t testing.TB, l *os.File, k *Calls) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -207,5 +208,43 @@ func TestCallsDecided(t *testing.T) {
 	}
 	if _, err := os.Stat(at("work/s1")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a denied link was made: %v", err)
+	}
+}
+
+// BenchmarkRename times a rename by a process without the filter, by one
+// under it that Calls lets go at once (outside the session: the round
+// trip alone), and by one whose renames Calls decides (allowed,
+// published): the cost of a rename in a session (child-ns/rename).
+func BenchmarkRename(b *testing.B) {
+	requireRoot(b)
+	for _, name := range []string{"unfiltered", "outside", "decided"} {
+		filtered := name != "unfiltered"
+		b.Run(name, func(b *testing.B) {
+			path := writeFile(b, "renamed")
+			c, l := startChildFiltered(b, filtered)
+			if filtered {
+				k, err := NewCalls(FileOptions{
+					InSession: func(int) bool { return name == "decided" }, Process: processOf,
+					Decide:  func(context.Context, *event.Event) event.Verdict { return event.Verdict{Action: event.Allow} },
+					Publish: func(*event.Event) {},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				serveCalls(b, l, k)
+			}
+			b.ResetTimer()
+			got := c.do(b, "renames "+path+" "+strconv.Itoa((b.N+1)/2))
+			b.StopTimer()
+			ns, ok := strings.CutPrefix(got, "ok ")
+			if !ok {
+				b.Fatalf("child got %q", got)
+			}
+			total, err := strconv.ParseFloat(ns, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(total/float64(2*((b.N+1)/2)), "child-ns/rename")
+		})
 	}
 }

@@ -72,6 +72,20 @@
 //   - Errors wrap ErrUnavailable when fanotify permission events cannot be
 //     had (not Linux, not root).
 //
+// Besides opens:
+//   - Calls decides what the session's seccomp filter hands over besides
+//     execs (fileexec/execs' ExecOptions.Other): links and renames as a
+//     read of their source, truncations by path as a write, on the files
+//     the caller's paths resolve to; io_uring_setup is refused. A call is
+//     published before it is answered.
+//   - Protected is the set of files a session protects whatever its
+//     policy (the policy file, the config file, plugins, the audit log,
+//     the state directory), by path and by inode: their opens (Files) and
+//     changes (Calls) are refused (RuleProtected), and MountProtection
+//     mounts each read-only over itself in the session's namespace, and
+//     the directories on the way over themselves, so that the kernel
+//     refuses the rest by any means.
+//
 // Limits: an ignore mark follows its inode, not its path: a file marked
 // and then renamed, or hard-linked, elsewhere is opened at its new path
 // unasked until it is modified or Forget is called — only content Static
@@ -81,6 +95,9 @@
 // (unshare -m, which needs a user namespace when unprivileged), are not
 // seen: the session must be kept from making mount or user namespaces. Files opened before WatchMounts (inherited fds) are not
 // decided. Reads and writes through an fd are not events; only opens are.
+// The paths of a call are read from the caller's memory, which may change
+// before the kernel reads them again once the call goes on: what is
+// linked or renamed may then not be what was decided (see Calls).
 // An open that races Close may be allowed by the kernel when the group
 // closes.
 //

@@ -55,6 +55,7 @@ func TestMain(m *testing.M) {
 //	cd DIR                    → ok | err ERRNO
 //	recd .                    → ok | err ERRNO (chdir to the working directory's path again)
 //	bench PATH N              → ok NANOSECONDS (N open+close of PATH)
+//	renames PATH N            → ok NANOSECONDS (N renames of PATH to PATH.2 and back, 2N in all)
 func runHelper(in io.Reader, out io.Writer) int {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		fmt.Fprintln(out, "err", err)
@@ -144,6 +145,19 @@ func runHelper(in io.Reader, out io.Writer) int {
 				err = nil // it ran
 			}
 			fmt.Fprintln(out, reply(err))
+		case "renames":
+			start := time.Now()
+			var err error
+			for i := 0; i < n && err == nil; i++ {
+				if err = unix.Rename(f[1], f[1]+".2"); err == nil {
+					err = unix.Rename(f[1]+".2", f[1])
+				}
+			}
+			if err != nil {
+				fmt.Fprintln(out, reply(err))
+				continue
+			}
+			fmt.Fprintln(out, "ok", time.Since(start).Nanoseconds())
 		case "bench":
 			start := time.Now()
 			for range n {

@@ -44,7 +44,8 @@ type fileID struct{ dev, ino uint64 }
 
 type protectedFile struct {
 	Protect
-	real string // Path resolved
+	real   string // Path resolved
+	prefix string // real + "/", for a tree
 }
 
 // Protected is the set of files a session protects, made by NewProtected
@@ -56,7 +57,7 @@ type protectedFile struct {
 // decided as itself (Alias).
 //
 // What it refuses it refuses whatever the policy: opens (FileOptions.
-// Protected), and links, renames and truncations (Files.Call). In the
+// Protected), and links, renames and truncations (Calls). In the
 // session's mount namespace (MountProtection) each protected file is also
 // mounted read-only over itself, and each directory on the way to it over
 // itself, so that the kernel refuses writes (EROFS), removals and renames
@@ -96,12 +97,7 @@ func (p *Protected) find(id fileID, path string) *protectedFile {
 	if f, ok := p.files[path]; ok {
 		return f
 	}
-	for _, t := range p.trees {
-		if path == t.real || strings.HasPrefix(path, t.real+"/") {
-			return t
-		}
-	}
-	return nil
+	return p.inTree(path)
 }
 
 // inTree returns the tree path is in, or nil.
@@ -110,7 +106,7 @@ func (p *Protected) inTree(path string) *protectedFile {
 		return nil
 	}
 	for _, t := range p.trees {
-		if path == t.real || strings.HasPrefix(path, t.real+"/") {
+		if path == t.real || strings.HasPrefix(path, t.prefix) {
 			return t
 		}
 	}

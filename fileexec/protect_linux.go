@@ -54,7 +54,7 @@ func NewProtected(list []Protect, aliases []string) (*Protected, error) {
 		if err := unix.Stat(real, &st); err != nil {
 			return nil, fmt.Errorf("fileexec: protect %s: %w", pr.Path, err)
 		}
-		f := &protectedFile{Protect: pr, real: real}
+		f := &protectedFile{Protect: pr, real: real, prefix: real + "/"}
 		switch typ := st.Mode & unix.S_IFMT; {
 		case pr.Tree && typ == unix.S_IFDIR:
 			trees = append(trees, f)

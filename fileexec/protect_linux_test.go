@@ -291,3 +291,32 @@ func TestProtectedOpens(t *testing.T) {
 		t.Errorf("%d files ignore-marked, want 1 (other/x): a protected file was marked", n)
 	}
 }
+
+// BenchmarkProtectedOpen is what a session adds to every open it decides
+// or answers from the cache: the protected set's lookup of the file.
+func BenchmarkProtectedOpen(b *testing.B) {
+	dir := b.TempDir()
+	var list []Protect
+	for _, n := range []string{"policy.yaml", "config.yaml", "audit.jsonl"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		list = append(list, Protect{Path: filepath.Join(dir, n), Protection: NoWrite})
+	}
+	os.MkdirAll(filepath.Join(dir, "state"), 0o700)
+	list = append(list, Protect{Path: filepath.Join(dir, "state"), Protection: NoAccess, Tree: true})
+	p, err := NewProtected(list, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	id, path := fileID{dev: 2049, ino: 123456}, "/home/u/proj/src/main.go"
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, refused := p.Open(id, path, event.FileRead); refused {
+			b.Fatal("refused")
+		}
+		if p.Protects(id, path) {
+			b.Fatal("protected")
+		}
+	}
+}

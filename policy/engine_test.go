@@ -728,3 +728,26 @@ default: judge
 		t.Error("the judge or a plugin was asked about an open a rule denies")
 	}
 }
+
+// The judge's verdicts are remembered per question: an open of a file, a
+// link of it elsewhere and an open of unknown access are three.
+func TestJudgeCacheKeysFileQuestions(t *testing.T) {
+	j := &fakeJudge{v: event.Verdict{Action: event.Allow}}
+	e := mustEngine(t, "default: judge\njudge: {provider: openai, model: m}\n", EngineOptions{Judge: j})
+	file := func(access event.FileAccess, op, target string) *event.Event {
+		return &event.Event{Kind: event.KindFile, Process: testProcess(), File: &event.File{Path: "/home/u/x", Access: access, Op: op, Target: target}}
+	}
+	for _, ev := range []*event.Event{
+		file(event.FileRead, "", ""),
+		file(event.FileRead, "link", "/home/u/proj/x"),
+		file(event.FileRead, "link", "/tmp/x"),
+		file(event.FileRead, "rename", "/tmp/x"),
+		file(event.FileUnknown, "", ""),
+		file(event.FileRead, "", ""), // the first again: cached
+	} {
+		e.Decide(context.Background(), ev)
+	}
+	if n := j.calls.Load(); n != 5 {
+		t.Errorf("the judge was asked %d times, want 5 (one per question)", n)
+	}
+}
