@@ -32,6 +32,12 @@
 //     anything; allowed, the proxy asks the relay itself, for the target as
 //     decided, and every upstream connection of the tunnel that follows
 //     goes through the relay, never on a pooled connection that does not.
+//   - In a session with Rewrites, a request's header, query and body
+//     (decoded) are searched for secrets before its http event is decided
+//     (secrets.go); a body too large to hold is searched as it streams, and
+//     one that turns out to carry a secret the policy refuses is stopped
+//     before its end reaches the upstream. A body that cannot be decoded is
+//     refused (undecodable_body), never sent unchecked.
 //   - Upstream certificates are always verified against Options.UpstreamRoots
 //     (or the system roots); verification is never turned off.
 //   - Events are published when their verdict is applied. An allowed
