@@ -188,7 +188,10 @@ func TestTransparentCurlPlainHTTPAndNetcat(t *testing.T) {
 	port := strconv.Itoa(int(plain.Addr.Port()))
 	script := `curl -sS --noproxy '*' "http://127.0.0.4:$1/curl-plain"; echo
 if command -v nc >/dev/null; then printf 'GET /nc HTTP/1.1\r\nHost: plain.e2e.test\r\nConnection: close\r\n\r\n' | nc 127.0.0.4 "$1"; fi`
-	r := w.transparent(nil, "sh", "-c", script, "sh", port)
+	// nc names the host: the session must know it for that address (a
+	// request to an address may name only it, or a name the session
+	// resolved to it).
+	r := w.transparent([]string{"--resolve", "plain.e2e.test:127.0.0.4"}, "sh", "-c", script, "sh", port)
 	mustSucceed(t, r)
 	if !strings.Contains(r.stdout, "hello from plain.e2e.test") {
 		t.Errorf("printed %q", r.stdout)
