@@ -233,7 +233,13 @@ func TestPluginFailures(t *testing.T) {
 		t.Run(tt.mode, func(t *testing.T) {
 			opts := testOptions()
 			opts.backoffMin, opts.backoffMax = time.Hour, time.Hour // no restart during the test
-			r := startTest(t, opts, PluginConfig{Name: "bad", Command: helperCommand(tt.mode, "0"), Timeout: 300 * time.Millisecond, OnError: tt.onError})
+			// Only "hang" waits out its timeout; the others fail at once,
+			// so theirs leaves room for a slow start on a loaded machine.
+			timeout := 10 * time.Second
+			if tt.mode == "hang" {
+				timeout = 300 * time.Millisecond
+			}
+			r := startTest(t, opts, PluginConfig{Name: "bad", Command: helperCommand(tt.mode, "0"), Timeout: timeout, OnError: tt.onError})
 			v, ok := r.Ask(context.Background(), connectEvent)
 			if !ok || v.Action != tt.want || v.DecidedBy != event.DecidedByPlugin || v.Rule != "plugin:bad" || !strings.Contains(v.Reason, tt.reason) {
 				t.Errorf("Ask = %+v, %v; want %v by plugin (plugin:bad) saying %q", v, ok, tt.want, tt.reason)
