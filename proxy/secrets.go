@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/rewrite"
@@ -99,10 +100,12 @@ func (rw *Rewrites) known() *secrets.Known {
 // changes, and a value whose words wake a rule (curl/8.14 wakes the curl
 // rules) costs its regexes each time. At most maxCleanValues values,
 // each of minCleanLen to maxCleanLen bytes (shorter ones cost less to
-// scan than to look up). The zero value is ready.
+// scan than to look up). A lookup reads an immutable map without a lock;
+// each value added copies it (at most maxCleanValues times a session, and
+// most sessions see a few dozen values). The zero value is ready.
 type cleanValues struct {
-	mu sync.RWMutex
-	m  map[string]struct{}
+	m  atomic.Pointer[map[string]struct{}]
+	mu sync.Mutex // serialises adds
 }
 
 const (
@@ -115,9 +118,11 @@ func (c *cleanValues) has(s string) bool {
 	if len(s) < minCleanLen || len(s) > maxCleanLen {
 		return false
 	}
-	c.mu.RLock()
-	_, ok := c.m[s]
-	c.mu.RUnlock()
+	m := c.m.Load()
+	if m == nil {
+		return false
+	}
+	_, ok := (*m)[s]
 	return ok
 }
 
@@ -126,21 +131,34 @@ func (c *cleanValues) add(s string) {
 		return
 	}
 	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[string]struct{})
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	n := 0
+	if old != nil {
+		if _, ok := (*old)[s]; ok {
+			return
+		}
+		n = len(*old)
 	}
-	if len(c.m) < maxCleanValues {
-		c.m[strings.Clone(s)] = struct{}{}
+	if n >= maxCleanValues {
+		return
 	}
-	c.mu.Unlock()
+	m := make(map[string]struct{}, n+1)
+	if old != nil {
+		for k := range *old {
+			m[k] = struct{}{}
+		}
+	}
+	m[strings.Clone(s)] = struct{}{}
+	c.m.Store(&m)
 }
 
 // scanValue runs the scanner on a header's or parameter's value s (part
-// pt, named name), through the session's clean values; found says
-// whether it found anything.
+// pt, named name), and adds it to the session's clean values if it finds
+// nothing; found says whether it found anything.
 func (x *exchange) scanValue(s string, pt part, name string) (found bool) {
 	sc := x.rw.Scanner
-	if sc == nil || x.rw.clean.has(s) {
+	if sc == nil {
 		return false
 	}
 	fs := sc.ScanString(s)
@@ -156,15 +174,25 @@ func (x *exchange) scanValue(s string, pt part, name string) (found bool) {
 
 // scanPart looks for secrets in s, which is part pt (named name) of the
 // request to host; found says whether there was any. In a credential
-// header's value (cred), only a brokered credential's value counts.
-func (x *exchange) scanPart(s string, pt part, name, host string, cred bool) (found bool) {
+// header's value (cred says whether s is one), only a brokered
+// credential's value counts. cred is asked only when it matters: a value
+// found clean before is clean in any header.
+func (x *exchange) scanPart(s string, pt part, name, host string, cred func(string) bool) (found bool) {
 	rw := x.rw
-	if !cred {
-		found = x.scanValue(s, pt, name)
+	isCred, asked := false, false
+	if rw.Scanner != nil && !rw.clean.has(s) {
+		isCred, asked = cred != nil && cred(name), true
+		if !isCred {
+			found = x.scanValue(s, pt, name)
+		}
 	}
 	if k := rw.known(); k != nil {
-		for _, m := range k.Find(s) {
-			if cred && m.Credential == "" || m.Credential != "" && rw.Credentials.Matches(m.Credential, host) {
+		ms := k.Find(s)
+		if len(ms) > 0 && !asked {
+			isCred = cred != nil && cred(name)
+		}
+		for _, m := range ms {
+			if isCred && m.Credential == "" || m.Credential != "" && rw.Credentials.Matches(m.Credential, host) {
 				continue // a credential header's own value; a brokered credential on its host
 			}
 			x.found = append(x.found, secretAt{m.RuleID, pt.where(name)})
@@ -191,13 +219,12 @@ func (x *exchange) scanHead(r *http.Request, api rewrite.API, isLLM bool) {
 	host := r.Host
 	var names, values []string // headers to redact in the event: whole, or their values
 	for k, vs := range r.Header {
-		if x.scanPart(k, partHeaderName, "", host, false) {
+		if x.scanPart(k, partHeaderName, "", host, nil) {
 			names = append(names, k)
 			continue
 		}
-		cred := isCredentialHeader(k)
 		for _, v := range vs {
-			if x.scanPart(v, partHeader, k, host, cred) {
+			if x.scanPart(v, partHeader, k, host, isCredentialHeader) {
 				values = append(values, k)
 				break
 			}
@@ -232,7 +259,7 @@ func (x *exchange) scanQuery(q, host string, gemini bool) []uint8 {
 			continue
 		}
 		var f uint8
-		if x.scanPart(key, partQueryName, "", host, false) {
+		if x.scanPart(key, partQueryName, "", host, nil) {
 			f |= queryName
 		}
 		if rawVal != "" {
@@ -262,7 +289,10 @@ func (x *exchange) scanQueryValue(raw, key, host string) bool {
 		pt = partQueryName // the name holds a secret: not to be shown
 	}
 	v := queryUnescape(raw)
-	found := x.scanValue(v, pt, key)
+	found := false
+	if !x.rw.clean.has(v) {
+		found = x.scanValue(v, pt, key)
+	}
 	if k := x.rw.known(); k != nil {
 		// As sent (a '+' of base64 is still one), and as the server reads
 		// it (what it decodes to may be percent-encoded again).

@@ -45,6 +45,10 @@ func BenchmarkScanHead(b *testing.B) {
 		h         http.Header
 	}{
 		{"curl", "https://api.example.test/v1/items", http.Header{"User-Agent": {"curl/8.14.1"}, "Accept": {"*/*"}}},
+		{"session-bench", "https://bench.example.test/1k?page=2&sort=recent", http.Header{ // BenchmarkHTTPSKeepAliveSession's
+			"User-Agent": {"curl/8.14.1"}, "Accept": {"application/vnd.github+json"}, "Authorization": {"Bearer not-a-real-token"},
+			"X-Request-Id": {"4b1c9e2a-7f3d-4e8a-9c1b-2d5e6f7a8b9c"}, "Accept-Encoding": {"gzip"},
+		}},
 		{"llm-sdk", "https://api.anthropic.com/v1/messages", http.Header{
 			"Authorization": {"Bearer sk-x"}, "Content-Type": {"application/json"}, "Anthropic-Version": {"2023-06-01"},
 			"Accept": {"application/json"}, "User-Agent": {"claude-cli/1.0.83 (external, cli)"}, "X-Stainless-Lang": {"js"},
