@@ -193,22 +193,13 @@ func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, chec
 	if red == nil || x.plain == nil {
 		return true
 	}
-	counts := map[string]int{}
-	fn := func(s string) (string, bool) {
-		out, ids := red.Redact(s)
-		for _, id := range ids {
-			counts[id]++
-		}
-		return out, len(ids) > 0
-	}
-	out, changed, err := rewrite.RewriteStrings(x.plain, fn)
-	if err != nil { // not JSON: redact it as text
-		var s string
-		s, changed = fn(string(x.plain))
-		out = []byte(s)
-	}
-	if !changed {
+	out, ids := rewrite.RedactBody(x.plain, red)
+	if len(ids) == 0 {
 		return true
+	}
+	counts := map[string]int{}
+	for _, id := range ids {
+		counts[id]++
 	}
 	if checkSigned && strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256") {
 		if x.llm != nil && x.rw.RewriteParams != nil && x.rw.RewriteParams(x.llm.ev.Verdict.Rule)["on_signed"] == "allow" {
