@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -71,6 +72,8 @@ func TestSessionFilterDecisions(t *testing.T) {
 	x86 := abis["amd64"][0]
 	i386 := abis["amd64"][1]
 	a64 := abis["arm64"][0]
+	track := filterSpec{notify: true, ns: nsTrack}
+	trackRoot := filterSpec{notify: true, ns: nsTrack, noCgroupNS: true, guard: guard, pgid: pgid}
 	tests := []struct {
 		name   string
 		spec   filterSpec
@@ -83,13 +86,45 @@ func TestSessionFilterDecisions(t *testing.T) {
 		{"execve notified", filterSpec{notify: true}, "amd64", x86.arch, x86.execve, nil, retUserNotif},
 		{"execve allowed without notify", filterSpec{guard: guard, pgid: pgid}, "amd64", x86.arch, x86.execve, nil, retAllow},
 		{"execveat i386 notified", filterSpec{notify: true}, "amd64", i386.arch, i386.execveat, nil, retUserNotif},
-		{"setns", filterSpec{}, "amd64", x86.arch, x86.setns, nil, retErrnoEPERM},
+		{"setns", filterSpec{}, "amd64", x86.arch, x86.setns, nil, retAllow},
+		{"setns tracked", track, "amd64", x86.arch, x86.setns, nil, retAllow},
+		{"setns refused", filterSpec{notify: true, ns: nsRefuse}, "amd64", x86.arch, x86.setns, nil, retErrnoEPERM},
 		{"clone3", filterSpec{}, "amd64", x86.arch, x86.clone3, nil, retErrnoNOSYS},
 		{"clone3 arm64", filterSpec{guard: guard}, "arm64", a64.arch, a64.clone3, nil, retErrnoNOSYS},
-		{"unshare newns", filterSpec{}, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWNS}, retErrnoEPERM},
+		{"unshare newns", filterSpec{}, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWNS}, retAllow},
+		{"unshare newuser newns", filterSpec{guard: guard, noCgroupNS: true}, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWNS}, retAllow},
+		{"unshare newns tracked", track, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWNS}, retUserNotif},
+		{"unshare newns tracked, high bits", track, "amd64", x86.arch, x86.unshare, []uint64{hi | unix.CLONE_NEWNS}, retUserNotif},
+		{"unshare newuser tracked", track, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET}, retAllow},
+		{"unshare newns refused", filterSpec{notify: true, ns: nsRefuse}, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWNS}, retErrnoEPERM},
+		{"unshare newuser refused", filterSpec{notify: true, ns: nsRefuse}, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWUSER}, retErrnoEPERM},
 		{"unshare newnet", filterSpec{}, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWNET}, retAllow},
-		{"clone newuser with guard", filterSpec{guard: guard}, "amd64", x86.arch, x86.clone, []uint64{unix.CLONE_NEWUSER}, retErrnoEPERM},
+		{"unshare newcgroup", filterSpec{}, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP}, retAllow},
+		{"unshare newcgroup as root", filterSpec{noCgroupNS: true}, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP}, retErrnoEPERM},
+		{"unshare newcgroup as root tracked", trackRoot, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP}, retUserNotif},
+		{"unshare newcgroup tracked", track, "amd64", x86.arch, x86.unshare, []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP}, retAllow},
+		{"clone newuser with guard", filterSpec{guard: guard, noCgroupNS: true}, "amd64", x86.arch, x86.clone, []uint64{unix.CLONE_NEWUSER}, retAllow},
+		{"clone newcgroup with guard", filterSpec{guard: guard, noCgroupNS: true}, "amd64", x86.arch, x86.clone, []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP | unix.CLONE_NEWPID}, retErrnoEPERM},
+		{"clone bwrap tracked", trackRoot, "amd64", x86.arch, x86.clone, []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | uint64(unix.SIGCHLD)}, retUserNotif},
+		{"clone i386 tracked", track, "amd64", i386.arch, i386.clone, []uint64{unix.CLONE_NEWNS}, retUserNotif},
+		{"clone arm64 tracked", track, "arm64", a64.arch, a64.clone, []uint64{unix.CLONE_NEWNS}, retUserNotif},
 		{"clone thread with guard", filterSpec{guard: guard}, "amd64", x86.arch, x86.clone, []uint64{unix.CLONE_VM | unix.CLONE_THREAD}, retAllow},
+		{"clone thread tracked", trackRoot, "amd64", x86.arch, x86.clone, []uint64{unix.CLONE_VM | unix.CLONE_THREAD | unix.CLONE_FS}, retAllow},
+		{"mount", filterSpec{guard: guard}, "amd64", x86.arch, x86.mount, nil, retAllow},
+		{"mount tracked", track, "amd64", x86.arch, x86.mount, nil, retUserNotif},
+		{"umount2 tracked", trackRoot, "amd64", x86.arch, x86.umount2, nil, retUserNotif},
+		{"pivot_root tracked", track, "amd64", x86.arch, x86.pivotRoot, nil, retUserNotif},
+		{"i386 umount tracked", track, "amd64", i386.arch, i386.umount, nil, retUserNotif},
+		{"i386 pivot_root tracked", track, "amd64", i386.arch, i386.pivotRoot, nil, retUserNotif},
+		{"arm64 mount tracked", track, "arm64", a64.arch, a64.mount, nil, retUserNotif},
+		{"arm32 pivot_root tracked", track, "arm64", abis["arm64"][1].arch, abis["arm64"][1].pivotRoot, nil, retUserNotif},
+		{"fsopen", filterSpec{}, "amd64", x86.arch, 430, nil, retAllow},
+		{"fsopen tracked", track, "amd64", x86.arch, 430, nil, retErrnoNOSYS},
+		{"open_tree tracked", trackRoot, "amd64", x86.arch, 428, nil, retErrnoNOSYS},
+		{"move_mount i386 tracked", track, "amd64", i386.arch, 429, nil, retErrnoNOSYS},
+		{"mount_setattr arm64 tracked", track, "arm64", a64.arch, 442, nil, retErrnoNOSYS},
+		{"open_tree_attr tracked", track, "amd64", x86.arch, 467, nil, retErrnoNOSYS},
+		{"chroot tracked", track, "amd64", x86.arch, 161, nil, retAllow},
 		{"x32", filterSpec{}, "amd64", x86.arch, x32SyscallBit | 1, nil, retErrnoEPERM},
 		{"unknown arch", filterSpec{}, "amd64", unix.AUDIT_ARCH_AARCH64, 1, nil, retErrnoEPERM},
 
@@ -279,6 +314,9 @@ func attack() map[string]string {
 	}
 	call("clone3", unix.SYS_CLONE3, 0, 0)
 	call("unshare mount", unix.SYS_UNSHARE, unix.CLONE_NEWNS)
+	if u := os.Getenv(unshareEnv); u != "" {
+		nested(res, u)
+	}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		ms, _ := parseMountinfo(b)
 		for _, m := range ms {
@@ -298,11 +336,50 @@ func attack() map[string]string {
 	return res
 }
 
+// unshareEnv names unshare(1) for the attack helper, whose environment
+// has no PATH.
+const unshareEnv = "PRIVDROP_TEST_UNSHARE"
+
+// nestedScript runs in a user and mount namespace of the program's own:
+// for each cgroup mount it prints its options, whether a process could be
+// moved through it, and whether it could be made writable again.
+const nestedScript = `PATH=/usr/sbin:/usr/bin:/sbin:/bin
+for d in $(awk '$0 ~ / - cgroup2? / {print $5}' /proc/self/mountinfo); do
+	echo "mount $d $(awk -v d=$d '$5 == d {split($6, o, ","); print o[1]}' /proc/self/mountinfo)"
+	if (echo $$ > $d/cgroup.procs) 2>/dev/null; then echo "write $d ok"; else echo "write $d refused"; fi
+	if mount -o remount,bind,rw $d 2>/dev/null; then echo "remount $d ok"; else echo "remount $d refused"; fi
+done`
+
+// nested reports, in res, what a user and mount namespace the program
+// makes with unshare(1) gives it over the cgroups ("nested mount P",
+// "nested write P", "nested remount P"), and whether it may make a cgroup
+// namespace ("nested cgroupns": unshare's exit status).
+func nested(res map[string]string, unshare string) {
+	out, err := exec.Command(unshare, "--user", "--mount", "--propagation", "unchanged", "/bin/sh", "-c", nestedScript).Output()
+	if err != nil {
+		res["nested"] = err.Error()
+	}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 3 {
+			res["nested "+f[0]+" "+f[1]] = f[2]
+		}
+	}
+	code := "0"
+	if err := exec.Command(unshare, "--user", "--cgroup", "/bin/true").Run(); err != nil {
+		code = err.Error()
+	}
+	res["nested cgroupns"] = code
+}
+
 // runAttack runs the attack helper wrapped with o and returns its report.
 func runAttack(t *testing.T, o Options) map[string]string {
 	t.Helper()
 	cmd := exec.Command(selfExe)
 	cmd.Env = []string{helperEnv + "=attack"}
+	if u, err := exec.LookPath("unshare"); err == nil {
+		cmd.Env = append(cmd.Env, unshareEnv+"="+u)
+	}
 	out, errOut, code := run(t, cmd, o)
 	if code != 0 {
 		t.Fatalf("helper exit %d: %s", code, errOut)
@@ -365,6 +442,17 @@ func TestConfineRootProgram(t *testing.T) {
 		want["mount "+m.Point] = "ro"
 		want["write "+m.Point] = "EROFS"
 	}
+	if _, ok := got["nested cgroupns"]; ok {
+		// A sandbox of its own: the copies of the cgroup mounts stay
+		// read-only, and a cgroup namespace (where it could mount them
+		// afresh) is refused to uid 0.
+		want["nested cgroupns"] = "exit status 1"
+		for _, m := range mounts {
+			want["nested mount "+m.Point] = "ro"
+			want["nested write "+m.Point] = "refused"
+			want["nested remount "+m.Point] = "refused"
+		}
+	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("a uid-0 program under Confine (-want +got):\n%s", diff)
 	}
@@ -389,9 +477,21 @@ func TestConfineOrdinaryUser(t *testing.T) {
 			t.Errorf("%s: %s, want %s", k, got[k], want)
 		}
 	}
+	_, sandboxed := got["nested cgroupns"]
+	if sandboxed && got["nested cgroupns"] != "0" {
+		t.Errorf("an ordinary user's cgroup namespace: %s, want it made", got["nested cgroupns"])
+	}
 	for _, m := range cgroupMounts(t) {
 		if got["mount "+m.Point] != "ro" {
 			t.Errorf("%s is %s in the program's namespace, want ro", m.Point, got["mount "+m.Point])
+		}
+		if !sandboxed {
+			continue
+		}
+		for k, want := range map[string]string{"nested mount ": "ro", "nested write ": "refused", "nested remount ": "refused"} {
+			if got[k+m.Point] != want {
+				t.Errorf("%s%s: %q in a namespace of the program's own, want %s", k, m.Point, got[k+m.Point], want)
+			}
 		}
 	}
 }

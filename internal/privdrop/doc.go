@@ -23,11 +23,15 @@
 //
 // With [Options.Confine] (chaperone runs as root) the program also starts
 // in a private mount namespace whose cgroup mounts are all read-only, under
-// a seccomp filter that refuses new namespaces and clone3, and, when it
-// runs as uid 0, signals, ptrace, pidfd_open and prlimit aimed at
+// a seccomp filter that refuses clone3 and, when it runs as uid 0, new
+// cgroup namespaces and signals, ptrace, pidfd_open and prlimit aimed at
 // chaperone's pid or process group; [ProtectSelf] makes chaperone
 // non-dumpable meanwhile. A uid-0 program without capabilities then cannot
-// leave the session's cgroup, nor trace or read chaperone. It can still
+// leave the session's cgroup, nor trace or read chaperone. It may sandbox
+// itself further in user namespaces of its own (their copies of the cgroup
+// mounts stay read-only); with [Options.ExecNotify] the new mount
+// namespaces and mounts are handed to the listener first (see
+// Options.ExecNotify). It can still
 // signal chaperone's other threads by their ids, and every other root
 // process of the machine: the kernel allows it within one uid, and no
 // filter knows those ids. Run the agent as an ordinary user.

@@ -3,6 +3,7 @@
 package privdrop
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -22,11 +23,19 @@ const (
 	retUserNotif  = 0x7fc00000
 	retErrnoEPERM = 0x00050000 | uint32(unix.EPERM)
 	retErrnoNOSYS = 0x00050000 | uint32(unix.ENOSYS)
-	// nsFlags are the namespaces a program may not enter or make: a new
-	// mount namespace (alone, or inside a new user namespace) would give
-	// it mounts that no mark watches, and writable cgroup mounts.
-	nsFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS
+	// refusedNS are the namespaces nsRefuse keeps a program from making:
+	// a mount namespace (alone, or inside a new user namespace) would
+	// give it mounts that no mark watches.
+	refusedNS = unix.CLONE_NEWUSER | unix.CLONE_NEWNS
 )
+
+// newMountAPI are the system calls of the new mount API, numbered alike
+// on every architecture: open_tree, move_mount, fsopen, fsconfig,
+// fsmount, fspick, mount_setattr, open_tree_attr. Their mounts can be
+// used through a descriptor without ever being attached where a mark
+// could be put; mount(8) falls back to mount(2) when they fail with
+// ENOSYS.
+var newMountAPI = []uint32{428, 429, 430, 431, 432, 433, 442, 467}
 
 // abi lists the system calls the filter looks at for one audit
 // architecture.
@@ -35,6 +44,9 @@ type abi struct {
 	execve, execveat      uint32
 	unshare, clone, setns uint32
 	clone3                uint32
+	// The calls that attach, detach or move mounts: mount, umount2,
+	// pivot_root, and the old umount where the ABI has one (0 when not).
+	mount, umount2, pivotRoot, umount uint32
 	// Calls that name a process in their first argument (ptrace: its
 	// second), which the guard rules check against chaperone's pid.
 	kill, tkill, tgkill, sigqueue, tgsigqueue uint32
@@ -53,20 +65,24 @@ type abi struct {
 var abis = map[string][]abi{
 	"amd64": {
 		{arch: unix.AUDIT_ARCH_X86_64, execve: 59, execveat: 322, unshare: 272, clone: 56, setns: 308, clone3: 435,
+			mount: 165, umount2: 166, pivotRoot: 155,
 			kill: 62, tkill: 200, tgkill: 234, sigqueue: 129, tgsigqueue: 297, pidfdOpen: 434, pidfdSend: 424, ptrace: 101,
 			vmReadv: 310, vmWritev: 311, prlimit: 302, setpgid: 109, x32: true,
 			files: []uint32{86, 265, 82, 264, 316, 76, 425}},
 		{arch: unix.AUDIT_ARCH_I386, execve: 11, execveat: 358, unshare: 310, clone: 120, setns: 346, clone3: 435,
+			mount: 21, umount2: 52, pivotRoot: 217, umount: 22,
 			kill: 37, tkill: 238, tgkill: 270, sigqueue: 178, tgsigqueue: 335, pidfdOpen: 434, pidfdSend: 424, ptrace: 26,
 			vmReadv: 347, vmWritev: 348, prlimit: 340, setpgid: 57,
 			files: []uint32{9, 303, 38, 302, 353, 92, 193, 425}},
 	},
 	"arm64": {
 		{arch: unix.AUDIT_ARCH_AARCH64, execve: 221, execveat: 281, unshare: 97, clone: 220, setns: 268, clone3: 435,
+			mount: 40, umount2: 39, pivotRoot: 41,
 			kill: 129, tkill: 130, tgkill: 131, sigqueue: 138, tgsigqueue: 240, pidfdOpen: 434, pidfdSend: 424, ptrace: 117,
 			vmReadv: 270, vmWritev: 271, prlimit: 261, setpgid: 154,
 			files: []uint32{37, 38, 276, 45, 425}},
 		{arch: unix.AUDIT_ARCH_ARM, execve: 11, execveat: 387, unshare: 337, clone: 120, setns: 375, clone3: 435,
+			mount: 21, umount2: 52, pivotRoot: 218,
 			kill: 37, tkill: 238, tgkill: 268, sigqueue: 178, tgsigqueue: 363, pidfdOpen: 434, pidfdSend: 424, ptrace: 26,
 			vmReadv: 376, vmWritev: 377, prlimit: 369, setpgid: 57,
 			files: []uint32{9, 330, 38, 329, 382, 92, 193, 425}},
@@ -122,12 +138,43 @@ func (p *program) resolve() ([]unix.SockFilter, error) {
 	return p.ins, nil
 }
 
-// filterSpec says what the session's filter does beyond refusing new
-// namespaces.
+// nsMode is what the session's filter lets a program do with namespaces
+// and mounts.
+type nsMode uint8
+
+const (
+	// nsAllow: new namespaces of every kind (the kernel asks for a user
+	// namespace first), setns and mounts, as the kernel allows them.
+	// There are no marks to carry into a new mount namespace.
+	nsAllow nsMode = iota
+	// nsTrack: as nsAllow, but unshare and clone asking for a new mount
+	// namespace, and mount, umount2 (umount) and pivot_root, go to the
+	// listener, whose supervisor marks the mounts they make before the
+	// caller goes on (fileexec's Nested); the new mount API fails with
+	// ENOSYS. Needs notify, and a listener that the kernel waits for
+	// without letting a signal cancel a call once received
+	// (SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV).
+	nsTrack
+	// nsRefuse: unshare and clone asking for a new user or mount
+	// namespace, and setns, fail with EPERM: for a kernel without
+	// WAIT_KILLABLE_RECV (before 5.19), where a new mount namespace could
+	// not be tracked.
+	nsRefuse
+)
+
+// filterSpec says what the session's filter does.
 type filterSpec struct {
 	// notify hands execve and execveat to the listener, and the calls of
 	// abi.files (links, renames, truncations by path, io_uring_setup).
 	notify bool
+	// ns is what the program may do with namespaces and mounts.
+	ns nsMode
+	// noCgroupNS refuses unshare and clone asking for a new cgroup
+	// namespace (EPERM; with nsTrack, they go to the listener, which
+	// refuses them with an event that says why): a program of uid 0 could
+	// mount its cgroup hierarchies, writable, in one, and move processes,
+	// its own and the machine's, from cgroup to cgroup.
+	noCgroupNS bool
 	// guard, when not 0, is chaperone's pid: the guard rules refuse
 	// (EPERM) kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo,
 	// pidfd_open, ptrace, process_vm_readv/writev and prlimit64 aimed at
@@ -143,15 +190,18 @@ type filterSpec struct {
 
 // sessionFilter is the classic BPF program of the session's filter for
 // goarch: with f.notify, execve and execveat of every known ABI go to the
-// listener, and so do the calls of abi.files; setns, and unshare or clone asking for a new user or mount
-// namespace, get EPERM; clone3 (whose flags, CLONE_INTO_CGROUP among
-// them, a filter cannot read) gets ENOSYS, so that the C library falls
-// back to clone; with f.guard, the guard rules; unknown ABIs get EPERM;
-// the rest is allowed.
+// listener, and so do the calls of abi.files; namespaces and mounts as
+// f.ns and f.noCgroupNS say; clone3 (whose flags, CLONE_INTO_CGROUP and
+// the namespaces among them, a filter cannot read) gets ENOSYS, so that
+// the C library falls back to clone; with f.guard, the guard rules;
+// unknown ABIs get EPERM; the rest is allowed.
 func sessionFilter(goarch string, f filterSpec) ([]unix.SockFilter, error) {
 	list, ok := abis[goarch]
 	if !ok {
 		return nil, fmt.Errorf("the session's seccomp filter is not built for %s", goarch)
+	}
+	if f.ns == nsTrack && !f.notify {
+		return nil, errors.New("the session's seccomp filter tracks mounts only with a listener")
 	}
 	p := &program{labels: map[string]int{}}
 	for i, a := range list {
@@ -170,7 +220,19 @@ func sessionFilter(goarch string, f filterSpec) ([]unix.SockFilter, error) {
 				p.jump(unix.BPF_JEQ, nr, "notify", "")
 			}
 		}
-		p.jump(unix.BPF_JEQ, a.setns, "eperm", "")
+		switch f.ns {
+		case nsRefuse:
+			p.jump(unix.BPF_JEQ, a.setns, "eperm", "")
+		case nsTrack:
+			for _, nr := range []uint32{a.mount, a.umount2, a.pivotRoot, a.umount} {
+				if nr != 0 {
+					p.jump(unix.BPF_JEQ, nr, "notify", "")
+				}
+			}
+			for _, nr := range newMountAPI {
+				p.jump(unix.BPF_JEQ, nr, "enosys", "")
+			}
+		}
 		p.jump(unix.BPF_JEQ, a.clone3, "enosys", "")
 		p.jump(unix.BPF_JEQ, a.unshare, "nsflags", "")
 		if f.guard == 0 {
@@ -220,9 +282,24 @@ func sessionFilter(goarch string, f filterSpec) ([]unix.SockFilter, error) {
 			p.jump(unix.BPF_JEQ, uint32(int32(f.pgid)), "eperm", "allow")
 		}
 	}
+	// unshare's and clone's flags, both in the first argument; the
+	// namespace flags are all in its low half.
 	p.label("nsflags")
 	p.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArg0)
-	p.jump(unix.BPF_JSET, nsFlags, "eperm", "allow")
+	switch f.ns {
+	case nsRefuse:
+		p.jump(unix.BPF_JSET, refusedNS, "eperm", "")
+	case nsTrack:
+		p.jump(unix.BPF_JSET, unix.CLONE_NEWNS, "notify", "")
+	}
+	if f.noCgroupNS {
+		to := "eperm"
+		if f.ns == nsTrack {
+			to = "notify"
+		}
+		p.jump(unix.BPF_JSET, unix.CLONE_NEWCGROUP, to, "")
+	}
+	p.stmt(unix.BPF_RET|unix.BPF_K, retAllow)
 	p.label("allow")
 	p.stmt(unix.BPF_RET|unix.BPF_K, retAllow)
 	p.label("notify")

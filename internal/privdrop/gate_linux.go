@@ -144,26 +144,44 @@ func makeMountsPrivate() error {
 	return nil
 }
 
-// installFilter installs the session's seccomp filter and returns its
-// listener, or -1 when f does not notify. no_new_privs must be set.
+// installFilter installs the session's filter and returns its listener,
+// or -1 when f does not notify. no_new_privs must be set. A listener's
+// calls, once received, wait for the answer whatever signal comes
+// (SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV): a call that mounts must not be
+// cancelled and made again while the session is frozen around it. A kernel
+// without that flag (before 5.19) gets f with new user and mount
+// namespaces refused instead of tracked.
 func installFilter(f filterSpec) (int, error) {
+	var flags uintptr
+	if f.notify {
+		flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+	}
+	fd, err := loadFilter(f, flags)
+	if errors.Is(err, unix.EINVAL) && f.notify {
+		f.ns = nsRefuse
+		fd, err = loadFilter(f, flags&^unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("install the session's filter: %w", err)
+	}
+	if !f.notify {
+		return -1, nil
+	}
+	return fd, nil
+}
+
+// loadFilter builds f for this machine and loads it with flags.
+func loadFilter(f filterSpec, flags uintptr) (int, error) {
 	prog, err := sessionFilter(runtime.GOARCH, f)
 	if err != nil {
 		return -1, err
-	}
-	var flags uintptr
-	if f.notify {
-		flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	fd, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
 		flags, uintptr(unsafePointer(&fprog)))
 	runtime.KeepAlive(prog)
 	if errno != 0 {
-		return -1, fmt.Errorf("install the session's filter: %w", errno)
-	}
-	if !f.notify {
-		return -1, nil
+		return -1, errno
 	}
 	return int(fd), nil
 }

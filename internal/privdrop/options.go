@@ -33,20 +33,30 @@ type Options struct {
 	// ExecNotify runs the program, and everything it starts, under a
 	// seccomp filter that hands every execve and execveat to a listener,
 	// which Gate.Ready returns. The program's own first exec is the first
-	// notification. Only with WrapGated.
+	// notification. The listener also gets unshare and clone asking for a
+	// new mount namespace, and mount, umount2 and pivot_root, so that the
+	// mounts of the namespaces the program makes are marked before it
+	// goes on (fileexec's Nested); the new mount API (fsopen, open_tree,
+	// move_mount, ...) fails with ENOSYS. Only with WrapGated.
 	ExecNotify bool
 	// Confine keeps the program inside the session when chaperone runs as
 	// root. It starts in a mount namespace of its own, a private copy of
 	// chaperone's (as MountNS), where every cgroup and cgroup2 mount is
 	// read-only, so that it cannot move itself or any process out of the
 	// session's cgroup even as uid 0. It runs under a seccomp filter that
-	// refuses new user and mount namespaces, setns and clone3 (whose
-	// CLONE_INTO_CGROUP a filter cannot see). When the program runs as
-	// uid 0, which the kernel lets signal and limit every process of that
-	// uid, the filter also refuses what aims at chaperone by its pid or
-	// process group (see filterSpec.guard), and [ProtectSelf] keeps it from
-	// reading chaperone's memory. Needs CAP_SYS_ADMIN; with Wrap or
-	// WrapGated. With ExecNotify, the two filters are one.
+	// refuses clone3 (whose CLONE_INTO_CGROUP a filter cannot see). The
+	// program may make user namespaces, and in them mount and other
+	// namespaces of its own (a sandbox such as bubblewrap): the copies of
+	// the cgroup mounts stay read-only there (the kernel locks the flag of
+	// a mount copied into a namespace of a less privileged user), and its
+	// connections stay in the session's cgroup. A program of uid 0 is
+	// refused new cgroup namespaces, in which it could mount its cgroups
+	// afresh and writable. When the program runs as uid 0, which the
+	// kernel lets signal and limit every process of that uid, the filter
+	// also refuses what aims at chaperone by its pid or process group (see
+	// filterSpec.guard), and [ProtectSelf] keeps it from reading
+	// chaperone's memory. Needs CAP_SYS_ADMIN; with Wrap or WrapGated.
+	// With ExecNotify, the two filters are one.
 	Confine bool
 }
 

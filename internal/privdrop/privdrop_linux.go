@@ -129,8 +129,14 @@ func shim(args []string) (int, error) {
 	}
 	listener := -1
 	if s.Notify || s.Confine {
-		f := filterSpec{notify: s.Notify}
-		if s.Confine && (unix.Getuid() == 0 || unix.Geteuid() == 0) {
+		root := unix.Getuid() == 0 || unix.Geteuid() == 0
+		// With file mediation, a new mount namespace's mounts are marked
+		// as they appear; without it there is nothing to carry into one.
+		f := filterSpec{notify: s.Notify, noCgroupNS: root}
+		if s.Notify {
+			f.ns = nsTrack
+		}
+		if s.Confine && root {
 			// Same uid as chaperone: the kernel would let the program
 			// signal it, limit it and name it to pidfd_open.
 			f.guard = ppid
