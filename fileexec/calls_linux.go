@@ -56,13 +56,17 @@ const (
 // a BPF LSM; protected files do not depend on it (their mounts, see
 // MountProtection), nor do files the policy knows by inode (Alias).
 type Calls struct {
-	o   FileOptions
-	log *slog.Logger
+	o     FileOptions
+	log   *slog.Logger
+	files *Files
 }
 
 // NewCalls returns the Calls of a session. InSession, Process and Decide
-// are required, as for WatchMounts; Protected is used when set.
-func NewCalls(o FileOptions) (*Calls, error) {
+// are required, as for WatchMounts; Protected is used when set. files,
+// when not nil, is the session's file mediation: a call made in a mount
+// namespace a session process made names its files by their paths in the
+// session's own namespace, as an open does (see Nested).
+func NewCalls(o FileOptions, files *Files) (*Calls, error) {
 	if o.InSession == nil || o.Process == nil || o.Decide == nil {
 		return nil, errors.New("fileexec: calls: InSession, Process and Decide are required")
 	}
@@ -72,7 +76,7 @@ func NewCalls(o FileOptions) (*Calls, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Calls{o: o, log: o.Logger}, nil
+	return &Calls{o: o, log: o.Logger, files: files}, nil
 }
 
 // Handle answers c through a, always (unless the thread died): it may
@@ -136,6 +140,18 @@ func (k *Calls) Handle(ctx context.Context, c Call, a CallAnswer) {
 		answer(a.Fail(errno))
 		return
 	}
+	if k.files != nil && k.files.nestedSeen.Load() {
+		if reason := k.sessionPaths(r); reason != "" {
+			e.File.Path, e.File.Access, e.File.Op, e.File.Target = r.src.path, event.FileRead, spec.opName(), r.dstPath
+			if spec.op == callTruncate {
+				e.File.Access = event.FileWrite
+			}
+			e.Verdict = event.Verdict{Action: event.Deny, DecidedBy: event.DecidedByRule, Rule: RuleNestedPath, Reason: reason}
+			k.publish(e)
+			answer(a.Fail(unix.EPERM))
+			return
+		}
+	}
 	switch spec.op {
 	case callTruncate:
 		e.File.Path, e.File.Access, e.File.Op = r.src.path, event.FileWrite, "truncate"
@@ -173,6 +189,22 @@ func (k *Calls) Handle(ctx context.Context, c Call, a CallAnswer) {
 	} else {
 		answer(a.Fail(unix.EPERM))
 	}
+}
+
+// sessionPaths names the files of r by their paths in the session's own
+// mount namespace (Files.sessionPath), or says why one has none.
+func (k *Calls) sessionPaths(r *callFiles) string {
+	sp, _, reason := k.files.sessionPath(r.src.fd, r.src.path)
+	if reason != "" {
+		return reason
+	}
+	r.src.path = sp
+	if r.dstExists {
+		if sp, _, reason := k.files.sessionPath(r.dst.fd, r.dst.path); reason == "" {
+			r.dst.path, r.dstPath = sp, sp
+		}
+	}
+	return ""
 }
 
 // decide asks Decide about e, giving up (deny) when ctx ends first.

@@ -128,7 +128,7 @@ func TestCallsDecided(t *testing.T) {
 			mu.Unlock()
 		},
 		Protected: p,
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func BenchmarkRename(b *testing.B) {
 					InSession: func(int) bool { return name == "decided" }, Process: processOf,
 					Decide:  func(context.Context, *event.Event) event.Verdict { return event.Verdict{Action: event.Allow} },
 					Publish: func(*event.Event) {},
-				})
+				}, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

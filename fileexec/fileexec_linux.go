@@ -92,6 +92,19 @@ type Files struct {
 
 	mounts                                            int
 	events, outside, ignored, hits, denied, execOpens atomic.Uint64
+
+	// The session's own mount namespace (WatchMounts's) and, since a
+	// session process made one, the mounts of the nested namespaces
+	// (nested_linux.go), by mount id.
+	procFD     int // O_PATH: Chaperone's /proc/self/fd, to mark from any namespace
+	mainNS     uint64
+	mainRoot   int // O_PATH: the session namespace's root
+	mainMounts map[int]mount
+	mainByDev  map[string][]mount // its mounts of each filesystem
+	nsMu       sync.RWMutex
+	nested     map[int]mount
+	nestedSeen atomic.Bool
+	nsStates   map[uint64]*nsState // by namespace inode; markMu
 }
 
 // staticKey names a file and an access Static was asked about.
@@ -162,7 +175,12 @@ func WatchMounts(pid int, o FileOptions) (*Files, error) {
 		tgids: map[int]int{}, marked: map[inodeKey]struct{}{},
 		readerDone: make(chan struct{}),
 	}
+	if f.procFD, err = unix.Open("/proc/self/fd", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("fileexec: open /proc/self/fd: %w", err)
+	}
 	if f.mounts, err = f.markMounts(pid); err != nil {
+		unix.Close(f.procFD)
 		unix.Close(fd)
 		return nil, err
 	}
@@ -178,12 +196,15 @@ func WatchMounts(pid int, o FileOptions) (*Files, error) {
 	return f, nil
 }
 
-// markMounts marks the mounts of pid's namespace and returns how many.
-// Each mount point is opened (O_PATH) under pid's root with
-// RESOLVE_IN_ROOT, so absolute symlinks and ".." stay inside that
+// markMounts marks the mounts of pid's namespace, the session's own, and
+// returns how many. Each mount point is opened (O_PATH) under pid's root
+// with RESOLVE_IN_ROOT, so absolute symlinks and ".." stay inside that
 // namespace's tree; the mount reached is checked by its id against
 // mountinfo before it is marked through that same fd, so what is marked is
-// the namespace's mount and not the caller's mount at the same path.
+// the namespace's mount and not the caller's mount at the same path. The
+// namespace, its root and its mounts are kept: a file opened through a
+// nested namespace's mount is named by its path in this one
+// (sessionPath).
 func (f *Files) markMounts(pid int) (int, error) {
 	proc := "/proc/" + strconv.Itoa(pid)
 	b, err := os.ReadFile(proc + "/mountinfo")
@@ -194,11 +215,14 @@ func (f *Files) markMounts(pid int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	var ns unix.Stat_t
+	if err := unix.Stat(proc+"/ns/mnt", &ns); err != nil {
+		return 0, fmt.Errorf("fileexec: mount namespace of pid %d: %w", pid, err)
+	}
 	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("fileexec: open root of pid %d: %w", pid, err)
 	}
-	defer unix.Close(root)
 	marked, rootMarked := 0, false
 	var rootErr error
 	for _, m := range mounts {
@@ -206,7 +230,7 @@ func (f *Files) markMounts(pid int) (int, error) {
 			f.log.Debug("fileexec: mount of a pseudo filesystem left unmarked", "mount", m.Point, "fstype", m.FSType)
 			continue
 		}
-		if err := f.markMount(root, m); err != nil {
+		if err := f.markMount(root, m, 0); err != nil {
 			if m.Point == "/" {
 				rootErr = err
 			}
@@ -220,36 +244,74 @@ func (f *Files) markMounts(pid int) (int, error) {
 	}
 	// Without the root mount almost nothing would be seen.
 	if !rootMarked {
+		unix.Close(root)
 		if rootErr == nil {
 			rootErr = errors.New("no usable mount at /")
 		}
 		return 0, fmt.Errorf("fileexec: mark the root mount of pid %d: %w", pid, rootErr)
 	}
+	f.mainNS, f.mainRoot = ns.Ino, root
+	f.mainMounts, f.mainByDev = map[int]mount{}, map[string][]mount{}
+	for _, m := range mounts {
+		f.mainMounts[m.ID] = m
+		if !pseudoFS(m.FSType) {
+			f.mainByDev[m.Dev] = append(f.mainByDev[m.Dev], m)
+		}
+	}
 	return marked, nil
 }
 
-func (f *Files) markMount(root int, m mount) error {
-	mfd, err := unix.Openat2(root, m.Point, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-	})
+// markMount marks m, reached from root (a namespace's root directory) by
+// its mount point, with the resolve flags extra besides RESOLVE_IN_ROOT
+// and RESOLVE_NO_MAGICLINKS, when the mount reached is m.
+func (f *Files) markMount(root int, m mount, extra uint64) error {
+	mfd, err := openMount(root, m, extra)
 	if err != nil {
-		return fmt.Errorf("open: %w", err)
+		return err
 	}
 	defer unix.Close(mfd)
+	return f.markFD(mfd)
+}
+
+// openMount opens (O_PATH) m's mount point from root, a namespace's root
+// directory, with the resolve flags extra besides RESOLVE_IN_ROOT and
+// RESOLVE_NO_MAGICLINKS, and checks that the mount reached is m: an
+// error wrapping errHidden when another mount hides it.
+func openMount(root int, m mount, extra uint64) (int, error) {
+	mfd, err := unix.Openat2(root, m.Point, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | extra,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("open: %w", err)
+	}
 	var st unix.Statx_t
-	if err := unix.Statx(mfd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &st); err != nil {
-		return fmt.Errorf("statx: %w", err)
+	// AT_STATX_DONT_SYNC: a FUSE server is not asked (it may be frozen).
+	err = unix.Statx(mfd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &st)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("statx: %w", err)
+	case st.Mask&unix.STATX_MNT_ID == 0:
+		err = errors.New("statx: no mount id")
+	case int(st.Mnt_id) != m.ID:
+		err = fmt.Errorf("path reaches mount %d, not %d (hidden under another mount): %w", st.Mnt_id, m.ID, errHidden)
 	}
-	if st.Mask&unix.STATX_MNT_ID == 0 {
-		return errors.New("statx: no mount id")
+	if err != nil {
+		unix.Close(mfd)
+		return -1, err
 	}
-	if int(st.Mnt_id) != m.ID {
-		return fmt.Errorf("path reaches mount %d, not %d (hidden under another mount)", st.Mnt_id, m.ID)
-	}
-	// fanotify_mark takes no O_PATH fd as its object; the fd's magic link
-	// names exactly the path it holds, mount included.
-	if err := unix.FanotifyMark(f.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_MOUNT, markMask, unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(mfd)); err != nil {
+	return mfd, nil
+}
+
+// errHidden is a mount whose mount point leads to another mount.
+var errHidden = errors.New("hidden")
+
+// markFD marks the mount of the file open as fd. fanotify_mark takes no
+// O_PATH fd as its object; the fd's magic link names exactly the path it
+// holds, mount included. It is looked up in Chaperone's own /proc, from
+// whatever namespace the calling thread is in.
+func (f *Files) markFD(fd int) error {
+	if err := unix.FanotifyMark(f.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_MOUNT, markMask, f.procFD, strconv.Itoa(fd)); err != nil {
 		return fmt.Errorf("fanotify_mark: %w", err)
 	}
 	return nil
@@ -408,6 +470,26 @@ func (f *Files) answer(ev rawEvent) bool {
 	path, err := readlink("/proc/self/fd/" + strconv.Itoa(ev.fd))
 	if err != nil {
 		return f.fail(e, "the opened file's path could not be read", err)
+	}
+	if f.nestedSeen.Load() {
+		// Opened, maybe, in a mount namespace a session process made: the
+		// policy knows files by their paths in the session's own.
+		sp, own, reason := f.sessionPath(ev.fd, path)
+		if own {
+			// A tmpfs (or FUSE filesystem) the agent mounted for
+			// itself: only what it put there. Its execs are still
+			// decided, by the execs package.
+			f.ignored.Add(1)
+			return true
+		}
+		if reason != "" {
+			e.File.Path, e.File.Access = path, access
+			if access == "" {
+				e.File.Access = event.FileExec
+			}
+			return f.refused(e, tgid, event.Verdict{Action: event.Deny, DecidedBy: event.DecidedByRule, Rule: RuleNestedPath, Reason: reason})
+		}
+		path = sp
 	}
 	if f.o.Ignore != nil && f.o.Ignore(path) {
 		f.ignored.Add(1)
@@ -854,6 +936,8 @@ func (f *Files) Close() error {
 		if err := f.group.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("fileexec: close fanotify: %w", err))
 		}
+		unix.Close(f.mainRoot)
+		unix.Close(f.procFD)
 		f.closeErr = errors.Join(errs...)
 	})
 	return f.closeErr

@@ -38,9 +38,23 @@ func MountProtection(pid int, p *Protected) error {
 type Calls struct{}
 
 // NewCalls fails with an error wrapping ErrUnavailable.
-func NewCalls(o FileOptions) (*Calls, error) {
+func NewCalls(o FileOptions, files *Files) (*Calls, error) {
 	return nil, fmt.Errorf("fileexec: calls: needs linux: %w", ErrUnavailable)
 }
 
 // Handle lets c run.
 func (*Calls) Handle(_ context.Context, _ Call, a CallAnswer) { a.Continue() }
+
+// Nested is a stand-in: the session's seccomp filter needs Linux.
+type Nested struct{}
+
+// NewNested fails with an error wrapping ErrUnavailable.
+func NewNested(o NestedOptions) (*Nested, error) {
+	return nil, fmt.Errorf("fileexec: nested: needs linux: %w", ErrUnavailable)
+}
+
+// Handles reports false.
+func (*Nested) Handles(Call) bool { return false }
+
+// Handle lets c run.
+func (*Nested) Handle(_ context.Context, _ Call, a CallAnswer) { a.Continue() }

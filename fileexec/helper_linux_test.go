@@ -31,7 +31,9 @@ const helperEnv = "FILEEXEC_TEST_HELPER"
 
 // filterEnv makes the helper run under a seccomp filter that hands the
 // calls Calls decides to a listener, which it sends on fd 3 before it
-// says it is ready.
+// says it is ready. "ns" adds the calls Nested answers (unshare, clone,
+// mount, umount2, pivot_root), and a listener the kernel waits for
+// whatever signal comes, as the session's filter has.
 const filterEnv = "FILEEXEC_TEST_FILTER"
 
 func TestMain(m *testing.M) {
@@ -61,8 +63,8 @@ func runHelper(in io.Reader, out io.Writer) int {
 		fmt.Fprintln(out, "err", err)
 		return 1
 	}
-	if os.Getenv(filterEnv) == "1" {
-		l, err := installCallFilter()
+	if mode := os.Getenv(filterEnv); mode != "" {
+		l, err := installCallFilter(mode == "ns")
 		if err != nil {
 			fmt.Fprintln(out, "err", err)
 			return 1
@@ -145,6 +147,17 @@ func runHelper(in io.Reader, out io.Writer) int {
 				err = nil // it ran
 			}
 			fmt.Fprintln(out, reply(err))
+		case "nested":
+			fmt.Fprintln(out, nested(f[1:]))
+		case "ovl":
+			fmt.Fprintln(out, overlayOpen(f[1:]))
+		case "hidden":
+			fmt.Fprintln(out, hiddenMount(f[1:]))
+		case "nsexec":
+			fmt.Fprintln(out, nsExec(f[1:]))
+		case "unshare":
+			flags, _ := strconv.ParseUint(f[1], 0, 64)
+			fmt.Fprintln(out, onThread(func() string { return reply(unix.Unshare(int(flags))) }))
 		case "renames":
 			start := time.Now()
 			var err error
@@ -174,6 +187,106 @@ func runHelper(in io.Reader, out io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// onThread runs fn on a thread of its own, which it may leave in another
+// namespace: the thread ends with it.
+func onThread(fn func() string) string {
+	ch := make(chan string)
+	go func() {
+		runtime.LockOSThread() // never unlocked
+		ch <- fn()
+	}()
+	return <-ch
+}
+
+// nested is the helper's nested command, on a thread of its own: it
+// makes a mount namespace (unshare), opens a file through a bind mount of
+// its directory elsewhere and then by its own path, and writes a file in
+// a tmpfs it mounts:
+//
+//	nested SECRET ALIASDIR TMPDIR → unshare bind alias direct tmpfs write (one word each: ok or the errno)
+func nested(a []string) string {
+	if len(a) != 3 {
+		return "err EINVAL"
+	}
+	secret, alias, tmp := a[0], a[1], a[2]
+	return onThread(func() string {
+		var out []string
+		step := func(err error) { out = append(out, reply(err)) }
+		step(unix.Unshare(unix.CLONE_NEWNS))
+		step(unix.Mount(filepath.Dir(secret), alias, "", unix.MS_BIND, ""))
+		step(openClose(filepath.Join(alias, filepath.Base(secret)), unix.O_RDONLY))
+		step(openClose(secret, unix.O_RDONLY))
+		step(unix.Mount("none", tmp, "tmpfs", 0, ""))
+		step(os.WriteFile(filepath.Join(tmp, "own"), []byte("mine\n"), 0o644))
+		return strings.Join(out, " ")
+	})
+}
+
+// overlayOpen makes a mount namespace, mounts an overlay of LOWER1 and
+// LOWER2 at MNT and opens MNT/FILE:
+//
+//	ovl LOWER1 LOWER2 MNT FILE → ok | err ERRNO
+func overlayOpen(a []string) string {
+	if len(a) != 4 {
+		return "err EINVAL"
+	}
+	return onThread(func() string {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return reply(err)
+		}
+		if err := unix.Mount("overlay", a[2], "overlay", 0, "lowerdir="+a[0]+":"+a[1]); err != nil {
+			return reply(err)
+		}
+		return reply(openClose(a[2]+"/"+a[3], unix.O_RDONLY))
+	})
+}
+
+// hiddenMount makes a mount namespace, holds DIR open, hides it under a
+// tmpfs, and bind-mounts SRC at DIR/SUB through the descriptor (where no
+// path from the root leads), then reads SRC's FILE through it:
+//
+//	hidden DIR SUB SRC FILE → ok | err ERRNO
+func hiddenMount(a []string) string {
+	if len(a) != 4 {
+		return "err EINVAL"
+	}
+	return onThread(func() string {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return reply(err)
+		}
+		fd, err := unix.Open(a[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return reply(err)
+		}
+		if err := unix.Mount("none", a[0], "tmpfs", 0, ""); err != nil {
+			return reply(err)
+		}
+		under := "/proc/self/fd/" + strconv.Itoa(fd) + "/" + a[1]
+		if err := unix.Mount(a[2], under, "", unix.MS_BIND, ""); err != nil {
+			return reply(err)
+		}
+		return reply(openClose(under+"/"+a[3], unix.O_RDONLY))
+	})
+}
+
+// nsExec runs PROG ARGS... in a mount namespace of its own, made by clone
+// (CLONE_NEWNS), and replies with its exit status:
+//
+//	nsexec PROG ARGS... → ok STATUS | err ERRNO
+func nsExec(a []string) string {
+	cmd := exec.Command(a[0], a[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return "ok " + strconv.Itoa(exit.ExitCode())
+	}
+	if err != nil {
+		return reply(err)
+	}
+	return "ok 0"
 }
 
 func openClose(path string, flags int) error {
@@ -282,8 +395,10 @@ func fsop(a []string) error {
 
 // installCallFilter installs, on every thread, a seccomp filter that hands
 // the native calls Calls decides to a new listener, as the session's
-// filter does.
-func installCallFilter() (int, error) {
+// filter does; with ns, also the calls Nested answers (every clone among
+// them), and the listener's calls wait for the answer whatever signal
+// comes.
+func installCallFilter(ns bool) (int, error) {
 	var arch uint32
 	switch runtime.GOARCH {
 	case "amd64":
@@ -299,25 +414,50 @@ func installCallFilter() (int, error) {
 			nrs = append(nrs, uint32(k.nr))
 		}
 	}
+	flags := uintptr(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | unix.SECCOMP_FILTER_FLAG_TSYNC | unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH)
+	var withFlags []uint32 // unshare and clone: notified for a mount or cgroup namespace
+	if ns {
+		for k, c := range nsNumbers {
+			switch {
+			case k.arch != arch:
+			case c == nsMount:
+				nrs = append(nrs, uint32(k.nr))
+			default:
+				withFlags = append(withFlags, uint32(k.nr))
+			}
+		}
+		flags |= unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+	}
+	const ret = unix.BPF_RET | unix.BPF_K
+	jeq := func(k uint32, jt uint8) unix.SockFilter {
+		return unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: k, Jt: jt}
+	}
 	prog := []unix.SockFilter{
 		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 4}, // arch
-		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: arch, Jt: 1},
-		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
+		jeq(arch, 1),
+		{Code: ret, K: unix.SECCOMP_RET_ALLOW},
 		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0}, // nr
 	}
+	// Then: one jump per call to notify, one per call with flags, allow;
+	// the flags (load, test, allow); notify.
+	toNotify := len(nrs) + len(withFlags) + 4
 	for i, nr := range nrs {
-		prog = append(prog, unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: nr, Jt: uint8(len(nrs) - i)})
+		prog = append(prog, jeq(nr, uint8(toNotify-1-i)))
+	}
+	for i, nr := range withFlags {
+		prog = append(prog, jeq(nr, uint8(len(withFlags)-i)))
 	}
 	prog = append(prog,
-		unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
-		unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_USER_NOTIF})
+		unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ALLOW},
+		unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 16}, // args[0], low half
+		unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K, K: cloneNewNS | cloneNewCgroup, Jt: 1},
+		unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ALLOW},
+		unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_USER_NOTIF})
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return -1, err
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	fd, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|unix.SECCOMP_FILTER_FLAG_TSYNC|unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH,
-		uintptr(unsafe.Pointer(&fprog)))
+	fd, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
 	runtime.KeepAlive(prog)
 	if errno != 0 {
 		return -1, fmt.Errorf("seccomp: %w", errno)
@@ -356,6 +496,19 @@ func startChild(tb testing.TB) *child {
 // installCallFilter when filtered, whose listener it returns.
 func startChildFiltered(tb testing.TB, filtered bool) (*child, *os.File) {
 	tb.Helper()
+	mode := ""
+	if filtered {
+		mode = "1"
+	}
+	return startChildWith(tb, mode, "")
+}
+
+// startChildWith is startChildFiltered with filterEnv set to mode ("" for
+// no filter), started in cgroup (a cgroup v2 directory; "" for the
+// test's own).
+func startChildWith(tb testing.TB, mode, cgroup string) (*child, *os.File) {
+	tb.Helper()
+	filtered := mode != ""
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
 	var mine *os.File
@@ -369,9 +522,17 @@ func startChildFiltered(tb testing.TB, filtered bool) (*child, *os.File) {
 		defer theirs.Close()
 		defer mine.Close()
 		cmd.ExtraFiles = []*os.File{theirs}
-		cmd.Env = append(cmd.Env, filterEnv+"=1")
+		cmd.Env = append(cmd.Env, filterEnv+"="+mode)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	if cgroup != "" {
+		cg, err := os.Open(cgroup)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

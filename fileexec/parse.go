@@ -13,6 +13,9 @@ import (
 // mount is one line of /proc/<pid>/mountinfo.
 type mount struct {
 	ID     int    // the mount id, as statx's STATX_MNT_ID reports it
+	Parent int    // the parent mount's id (its own for a namespace's root)
+	Dev    string // the filesystem's device, "major:minor"
+	Root   string // the directory of the filesystem mounted, unescaped
 	Point  string // the mount point, relative to the process's root, unescaped
 	FSType string
 }
@@ -41,11 +44,17 @@ func parseMountinfo(b []byte) ([]mount, error) {
 		if err != nil || id < 0 {
 			return nil, fmt.Errorf("fileexec: mountinfo line %d: bad mount id %q", n+1, f[0])
 		}
+		parent, err := strconv.Atoi(f[1])
+		if err != nil || parent < 0 {
+			return nil, fmt.Errorf("fileexec: mountinfo line %d: bad parent id %q", n+1, f[1])
+		}
 		point := unescapeOctal(f[4])
 		if !strings.HasPrefix(point, "/") {
 			return nil, fmt.Errorf("fileexec: mountinfo line %d: mount point %q is not absolute", n+1, point)
 		}
-		out = append(out, mount{ID: id, Point: point, FSType: unescapeOctal(f[sep+1])})
+		// The root is a path in the filesystem, or what a pseudo
+		// filesystem's show_path says ("net:[4026531840]").
+		out = append(out, mount{ID: id, Parent: parent, Dev: f[2], Root: unescapeOctal(f[3]), Point: point, FSType: unescapeOctal(f[sep+1])})
 	}
 	return out, nil
 }

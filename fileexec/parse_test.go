@@ -22,11 +22,17 @@ func TestParseMountinfo(t *testing.T) {
 				"27 1 254:0 / / rw,relatime shared:1 master:2 - ext4 /dev/vda rw,discard\n" +
 				`41 27 0:38 / /mnt/with\040space\134x rw - tmpfs tmpfs rw` + "\n",
 			want: []mount{
-				{ID: 22, Point: "/proc", FSType: "proc"},
-				{ID: 27, Point: "/", FSType: "ext4"},
-				{ID: 41, Point: `/mnt/with space\x`, FSType: "tmpfs"},
+				{ID: 22, Parent: 27, Dev: "0:21", Root: "/", Point: "/proc", FSType: "proc"},
+				{ID: 27, Parent: 1, Dev: "254:0", Root: "/", Point: "/", FSType: "ext4"},
+				{ID: 41, Parent: 27, Dev: "0:38", Root: "/", Point: `/mnt/with space\x`, FSType: "tmpfs"},
 			},
 		},
+		{
+			name: "bind mount",
+			in:   `52 27 254:0 /home/u/.ssh /tmp/x\040y rw - ext4 /dev/vda rw` + "\n",
+			want: []mount{{ID: 52, Parent: 27, Dev: "254:0", Root: "/home/u/.ssh", Point: "/tmp/x y", FSType: "ext4"}},
+		},
+		{name: "bad parent", in: "22 x 0:21 / /proc rw - proc proc rw\n", wantErr: true},
 		{name: "empty", in: "", want: nil},
 		{name: "no separator", in: "22 27 0:21 / /proc rw,relatime proc proc rw\n", wantErr: true},
 		{name: "separator too early", in: "22 27 - / /proc\n", wantErr: true},

@@ -40,6 +40,13 @@ type mediationOptions struct {
 	publish       func(*event.Event)
 	log           *slog.Logger
 	stderr        io.Writer
+	// cgroup is the session's cgroup directory (transparent mode), which
+	// is frozen while the mounts of a namespace the agent makes for
+	// itself are marked; "" without one.
+	cgroup string
+	// agentRoot: the agent runs as uid 0, and is refused cgroup
+	// namespaces.
+	agentRoot bool
 }
 
 // decide is the decider as file and exec events see it: every event
@@ -91,15 +98,16 @@ func openGate(ctx context.Context, gate *privdrop.Gate, pid int, o mediationOpti
 	}
 	// Only the session's processes live in its mount namespace (entering
 	// it takes root): a file open through its mounts is the session's
-	// when the opener is in it, which one readlink tells.
+	// when the opener is in it, which one readlink tells. An opener in
+	// another namespace (one a session process made for itself, or
+	// Chaperone's reaching in through /proc) is asked about.
 	if ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/mnt"); err == nil {
 		member := o.inSession
-		o.fileInSession = func(tid int) bool {
-			got, err := os.Readlink("/proc/" + strconv.Itoa(tid) + "/ns/mnt")
-			if err != nil {
-				return member(tid)
+		o.fileInSession = func(pid int) bool {
+			if got, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/mnt"); err == nil && got == ns {
+				return true
 			}
-			return got == ns
+			return member(pid)
 		}
 	}
 	stops, err := startMediation(pid, listener, o)

@@ -62,7 +62,17 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 	if listener == nil {
 		return stops, nil
 	}
-	calls, err := fileexec.NewCalls(fo)
+	calls, err := fileexec.NewCalls(fo, files)
+	if err != nil {
+		listener.Close()
+		return stops, fmt.Errorf("run: file mediation: %w", err)
+	}
+	// The agent's own sandboxes: the mounts of the namespaces it makes
+	// are marked as they appear.
+	nested, err := fileexec.NewNested(fileexec.NestedOptions{
+		Session: o.session, InSession: inSession, Process: o.process, Publish: o.publish, Logger: o.log,
+		Files: files, Cgroup: o.cgroup, NoCgroupNS: o.agentRoot,
+	})
 	if err != nil {
 		listener.Close()
 		return stops, fmt.Errorf("run: file mediation: %w", err)
@@ -75,7 +85,12 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		Publish:   o.publish,
 		Logger:    o.log,
 		Other: func(ctx context.Context, n execs.Notification) {
-			calls.Handle(ctx, fileexec.Call{TID: n.TID, Arch: n.Arch, Nr: n.Nr, Args: n.Args}, n)
+			c := fileexec.Call{TID: n.TID, Arch: n.Arch, Nr: n.Nr, Args: n.Args}
+			if nested.Handles(c) {
+				nested.Handle(ctx, c, n)
+				return
+			}
+			calls.Handle(ctx, c, n)
 		},
 	})
 	if err != nil {

@@ -490,6 +490,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 				protect: protectedFiles(cfg, o.configFile, audit.Path(), currentPolicy(), info.Workdir),
 				process: newProcessCache(func(p int) (*event.Process, error) { return describeProcess(procs, p, pid) }, time.Second).process,
 				decider: guarded, publish: bus.Publish, log: log, stderr: o.stderr,
+				cgroup: sessionCgroup(ts), agentRoot: agentIDs.uid == 0,
 				static: func(path string, access event.FileAccess, v event.Verdict) bool {
 					// Nothing is let past without a record while the audit
 					// log fails. A file the agent may not write is static

@@ -351,3 +351,11 @@ func (ts *transparentSession) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// sessionCgroup is the directory of ts's cgroup, or "" without one.
+func sessionCgroup(ts *transparentSession) string {
+	if ts == nil || ts.cg == nil {
+		return ""
+	}
+	return ts.cg.Path
+}
