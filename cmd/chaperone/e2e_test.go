@@ -70,7 +70,14 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{t: t, dir: t.TempDir()}
+	return newWorldAt(t, t.TempDir(), "127.0.0.2", "127.0.0.3")
+}
+
+// newWorldAt is newWorld with its state in dir and its allowed and denied
+// upstreams on the loopback addresses api and exfil.
+func newWorldAt(t *testing.T, dir, api, exfil string) *world {
+	t.Helper()
+	w := &world{t: t, dir: dir}
 	ca, err := upstream.NewCA("e2e-upstream")
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +86,8 @@ func newWorld(t *testing.T) *world {
 	if w.caFile, err = ca.WriteFile(w.dir); err != nil {
 		t.Fatal(err)
 	}
-	w.api = startUpstream(t, upstream.Options{Name: "api.e2e.test", Addr: "127.0.0.2:0", CA: ca})
-	w.exfil = startUpstream(t, upstream.Options{Name: "exfil.e2e.test", Addr: "127.0.0.3:0", CA: ca})
+	w.api = startUpstream(t, upstream.Options{Name: "api.e2e.test", Addr: api + ":0", CA: ca})
+	w.exfil = startUpstream(t, upstream.Options{Name: "exfil.e2e.test", Addr: exfil + ":0", CA: ca})
 	w.log = filepath.Join(w.dir, "audit.jsonl")
 	return w
 }

@@ -420,13 +420,19 @@ func TestAutoModeChoosesTransparentWhenPrivileged(t *testing.T) {
 // sessions to forward to: tests never ask the machine's resolver.
 func fakeDNSUpstream(t *testing.T) netip.AddrPort {
 	t.Helper()
+	return fakeDNSUpstreamAt(t, "127.0.0.9")
+}
+
+// fakeDNSUpstreamAt is fakeDNSUpstream on the loopback address ip.
+func fakeDNSUpstreamAt(t *testing.T, ip string) netip.AddrPort {
+	t.Helper()
 	srv, err := dns.New(dns.Options{Decider: dns.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
 		return event.Verdict{Action: event.Allow}
 	})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := net.ListenPacket("udp4", "127.0.0.9:0")
+	pc, err := net.ListenPacket("udp4", ip+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
