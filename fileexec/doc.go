@@ -85,16 +85,30 @@
 //     mounts each read-only over itself in the session's namespace, and
 //     the directories on the way over themselves, so that the kernel
 //     refuses the rest by any means.
+//   - Nested follows the mount namespaces a session process makes for
+//     itself (a sandbox such as bubblewrap): the session's filter hands it
+//     unshare and clone asking for one, and mount, umount2 and pivot_root;
+//     it freezes the session's cgroup around each (a clone's copies are
+//     watched by filesystem marks until then) and marks every mount a
+//     process there can reach before the session runs again. An open
+//     through such a mount is decided by the file's path in the session's
+//     own namespace (a bind mount elsewhere is the file it binds); a file
+//     of a tmpfs or FUSE filesystem mounted there is the agent's own and is
+//     allowed undecided; one with no path in the session (an overlay's) is
+//     refused (RuleNestedPath). Links, renames and truncations there
+//     (Calls) name their files the same way.
 //
 // Limits: an ignore mark follows its inode, not its path: a file marked
 // and then renamed, or hard-linked, elsewhere is opened at its new path
 // unasked until it is modified or Forget is called — only content Static
 // already allowed to be read and written, but the open is not seen.
-// Marks are per mount, so a mount made in the namespace after WatchMounts,
-// and the mounts of a namespace a session process makes for itself
-// (unshare -m, which needs a user namespace when unprivileged), are not
-// seen: the session must be kept from making mount or user namespaces. Files opened before WatchMounts (inherited fds) are not
-// decided. Reads and writes through an fd are not events; only opens are.
+// Marks are per mount: a mount made in the session's namespace after
+// WatchMounts is not seen (the agent has no capability to make one), and
+// nested namespaces are followed only through Nested, with a listener
+// that lets no signal cancel a received call (otherwise the session's
+// filter refuses them). A path lookup already asleep in the kernel when a
+// mount call attaches a mount can cross it before it is marked. Files
+// opened before WatchMounts (inherited fds) are not decided. Reads and writes through an fd are not events; only opens are.
 // The paths of a call are read from the caller's memory, which may change
 // before the kernel reads them again once the call goes on: what is
 // linked or renamed may then not be what was decided (see Calls).

@@ -29,21 +29,26 @@ import (
 //
 // The session's seccomp filter hands it unshare and clone asking for a new
 // mount namespace, and mount, umount2 (umount) and pivot_root; its
-// listener lets no signal cancel a call once received. For each, Handle
-// freezes the session's cgroup, waits until no other thread of the session
-// runs, lets the call go on, waits until the caller is stopped again on
-// its way back (a child clone made is born frozen), then marks every mount
-// of every nested namespace of the session's threads, and of their working
-// and root directories, and only then thaws the session: no process runs a
-// single instruction with a mount no mark watches. Files opened through
-// those mounts are decided by the path they have in the session's own
-// namespace (Files' sessionPath). A call that does not finish in time is
-// killed; a mount that cannot be marked kills the session.
+// listener lets no signal cancel a call once received. For unshare and the
+// mount calls, Handle freezes the session's cgroup, waits until no other
+// thread of the session runs, lets the call go on, and waits until the
+// caller is stopped by the freeze on its way back. A fork cannot go on
+// with a freeze pending for its caller, so for a clone every filesystem of
+// the caller's namespace is marked as a whole first (the child's copies
+// are watched from the moment they exist), and the session is frozen once
+// the child exists. Then every mount a process of a nested namespace can
+// reach is marked (markNested says which, and what is refused), and only
+// then is the session thawed: no process runs a single instruction with a
+// reachable mount no mark watches. Files opened through those mounts are
+// decided by the path they have in the session's own namespace (Files'
+// sessionPath). A call that does not finish in time is killed; a
+// reachable mount that cannot be marked kills the session.
 //
 // A uid-0 agent (NestedOptions.NoCgroupNS) is refused new cgroup
-// namespaces; with file mediation but no cgroup to freeze, new mount
-// namespaces are refused. Each refusal is published, with a reason that
-// says why and what to do instead.
+// namespaces; a new mount namespace is refused while the caller's working
+// or root directory is under a mount that hides it, and, with file
+// mediation but no cgroup to freeze, always. Each refusal is published,
+// with a reason that says why and what to do instead.
 type Nested struct {
 	o   NestedOptions
 	log *slog.Logger
