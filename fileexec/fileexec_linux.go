@@ -104,7 +104,7 @@ type Files struct {
 	nsMu       sync.RWMutex
 	nested     map[int]mount
 	nestedSeen atomic.Bool
-	nsStates   map[uint64]*nsState // by namespace inode; markMu
+	nsStates   map[uint64]*nsState // by namespace id (NS_GET_MNTNS_ID); markMu
 }
 
 // staticKey names a file and an access Static was asked about.

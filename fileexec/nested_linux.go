@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -127,6 +128,11 @@ func (n *Nested) Handle(_ context.Context, c Call, a CallAnswer) {
 		return
 	}
 	if newNS {
+		if _, err := mountNSID([]int{c.TID}); err != nil && !errors.Is(err, unix.ESRCH) {
+			n.refuse(tgid, kind, RuleNestedMounts, "a new mount namespace cannot be followed on this kernel ("+err.Error()+"); run with --mediate-files=false, or on Linux 6.11 or later")
+			answer(a.Fail(unix.EPERM))
+			return
+		}
 		if err := reachable(c.TID); err != nil {
 			n.refuse(tgid, kind, RuleNestedMounts, "a new mount namespace is refused while the working or root directory is under a mount that hides it ("+err.Error()+"): its copies of the mounts there could be reached unwatched; change to a directory reachable from / first")
 			answer(a.Fail(unix.EPERM))
@@ -333,6 +339,10 @@ func (n *Nested) settle(log *slog.Logger, tid, tgid int, kind nsCall) {
 		return
 	}
 	report, err := n.o.Files.markNested(cg)
+	if errors.Is(err, errFilesClosed) {
+		log.Debug("fileexec: a namespace call after file mediation ended", "call", kind.String())
+		return
+	}
 	if err != nil {
 		n.killSession(log, tgid, kind, err)
 		return
@@ -533,6 +543,10 @@ type nestedMount struct {
 // another mount, of another filesystem or directory.
 func (a nestedMount) is(m mount) bool { return a.Dev == m.Dev && a.Root == m.Root }
 
+// errFilesClosed: the session's file mediation ended (Close), and with
+// it every mark; there is nothing left to carry.
+var errFilesClosed = errors.New("fileexec: file mediation is closed")
+
 // errUnwatched is a mount of a nested namespace that a process could
 // reach and no mark watches.
 var errUnwatched = errors.New("a mount of a nested namespace cannot be watched")
@@ -558,12 +572,14 @@ func (f *Files) markNested(cg string) (nestedReport, error) {
 	f.markMu.Lock() // Close must not close the group under the marks
 	defer f.markMu.Unlock()
 	if f.groupClosed {
-		return rep, errors.New("fileexec: file mediation is closed")
+		return rep, errFilesClosed
 	}
 	ts, err := threads(cg)
 	if err != nil {
 		return rep, err
 	}
+	// Grouped by the namespace's inode (unique among live namespaces),
+	// known by its id (never used again: an inode number is).
 	byNS := map[uint64][]int{}
 	for _, t := range ts {
 		var st unix.Stat_t
@@ -576,25 +592,35 @@ func (f *Files) markNested(cg string) (nestedReport, error) {
 		f.nsStates = map[uint64]*nsState{}
 	}
 	var errs []error
-	for ino, tids := range byNS {
-		st, marked, err := f.markNamespace(f.nsStates[ino], tids)
+	live := map[uint64]bool{}
+	for _, tids := range byNS {
+		id, err := mountNSID(tids)
+		if errors.Is(err, unix.ESRCH) {
+			continue // every thread is gone
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st, marked, err := f.markNamespace(f.nsStates[id], tids)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		if st != nil {
-			f.nsStates[ino] = st
+			f.nsStates[id] = st
+			live[id] = true
 			rep.namespaces++
 			rep.marked += marked
 		}
 	}
 	table := map[int]mount{}
-	for ino, st := range f.nsStates {
-		if _, ok := byNS[ino]; !ok {
-			delete(f.nsStates, ino) // no thread of the session is there now
+	for id, st := range f.nsStates {
+		if !live[id] {
+			delete(f.nsStates, id) // no thread of the session is there now
 			continue
 		}
-		for id, m := range st.mounts {
-			table[id] = m.mount
+		for mid, m := range st.mounts {
+			table[mid] = m.mount
 		}
 	}
 	f.nsMu.Lock()
@@ -604,6 +630,29 @@ func (f *Files) markNested(cg string) (nestedReport, error) {
 		f.nestedSeen.Store(true)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// nsGetMntNSID is the ioctl NS_GET_MNTNS_ID (Linux 6.11): a mount
+// namespace's 64-bit id, which the kernel never hands out again.
+const nsGetMntNSID = 0x8008b705
+
+// mountNSID returns the id of the mount namespace threads tids are in
+// (ESRCH when every one is gone).
+func mountNSID(tids []int) (uint64, error) {
+	for _, t := range tids {
+		fd, err := unix.Open("/proc/"+strconv.Itoa(t)+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		var id uint64
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), nsGetMntNSID, uintptr(unsafe.Pointer(&id)))
+		unix.Close(fd)
+		if errno != 0 {
+			return 0, fmt.Errorf("fileexec: the id of a mount namespace (NS_GET_MNTNS_ID, Linux 6.11): %w", errno)
+		}
+		return id, nil
+	}
+	return 0, unix.ESRCH
 }
 
 // nsEnv is a thread inside a mount namespace, for inMountNS's function:
