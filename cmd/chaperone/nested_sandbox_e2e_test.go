@@ -96,7 +96,13 @@ func (w *nestedWorld) session(user string, extra []string, agent ...string) (res
 		w.t.Fatalf("session: %v\n%s", err, errb.String())
 	}
 	w.t.Logf("agent printed:\n%s", r.stdout)
-	return r, w.records()
+	recs := w.records()
+	for _, rec := range recs {
+		if rec.Rule == fileexec.RuleNestedMounts || rec.Rule == fileexec.RuleNestedPath || (r.code != 0 && rec.Verdict != event.Allow) {
+			w.t.Logf("%s %s %s %s by %s: %s", rec.Kind, rec.Op, rec.Path, rec.Verdict, rec.Rule, rec.Reason)
+		}
+	}
+	return r, recs
 }
 
 // systemPython is a python3 every user can run (a pyenv shim under root's

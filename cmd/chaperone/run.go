@@ -588,18 +588,38 @@ func protectedFiles(cfg config.Config, configFile, auditLog string, pol *policy.
 	return list
 }
 
+// startOnOwnThread starts cmd from an OS thread that nothing else uses
+// until done is closed. The kernel counts a child's parent as the thread
+// that forked it: a parent-death signal the program sets for itself
+// (bubblewrap's --die-with-parent) fires when that thread ends, and
+// Chaperone ends threads (file mediation enters a session's mount
+// namespaces on threads it then lets go).
+func startOnOwnThread(cmd *exec.Cmd, done <-chan struct{}) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			<-done // the thread stays the child's parent, and alive
+		}
+	}()
+	return <-started
+}
+
 // runChild starts cmd, calls started with its pid, forwards signals and
 // waits. It returns the exit status (128+n for a signal, as shells do).
 func runChild(ctx context.Context, cmd *exec.Cmd, forward []os.Signal, started func(pid int), log *slog.Logger) (int, error) {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forward...)
 	defer signal.Stop(sigs)
-	if err := cmd.Start(); err != nil {
+	done := make(chan struct{})
+	if err := startOnOwnThread(cmd, done); err != nil {
 		started(0)
 		return 127, err
 	}
 	started(cmd.Process.Pid)
-	done := make(chan struct{})
 	go func() {
 		for {
 			select {
