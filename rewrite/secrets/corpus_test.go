@@ -87,15 +87,71 @@ func (g *secretGen) pemRSA(pkcs8 bool) string {
 }
 
 // secret returns a fake secret of the named shape, and the core a finding
-// must contain.
+// must contain. A kind may name layouts after it, applied in order
+// ("pem-rsa|lineno|escaped": see layOut).
 func (g *secretGen) secret(kind string) (string, string) {
+	kind, how, _ := strings.Cut(kind, "|")
 	s := g.make(kind)
+	if how != "" {
+		for l := range strings.SplitSeq(how, "|") {
+			s = layOut(s, l)
+		}
+		if i := strings.Index(s, "-----BEGIN"); i >= 0 {
+			core := s[i:]
+			if j := strings.LastIndex(core, "PRIVATE KEY-----"); j > 0 {
+				core = core[:j+len("PRIVATE KEY-----")]
+			}
+			return s, core
+		}
+		return s, s
+	}
 	switch kind {
-	case "gcpsa", "pem-rsa", "pem-ec", "pem-ed25519", "pem-openssh", "pem-escaped":
+	case "gcpsa", "pem-rsa", "pem-ec", "pem-ed25519", "pem-openssh", "pem-escaped", "pem-long":
 		core := strings.TrimSuffix(strings.TrimSuffix(s, "\n"), `\n`)
 		return s, core
 	}
 	return s, s
+}
+
+// layOut lays a PEM key (or any multi-line secret) out as an agent's tools
+// show it.
+func layOut(s, how string) string {
+	s = strings.TrimSuffix(s, "\n")
+	lines := strings.Split(s, "\n")
+	each := func(f func(i int, l string) string) string {
+		out := make([]string, len(lines))
+		for i, l := range lines {
+			out[i] = f(i, l)
+		}
+		return strings.Join(out, "\n")
+	}
+	switch how {
+	case "escaped": // inside a JSON string, seen in the JSON that holds it
+		return strings.NewReplacer("\\", `\\`, "\"", `\"`, "\n", `\n`, "\r", `\r`, "\t", `\t`).Replace(s)
+	case "escaped2": // inside a JSON string inside a JSON string
+		return layOut(layOut(s, "escaped"), "escaped")
+	case "ascii": // escaped by a client that writes ASCII only (Python's json.dumps)
+		return strings.ReplaceAll(s, "→", `\u2192`)
+	case "crlf":
+		return strings.ReplaceAll(s, "\n", "\r\n")
+	case "indent": // a YAML block (tls.key: |), the first line indented by the record
+		return strings.ReplaceAll(s, "\n", "\n    ")
+	case "lineno": // Claude Code's Read tool
+		return each(func(i int, l string) string { return fmt.Sprintf("%6d→%s", i+1, l) })
+	case "catn":
+		return each(func(i int, l string) string { return fmt.Sprintf("%6d\t%s", i+1, l) })
+	case "diff":
+		return each(func(_ int, l string) string { return "+" + l })
+	case "flat":
+		return strings.Join(lines, " ")
+	case "cut": // the END line and more lost: cut in the middle of a line
+		keep := lines[:len(lines)-3]
+		last := keep[len(keep)-1]
+		keep[len(keep)-1] = last[:len(last)/2]
+		lines = keep
+		return strings.Join(lines, "\n")
+	}
+	panic("unknown layout " + how)
 }
 
 func (g *secretGen) make(kind string) string {
@@ -160,6 +216,16 @@ func (g *secretGen) make(kind string) string {
 		}
 		b.WriteString(body + "\n-----END OPENSSH PRIVATE KEY-----\n")
 		return b.String()
+	case "pem-long": // the shape of a 4096-bit RSA key, longer than any regex window
+		body := "MIIJKQIBAAKCAgEA" + g.str(3200, b64c)
+		var b strings.Builder
+		b.WriteString("-----BEGIN RSA PRIVATE KEY-----\n")
+		for len(body) > 64 {
+			b.WriteString(body[:64] + "\n")
+			body = body[64:]
+		}
+		b.WriteString(body + "==\n-----END RSA PRIVATE KEY-----\n")
+		return b.String()
 	case "pem-escaped":
 		return strings.ReplaceAll(g.make("pem-ec"), "\n", `\n`)
 	case "jwt":
@@ -218,6 +284,15 @@ func (g *secretGen) make(kind string) string {
 		return "pscale_tkn_" + g.str(43, alnum)
 	case "generic":
 		return g.str(32, alnum)
+	case "password": // a generated password: letters, digits, symbols
+		for {
+			p := g.str(1, alnum) + g.str(11+g.r.IntN(12), alnum+"!%^*-_=+@.~")
+			if strings.ContainsAny(p, digits) && strings.ContainsAny(p, "!%^*=+@~") {
+				return p
+			}
+		}
+	case "azurekey":
+		return g.str(86, b64c) + "=="
 	}
 	panic("unknown secret kind " + kind)
 }

@@ -63,7 +63,9 @@ type rule struct {
 	opWithin int
 
 	// Hooks of our own detectors.
+	match  func(s string, start, end int, loc *[4]int) bool       // a matcher run at each hit instead of a regex: loc is the match and the secret
 	window func(s string, start, end int) (int, int, bool)        // the region to search for a hit; false drops the hit
+	exact  bool                                                   // the window's edges are separators: search it as it is
 	anchor func(s string, start, end int) (int, bool)             // where to run the anchored regex for a hit; false drops it
 	valid  func(s string, match []int, secStart, secEnd int) bool // final say on a candidate
 
@@ -189,7 +191,11 @@ func fromGitleaks(cfg config.Config, replaced map[string]bool) ([]*rule, []allow
 			continue
 		}
 		// The stdlib build of gitleaks uses Go's regexp: recompile to own the value.
-		re, err := regexp.Compile(gr.Regex.String())
+		src := gr.Regex.String()
+		if strings.HasSuffix(src, valueEnd) {
+			src = widenValueEnd(src, gr.SecretGroup)
+		}
+		re, err := regexp.Compile(src)
 		if err != nil {
 			return nil, nil, fmt.Errorf("secrets: rule %s: %w", gr.RuleID, err)
 		}
@@ -211,15 +217,41 @@ func fromGitleaks(cfg config.Config, replaced map[string]bool) ([]*rule, []allow
 			// "api.example.com:8443/v1/x" is a URL, not an assignment: its
 			// port and path are not a key.
 			r.allow = append(r.allow, allowlist{target: targetSecret, res: []*regexp.Regexp{portAndPath}})
+			// A secret-named key's placeholder value is no secret, nor is
+			// the value of a key whose name says it is none (nextPageToken).
+			r.valid = func(s string, m []int, a, b int) bool {
+				k := keyBefore(s, m[0], a)
+				return !isPlaceholder(s[a:b]) && !notSecretName(k) && !notSecretWord(k)
+			}
 		}
 		rules = append(rules, r)
 	}
 	return rules, global, nil
 }
 
+// keyBefore returns the last name ([\w.-]+) in s[from:to]: the key of an
+// assignment whose value starts at to.
+func keyBefore(s string, from, to int) string {
+	e := to
+	for e > from && !isNameByte(s[e-1]) {
+		e--
+	}
+	b := e
+	for b > from && isNameByte(s[b-1]) {
+		b--
+	}
+	return s[b:e]
+}
+
 // plan decides how the engine runs r: anchored at keywords, in windows around
 // them, or (no keywords) over the whole input.
 func (r *rule) plan() error {
+	if r.match != nil {
+		if len(r.keywords) == 0 {
+			return fmt.Errorf("secrets: rule %s: a matcher needs keywords", r.id)
+		}
+		return nil
+	}
 	tree, err := syntax.Parse(r.re.String(), syntax.Perl)
 	if err != nil {
 		return fmt.Errorf("secrets: rule %s: %w", r.id, err)
@@ -459,15 +491,60 @@ func assignmentTemplate(src string) (words []string, backscan int) {
 	return slices.Compact(words), 50 * strings.Count(src[:open], `[\w.-]{0,50}?`)
 }
 
-// The end of a value in gitleaks' keyword-assignment rules.
+// The end of a value in gitleaks' rules: a quote, a blank, ';' or an
+// escaped line end.
 const valueEnd = `(?:[\x60'"\s;]|\\[nr]|$)`
+
+// assignEnd replaces valueEnd in keyword-assignment rules: a value also
+// ends at any backslash (an escaped quote: \"), ',', '&' (a query), ')',
+// ']', '}', '<', '>' and '|'.
+const assignEnd = `(?:[\x60'"\s;,&)\]}<>|\\]|$)`
+
+// widenValueEnd rewrites the valueEnd at the end of a gitleaks rule's
+// regex src: in a keyword-assignment rule to assignEnd; in a rule for a
+// token of known shape (prefix-anchored), any byte outside the token's
+// alphabet ends it too ("-u sk_live_…:", "&key=AIza…&", "…\"").
+func widenValueEnd(src string, group int) string {
+	head := strings.TrimSuffix(src, valueEnd)
+	if words, _ := assignmentTemplate(src); words != nil {
+		return head + assignEnd
+	}
+	tree, err := syntax.Parse(head, syntax.Perl)
+	if err != nil {
+		return src
+	}
+	var capNode *syntax.Regexp
+	var walk func(*syntax.Regexp)
+	walk = func(n *syntax.Regexp) {
+		if n.Op == syntax.OpCapture && n.Cap == max(group, 1) {
+			capNode = n
+		}
+		for _, s := range n.Sub {
+			walk(s)
+		}
+	}
+	walk(tree)
+	var set [256]bool
+	if capNode == nil || !byteSet(capNode, &set) {
+		return head + assignEnd
+	}
+	var b strings.Builder
+	b.WriteString(`(?:[^`)
+	for c := 0; c < utf8.RuneSelf; c++ {
+		if set[c] {
+			fmt.Fprintf(&b, `\x%02x`, c)
+		}
+	}
+	b.WriteString(`]|[\x60'"\s;]|\\[nr]|$)`)
+	return head + b.String()
+}
 
 // secretShape fills secretSet, minSecret and maxSecret when the secret group
 // is made of ASCII bytes none of which can end a value, and the regex ends
 // with valueEnd right after it: then a secret is a maximal run of those bytes
 // followed by a terminator (or the end of the text).
 func (r *rule) secretShape(src string, tree *syntax.Regexp) {
-	if !strings.HasSuffix(src, ")"+valueEnd) {
+	if !strings.HasSuffix(src, ")"+assignEnd) {
 		return
 	}
 	g := max(r.group, 1)
@@ -586,10 +663,10 @@ func upperASCII(c byte) byte {
 	return c
 }
 
-// isTerminator reports whether c can follow a value in valueEnd.
+// isTerminator reports whether c can follow a value in assignEnd.
 func isTerminator(c byte) bool {
 	switch c {
-	case '`', '\'', '"', ' ', '\t', '\n', '\f', '\r', ';', '\\':
+	case '`', '\'', '"', ' ', '\t', '\n', '\v', '\f', '\r', ';', '\\', ',', '&', ')', ']', '}', '<', '>', '|':
 		return true
 	}
 	return false

@@ -1,0 +1,248 @@
+package secrets
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// scanCase is a text with one secret (or none) and the finding expected.
+type scanCase struct {
+	name   string
+	text   string
+	rule   string // "" expects no finding
+	secret string // what the finding must span exactly
+}
+
+func runScanCases(t *testing.T, s *Scanner, tests []scanCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var want []found
+			if tt.rule != "" {
+				want = []found{at(tt.rule, tt.text, tt.secret)}
+			}
+			if diff := cmp.Diff(want, spans(s.ScanString(tt.text))); diff != "" {
+				t.Errorf("ScanString (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPrivateKeyLayouts: a private key is found whole, BEGIN to END, in
+// every layout agents' tools show it, at any length.
+func TestPrivateKeyLayouts(t *testing.T) {
+	s := newTestScanner(t)
+	g := newSecretGen(t, 26)
+	keys := map[string]string{
+		"rsa2048": g.make("pem-rsa"),
+		"rsa4096": g.make("pem-long"),
+		"ec":      g.make("pem-ec"),
+		"openssh": g.make("pem-openssh"),
+	}
+	layouts := []struct {
+		name, how     string
+		before, after string
+		wantCutSuffix bool
+	}{
+		{"raw", "", "cat key.pem\n", "\n$ ", false},
+		{"crlf", "crlf", "type key.pem\r\n", "\r\n", false},
+		{"escaped", "escaped", `{"content": "`, `\n"}`, false},
+		{"escaped twice", "escaped2", `{\"content\": \"`, `\\n\"}`, false},
+		{"indented", "indent", "stringData:\n  tls.key: |\n    ", "\n  tls.crt: x\n", false},
+		{"line-numbered", "lineno", "", "\n     40→\n", false},
+		{"line-numbered escaped", "lineno|escaped", `{"type": "tool_result", "content": "`, `"}`, false},
+		{"line-numbered escaped ascii", "lineno|escaped|ascii", `{"type": "tool_result", "content": "`, `"}`, false},
+		{"line-numbered escaped twice", "lineno|escaped|escaped", `{\"content\": \"`, `\"}`, false},
+		{"cat -n", "catn", "$ cat -n key.pem\n", "\n", false},
+		{"cat -n escaped", "catn|escaped", `"output": "`, `\n"`, false},
+		{"diff", "diff", "+++ b/key.pem\n@@ -0,0 +1,30 @@\n", "\n diff --git", false},
+		{"flattened", "flat", `PRIVATE_KEY="`, `"`, false},
+		{"cut", "cut", "the file ends here:\n", "\n\nthat's all", true},
+		{"cut escaped", "cut|escaped", `{"content": "`, `"}`, true},
+		{"cut at the end", "cut", "head -c 900 key.pem\n", "", true},
+	}
+	for kn, key := range keys {
+		for _, l := range layouts {
+			t.Run(kn+"/"+l.name, func(t *testing.T) {
+				laid := key
+				if l.how != "" {
+					for h := range strings.SplitSeq(l.how, "|") {
+						laid = layOut(laid, h)
+					}
+				} else {
+					laid = strings.TrimSuffix(laid, "\n")
+				}
+				core := laid[strings.Index(laid, "-----BEGIN"):]
+				if !l.wantCutSuffix {
+					core = core[:strings.LastIndex(core, "PRIVATE KEY-----")+len("PRIVATE KEY-----")]
+				}
+				text := l.before + laid + l.after
+				want := []found{at("private-key", text, core)}
+				if diff := cmp.Diff(want, spans(s.ScanString(text))); diff != "" {
+					t.Errorf("ScanString (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
+}
+
+func TestPrivateKeyNotKeys(t *testing.T) {
+	runScanCases(t, newTestScanner(t), []scanCase{
+		{"placeholder", "-----BEGIN RSA PRIVATE KEY-----\n...\n-----END RSA PRIVATE KEY-----", "", ""},
+		{"docs", "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC...\n-----END PRIVATE KEY-----", "", ""},
+		{"numbered docs", "     3→-----BEGIN RSA PRIVATE KEY-----\n     4→MIIEpAIBAAKCAQEA...\n     5→-----END RSA PRIVATE KEY-----", "", ""},
+		{"prose", "-----BEGIN PRIVATE KEY----- is the header and -----END PRIVATE KEY----- the footer", "", ""},
+		{"certificate", "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ2xvdWRmbGFyZSBPcmlnaW4gQ0EwHhcNMjQwMTAx\nMIIBszCCAVmgAwIBAgIUQ2xvdWRmbGFyZSBPcmlnaW4gQ0EwHhcNMjQwMTAx\n-----END CERTIFICATE-----", "", ""},
+	})
+}
+
+// TestEnvLayouts: environment variables whose name says secret, in every
+// layout they are set in.
+func TestEnvLayouts(t *testing.T) {
+	g := newSecretGen(t, 27)
+	v := g.make("password")
+	tests := []scanCase{
+		{"k8s env block", "env:\n  - name: LOG_LEVEL\n    value: info\n  - name: ADMIN_PASSWORD\n    value: \"" + v + "\"\n", idEnv, v},
+		{"k8s env block unquoted", "env:\n  - name: ADMIN_PASSWORD\n    value: " + v + "\n  - name: X\n", idEnv, v},
+		{"k8s env json", `{"name": "DB_PASSWORD", "value": "` + v + `"}`, idEnv, v},
+		{"k8s env json escaped", `{\"name\":\"DB_PASSWORD\",\"value\":\"` + v + `\"}`, idEnv, v},
+		{"cloudformation", "Environment:\n  - Name: API_TOKEN\n    Value: " + v + "\n", idEnv, v},
+		{"hcl", "env {\n  name  = \"DB_PASSWORD\"\n  value = \"" + v + "\"\n}", idEnv, v},
+		{"docker -e", "docker run -e POSTGRES_USER=app -e POSTGRES_PASSWORD=" + v + " -p 5432:5432 postgres", idEnv, v},
+		{"docker -e quoted", `docker run -e "POSTGRES_PASSWORD=` + v + `" postgres`, idEnv, v},
+		{"docker --env=", "docker run --env=DB_PASSWORD=" + v + " app", idEnv, v},
+		{"export and", "export API_TOKEN=" + v + " && ./deploy.sh", idEnv, v},
+		{"inline before a command", "cd app; DB_PASSWORD=" + v + " npm start", idEnv, v},
+		{"compose list", "    environment:\n      - MYSQL_ROOT_PASSWORD=" + v + "\n      - MYSQL_DATABASE=shop\n", idEnv, v},
+		{"line-numbered", "     2→DEBUG=1\n     3→SESSION_SECRET=" + v + "\n     4→PORT=80\n", idEnv, v},
+		{"cat -n", "     3\tSESSION_SECRET=" + v + "\n", idEnv, v},
+		{"diff", "+SESSION_SECRET=" + v + "\n", idEnv, v},
+		{"escaped lines", `APP_ENV=prod\nJWT_SECRET=` + v + `\nPORT=80\n`, idEnv, v},
+		{"placeholder", "docker run -e POSTGRES_PASSWORD=$POSTGRES_PASSWORD -e API_TOKEN=${API_TOKEN} app", "", ""},
+		{"k8s secret ref", "env:\n  - name: DB_PASSWORD\n    valueFrom:\n      secretKeyRef:\n        name: db\n        key: password\n", "", ""},
+		{"k8s value placeholder", "  - name: JWT_SECRET\n    value: \"change-me\"\n", "", ""},
+		{"k8s value expansion", "  - name: API_TOKEN\n    value: \"$(VAULT_TOKEN)\"\n", "", ""},
+		{"k8s not secret", "  - name: TOKEN_TTL\n    value: \"3600s-or-more\"\n", "", ""},
+		{"csrf input", `<input type="hidden" name="csrf_token" value="` + g.str(40, hexd) + `">`, "", ""},
+		{"command substitution", "export GITHUB_TOKEN=$(gh auth token) && gh pr list", "", ""},
+	}
+	runScanCases(t, newTestScanner(t), tests)
+}
+
+// TestNamedLayouts: keys of config files and code, flags and query
+// parameters whose name says secret.
+func TestNamedLayouts(t *testing.T) {
+	g := newSecretGen(t, 28)
+	v := g.make("password")
+	tests := []scanCase{
+		{"yaml quoted", "database:\n  host: db\n  password: \"" + v + "\"\n", idNamed, v},
+		{"yaml unquoted", "redis:\n  password: " + v + "\n  db: 0\n", idNamed, v},
+		{"yaml list item", "users:\n  - password: " + v + "\n", idNamed, v},
+		{"toml", "[database]\nuser = \"app\"\npassword = \"" + v + "\"\n", idEnv, v},
+		{"json", `{"db": {"user": "app", "password": "` + v + `", "pool": 5}}`, idNamed, v},
+		{"json escaped", `{\"username\": \"admin\", \"password\": \"` + v + `\"}`, idNamed, v},
+		{"json escaped twice", `{\\\"password\\\": \\\"` + v + `\\\"}`, idNamed, v},
+		{"python dict", `creds = {'user': 'app', 'api_key': '` + v + `'}`, idNamed, v},
+		{"php array", `'db_password' => '` + v + `',`, idNamed, v},
+		{"keyword argument", `psycopg2.connect(host="db", user="app", password="` + v + `")`, idNamed, v},
+		{"js object", `const cfg = { user: "app", clientSecret: "` + v + `" };`, idNamed, v},
+		{"go", `if apiKey := "` + v + `"; apiKey != "" {`, idNamed, v},
+		{"go at a line's start", `apiKey := "` + v + `"`, idEnv, v},
+		{"flag", "mysql -h db -u root --password=" + v + " shop", idNamed, v},
+		{"flag with blank", "vault login --token " + v + " -method=token", idNamed, v},
+		{"query", "curl 'https://api.example.com/v2/export?format=csv&access_token=" + v + "&limit=100'", idNamed, v},
+		{"prose", "the admin password: " + v + " (rotate it)", idNamed, v},
+		{"placeholders", "password: change-me\napi_key: \"your-api-key-here\"\ntoken: \"{{ .Values.token }}\"\nsecret: ${APP_SECRET}\n" +
+			"client_secret: <client-secret>\nsigning_key: xxxxxxxxxxxxxxxx\nadmin_password: \"***\"\nwebhook_secret: REPLACE_ME\n" +
+			"access_token: TODO\ndb_password: example\nsmtp_password: dummy\nredis_password: test\n", "", ""},
+		{"types", "interface Login { username: string; password: string; rememberMe?: boolean }", "", ""},
+		{"schema", `{"password": {"type": "string", "minLength": 12}}`, "", ""},
+		{"pydantic", "    api_key: str = Field(..., env=\"API_KEY\")\n    db_password: SecretStr\n", "", ""},
+		{"names that are not secrets", `{"nextPageToken": "CiAKGjBpNDd2Nmp1aDd3ZzEy", "cache_key": "user:1234:profile", "max_tokens": 4096, "secretName": "tls-2024"}`, "", ""},
+		{"a key named key", `{"key": "user:1234:v2", "value": "x"}`, "", ""},
+		{"variable names", "password: DB_PASSWORD_2\ntoken: accessToken\n", "", ""},
+		{"expression", `cache_key = "user:" + str(user_id)`, "", ""},
+		{"code", `token = request.headers.get("Authorization")`, "", ""},
+	}
+	runScanCases(t, newTestScanner(t), tests)
+}
+
+// TestValueEnd: a token ends at any byte outside its alphabet, and a
+// keyword assignment's value at an escaped quote, ',', '&', ')' and the
+// like, in gitleaks' rules.
+func TestValueEnd(t *testing.T) {
+	g := newSecretGen(t, 29)
+	sk, aiza, gen := g.make("stripe"), g.make("aiza"), g.make("generic")
+	tests := []scanCase{
+		{"curl -u", "curl https://api.stripe.com/v1/charges -u " + sk + ": -d amount=2000", "stripe-access-token", sk},
+		{"url query", "https://maps.googleapis.com/maps/api/geocode/json?address=Berlin&key=" + aiza + "&language=en", "gcp-api-key", aiza},
+		{"escaped quote", `{\"stripe_key\": \"` + sk + `\"}`, "stripe-access-token", sk},
+		{"closing paren", "stripe.Client(" + sk + ")", "stripe-access-token", sk},
+		{"comma", "keys = [" + aiza + ", other]", "gcp-api-key", aiza},
+		{"generic before &", "GET /v1/data?format=json&api_key=" + gen + "&page=2", "generic-api-key", gen},
+		{"generic before escaped quote", `{\"cmd\": \"deploy --api_key=` + gen + `\"}`, "generic-api-key", gen},
+		{"generic before comma", "{api_key: " + gen + ", region: eu}", "generic-api-key", gen},
+		{"generic before paren", "login(api_key=" + gen + ")", "generic-api-key", gen},
+		{"generic placeholder", `secret = "dummy0123456789abc"`, "", ""},
+		{"longer token", "sk_" + "live_" + g.str(120, alnum) + " is too long", "", ""},
+	}
+	s, err := NewScanner(Options{AllowRules: []string{idEnv, idNamed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runScanCases(t, s, tests)
+}
+
+// TestAWSNearKeyID: a documentation key id triggers nothing, and a value
+// in another JSON item is not the key id's secret.
+func TestAWSNearKeyID(t *testing.T) {
+	g := newSecretGen(t, 30)
+	id, key := g.make("akia"), g.make("awssecret")
+	other := "Zk9xR2vT7yQ1mN4pL8sW3cJ6hB0dF5gK9aE2uI7o"
+	sameItem := `{"AccessKeyId": "` + id + `", "SecretAccessKey": "` + key + `"}`
+	tests := []struct {
+		name string
+		text string
+		want func(string) []found
+	}{
+		{"doc key id", `[{"AccessKeyId": "AKIAIOSFODNN7EXAMPLE"}, {"etag": "` + other + `"}]`, nil},
+		{"doc key id in prose", "AKIAIOSFODNN7EXAMPLE\n" + other, nil},
+		{"other item", `[{"AccessKeyId": "` + id + `", "Status": "Active"}, {"Checksum": "` + other + `"}]`, func(x string) []found {
+			return []found{at("aws-access-token", x, id)}
+		}},
+		{"other item before", `[{"Checksum": "` + other + `"}, {"AccessKeyId": "` + id + `"}]`, func(x string) []found {
+			return []found{at("aws-access-token", x, id)}
+		}},
+		{"same item", sameItem, func(x string) []found {
+			return []found{at("aws-access-token", x, id), at("aws-secret-access-key", x, key)}
+		}},
+	}
+	s := newTestScanner(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var want []found
+			if tt.want != nil {
+				want = tt.want(tt.text)
+			}
+			if diff := cmp.Diff(want, spans(s.ScanString(tt.text))); diff != "" {
+				t.Errorf("ScanString (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestAzureStorageKey: an account key in a connection string and in az's
+// JSON; the emulator's published key is none.
+func TestAzureStorageKey(t *testing.T) {
+	g := newSecretGen(t, 31)
+	k := g.make("azurekey")
+	runScanCases(t, newTestScanner(t), []scanCase{
+		{"connection string", "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=" + k + ";EndpointSuffix=core.windows.net", idAzure, k},
+		{"az keys list", "[\n  {\n    \"creationTime\": \"2024-03-01T10:00:00Z\",\n    \"keyName\": \"key1\",\n    \"permissions\": \"FULL\",\n    \"value\": \"" + k + "\"\n  }\n]", idAzure, k},
+		{"flag", "az storage blob list --account-name acme --account-key " + k + " -c logs", idAzure, k},
+		{"emulator", "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;", "", ""},
+		{"placeholder", "AccountKey=<your-account-key>;", "", ""},
+	})
+}
