@@ -153,8 +153,6 @@ func pemGap(s string, i, limit int) (int, int) {
 				return i, max(raw, esc) // "\/" starts a base64 run
 			}
 			i = j + 1
-		case strings.HasPrefix(s[i:], "→"):
-			i += len("→")
 		case c == '-' && strings.HasPrefix(s[i:], "-----"):
 			if lineStart && strings.HasPrefix(s[i+1:], "-----END") {
 				i++ // a diff's removed END line

@@ -208,6 +208,7 @@ func TestPlaceholderValues(t *testing.T) {
 		{"[api key]", true}, {"xxx-xxx-xxx", true}, {"***", true}, {"********", true}, {"$(cat key)", true},
 		{"REPLACE_ME", true}, {"TODO", true}, {"example", true}, {"dummy", true}, {"test", true},
 		{"dummy0123456789abc", true}, {"not-a-real-key-123", true}, {"0000-0000-0000", true}, {"…", true},
+		{"hunter2-test", true}, {"fake_key_1", true}, {"Mock.Token.7", true},
 		{"hunter2x!", false}, {"%Ab3kd92", false}, {"q8Zr1mP0", false}, {"$up3r-S3cret!", false}, {"$2b$12$abc", false},
 	}
 	for _, tt := range tests {
