@@ -2,7 +2,6 @@ package secrets
 
 import (
 	"regexp"
-	"slices"
 	"strings"
 )
 
@@ -194,34 +193,6 @@ func linesAfter(s string, i, n, limit int) int {
 		}
 	}
 	return hi
-}
-
-// envName reports whether a variable name says it holds a secret: its last
-// part (or the one before a qualifier such as _BASE64) names one.
-func envName(name string) bool {
-	parts := strings.FieldsFunc(strings.ToLower(name), func(r rune) bool { return r == '_' || r == '-' || r == '.' })
-	if len(parts) == 0 || slices.Contains(parts, "csrf") || slices.Contains(parts, "xsrf") {
-		return false
-	}
-	last := parts[len(parts)-1]
-	switch last {
-	case "base", "b64", "base64", "hex", "value", "raw", "str", "string", "data", "enc", "encoded":
-		if len(parts) > 1 {
-			last = parts[len(parts)-2]
-		}
-	}
-	switch {
-	case strings.Contains(last, "secret"), strings.Contains(last, "passw"), strings.Contains(last, "credential"),
-		strings.HasSuffix(last, "pwd") && last != "oldpwd" && len(parts) > 1,
-		last == "key" || last == "keys", last == "token" || last == "tokens" || strings.HasSuffix(last, "token"):
-		return true
-	}
-	for _, k := range [...]string{"apikey", "secretkey", "accesskey", "privatekey", "authkey", "masterkey", "licensekey", "signingkey", "encryptionkey"} {
-		if last == k {
-			return true
-		}
-	}
-	return false
 }
 
 // dottedIdent reports code references such as os.environ or settings.KEY.

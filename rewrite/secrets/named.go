@@ -421,91 +421,156 @@ func matchEnvPair(s string, start, end int, loc *[4]int) bool {
 // splits into words (secretName is a name, not a secret), and a key named
 // key must say which (api_key, signingKey; not cache_key).
 func secretKeyName(name string) bool {
-	var buf [16]string
-	parts := nameParts(name, buf[:0])
-	if len(parts) == 0 {
+	w, ok := splitName(name, true)
+	if !ok {
 		return false
 	}
-	last := len(parts) - 1
-	switch parts[last] {
-	case "base", "b64", "base64", "hex", "value", "raw", "str", "string", "data", "enc", "encoded":
-		if last > 0 {
-			last--
-		}
+	last := w.n - 1
+	if last > 0 && isQualifier(w.word(last)) {
+		last--
 	}
-	if notSecretParts(parts[:last]) {
-		return false
-	}
-	w := parts[last]
-	if w == "key" || w == "keys" {
-		if last == 0 {
+	for i := range last {
+		if isNotSecretWord(w.word(i)) {
 			return false
 		}
-		switch parts[last-1] {
-		case "api", "secret", "private", "access", "auth", "signing", "sign", "encryption", "encrypt", "master",
-			"license", "client", "account", "storage", "subscription", "app", "hmac", "jwt", "ssh", "crypto", "cipher",
-			"aes", "webhook", "admin", "service", "consumer", "shared", "root", "decryption", "session":
-			return true
-		}
-		return false
 	}
-	return envName(w)
+	lw := w.word(last)
+	if foldIs(lw, "key", "keys") {
+		return last > 0 && foldIs(w.word(last-1), "api", "secret", "private", "access", "auth", "signing", "sign",
+			"encryption", "encrypt", "master", "license", "client", "account", "storage", "subscription", "app", "hmac",
+			"jwt", "ssh", "crypto", "cipher", "aes", "webhook", "admin", "service", "consumer", "shared", "root",
+			"decryption", "session")
+	}
+	return secretWord(lw, last > 0)
 }
 
-// notSecretParts reports whether the words of a name before its last say
-// that it is not a secret: nextPageToken, csrf_token, cache_key,
-// max_tokens.
-func notSecretParts(parts []string) bool {
-	for _, p := range parts {
-		switch p {
-		case "csrf", "xsrf", "page", "next", "continuation", "cursor", "sync", "resume", "cache", "max", "num", "total",
-			"input", "output", "count", "idempotency", "public", "pub", "ttl", "expires", "expiry", "type", "file", "path":
+// envName reports whether a variable name says it holds a secret: its last
+// part (or the one before a qualifier such as _BASE64) names one.
+func envName(name string) bool {
+	w, ok := splitName(name, false)
+	if !ok {
+		return false
+	}
+	for i := range w.n {
+		if foldIs(w.word(i), "csrf", "xsrf") {
+			return false
+		}
+	}
+	last := w.n - 1
+	if last > 0 && isQualifier(w.word(last)) {
+		last--
+	}
+	lw := w.word(last)
+	return foldIs(lw, "key", "keys") || secretWord(lw, w.n > 1)
+}
+
+// isQualifier reports last words of a name that say how a value is
+// written, not what it is: API_KEY_BASE64.
+func isQualifier(w string) bool {
+	return foldIs(w, "base", "b64", "base64", "hex", "value", "raw", "str", "string", "data", "enc", "encoded")
+}
+
+// isNotSecretWord reports words that, before a name's last, say it is not
+// a secret: nextPageToken, csrf_token, cache_key, max_tokens.
+func isNotSecretWord(w string) bool {
+	return foldIs(w, "csrf", "xsrf", "page", "next", "continuation", "cursor", "sync", "resume", "cache",
+		"max", "num", "total", "input", "output", "count", "idempotency", "public", "pub", "ttl", "expires", "expiry",
+		"type", "file", "path")
+}
+
+// secretWord reports whether the last word of a name names a secret;
+// qualified: other words come before it.
+func secretWord(w string, qualified bool) bool {
+	return containsFold(w, "secret") || containsFold(w, "passw") || containsFold(w, "credential") ||
+		hasSuffixFold(w, "pwd") && !strings.EqualFold(w, "oldpwd") && qualified ||
+		hasSuffixFold(w, "token") || strings.EqualFold(w, "tokens") ||
+		foldIs(w, "apikey", "secretkey", "accesskey", "privatekey", "authkey", "masterkey", "licensekey", "signingkey", "encryptionkey")
+}
+
+// notSecretName reports whether a key's name says it is not a secret
+// though it holds a word that does (isNotSecretWord).
+func notSecretName(name string) bool {
+	w, ok := splitName(name, true)
+	if !ok {
+		return false
+	}
+	for i := range w.n - 1 {
+		if isNotSecretWord(w.word(i)) {
 			return true
 		}
 	}
 	return false
-}
-
-// notSecretName reports whether a key's name says it is not a secret
-// though it holds a word that does (notSecretParts).
-func notSecretName(name string) bool {
-	var buf [16]string
-	parts := nameParts(name, buf[:0])
-	return len(parts) > 1 && notSecretParts(parts[:len(parts)-1])
 }
 
 // notSecretWord reports names of one word that are no secret's, which
 // gitleaks' keyword assignments may end with: api_keys WHERE id = '…'.
 func notSecretWord(name string) bool {
-	switch strings.ToLower(name) {
-	case "id", "uuid", "guid", "name", "version", "type", "region", "url", "uri", "path", "file", "host", "email":
-		return true
+	return foldIs(name, "id", "uuid", "guid", "name", "version", "type", "region", "url", "uri", "path", "file", "host", "email")
+}
+
+// words are the words of a name: name[at[i][0]:at[i][1]].
+type words struct {
+	name string
+	n    int
+	at   [16][2]uint16
+}
+
+func (w *words) word(i int) string { return w.name[w.at[i][0]:w.at[i][1]] }
+
+// splitName splits a name into words at _ - . and, if camel, at camelCase
+// boundaries. ok is false for a name without words, or with too many.
+func splitName(name string, camel bool) (w words, ok bool) {
+	if len(name) > 1<<15 {
+		return w, false
+	}
+	w.name = name
+	start := 0
+	for i := 0; i <= len(name); i++ {
+		cut, next := i == len(name), i+1
+		if !cut {
+			switch c := name[i]; {
+			case c == '_' || c == '-' || c == '.':
+				cut = true
+			case camel && 'A' <= c && c <= 'Z' && i > start && 'a' <= name[i-1] && name[i-1] <= 'z':
+				cut, next = true, i
+			}
+		}
+		if !cut {
+			continue
+		}
+		if i > start {
+			if w.n == len(w.at) {
+				return w, false
+			}
+			w.at[w.n] = [2]uint16{uint16(start), uint16(i)}
+			w.n++
+		}
+		start = next
+	}
+	return w, w.n > 0
+}
+
+// foldIs reports whether w is one of list, in ASCII case folding.
+func foldIs(w string, list ...string) bool {
+	for _, x := range list {
+		if len(w) == len(x) && strings.EqualFold(w, x) {
+			return true
+		}
 	}
 	return false
 }
 
-// nameParts appends to parts the lowercase words of a name, split at _ - .
-// and camelCase boundaries.
-func nameParts(name string, parts []string) []string {
-	w := 0
-	flush := func(i int) {
-		if i > w {
-			parts = append(parts, strings.ToLower(name[w:i]))
+func hasSuffixFold(w, suffix string) bool {
+	return len(w) >= len(suffix) && strings.EqualFold(w[len(w)-len(suffix):], suffix)
+}
+
+func containsFold(w, sub string) bool {
+	for i := 0; i+len(sub) <= len(w); i++ {
+		if strings.EqualFold(w[i:i+len(sub)], sub) {
+			return true
 		}
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c == '_' || c == '-' || c == '.':
-			flush(i)
-			w = i + 1
-		case 'A' <= c && c <= 'Z' && i > w && 'a' <= name[i-1] && name[i-1] <= 'z':
-			flush(i)
-			w = i
-		}
-	}
-	flush(len(name))
-	return parts
+	return false
 }
 
 // plausibleValue reports whether v, given to a name that says secret, may
