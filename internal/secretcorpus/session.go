@@ -379,8 +379,6 @@ func (sg *sessionGen) nestedJSON(t secretType) {
 	g := sg.g
 	layout := g.pick(jsonLayouts(t)...)
 	as := sg.assignments(t, "nested-json", layout)
-	var tree any
-	var cmd string
 	switch layout {
 	case "aws-cli-json":
 		ak := obj{{"UserName", "deploy-bot"}}
@@ -392,8 +390,7 @@ func (sg *sessionGen) nestedJSON(t secretType) {
 			ak = append(ak, field{k, (&text{s: a.value}).secret(a.p)})
 		}
 		ak = append(ak, field{"Status", "Active"}, field{"CreateDate", "2026-11-30T10:12:00+00:00"})
-		tree, cmd = obj{{"AccessKey", ak}}, "aws iam create-access-key --user-name deploy-bot"
-		sg.jsonResult(cmd, tree, indented("    ", false, false))
+		sg.jsonResult("aws iam create-access-key --user-name deploy-bot", obj{{"AccessKey", ak}}, indented("    ", false, false))
 		return
 	case "az-keys-json":
 		second := sg.assign(t, "nested-json", layout)
@@ -403,7 +400,7 @@ func (sg *sessionGen) nestedJSON(t secretType) {
 				{"creationTime", "2026-03-02T09:15:44.123456+00:00"},
 				{"keyName", fmt.Sprintf("key%d", i+1)},
 				{"permissions", "FULL"},
-				{"value", (&text{s: secretOf(a)}).secret(a.p)},
+				{"value", (&text{s: a.p.value}).secret(a.p)}, // the key itself, not a connection string
 			})
 		}
 		sg.jsonResult("az storage account keys list -g rg-prod -n acmeprodstore", keys, indented("  ", false, false))
@@ -420,7 +417,7 @@ func (sg *sessionGen) nestedJSON(t secretType) {
 		enc := base64.StdEncoding.EncodeToString([]byte(a.value))
 		encP := &plant{typ: a.p.typ, location: "nested-json", layout: "k8s-secret-data", value: enc, probes: sg.probesFor("", enc)}
 		uid := sg.g.UUID()
-		tree = obj{
+		tree := obj{
 			{"apiVersion", "v1"},
 			{"data", obj{{a.name, (&text{s: enc}).secret(encP)}}},
 			{"kind", "Secret"},
@@ -448,10 +445,6 @@ func appliedConfig(v any) *text {
 	t.s += "\n"
 	return t
 }
-
-// secretOf is the secret an assignment carries, without what is wrapped
-// around it.
-func secretOf(a assignment) string { return a.p.value }
 
 // jsonResult adds a shell call whose output is JSON: as text, or, for
 // providers that take JSON results, sometimes as JSON.
