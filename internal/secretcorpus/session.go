@@ -61,13 +61,53 @@ func newSession(seed uint64, p Provider, ser Serialization, idx int) Session {
 	s := Session{Name: sg.name, Provider: p, Serialization: ser}
 	sg.userTask()
 	s.Requests = append(s.Requests, sg.render(len(s.Requests)))
-	for range 5 + sg.g.IntN(4) {
+	compacted := false
+	for i := range 5 + sg.g.IntN(4) {
 		if sg.scene() {
 			s.Requests = append(s.Requests, sg.render(len(s.Requests))) // after a user message, before the answer
+		}
+		if !compacted && i >= 3 && sg.g.chance(0.3) {
+			sg.compact()
+			compacted = true
 		}
 		s.Requests = append(s.Requests, sg.render(len(s.Requests)))
 	}
 	return s
+}
+
+// compact replaces the history before the last two tool calls by a
+// summary, as Claude Code's /compact does. The summary repeats values
+// seen earlier, bare: in the body, before the turns kept (which may show
+// some of them again, with their names), or with their context gone
+// from it altogether (only the session's memory of them is left).
+func (sg *sessionGen) compact() {
+	cut, calls := 0, 0
+	for i := len(sg.items) - 1; i >= 0; i-- {
+		if sg.items[i].kind == "call" {
+			if calls++; calls == 2 {
+				cut = i
+				break
+			}
+		}
+	}
+	for cut > 0 && sg.items[cut-1].role == "assistant" {
+		cut-- // from the start of that assistant turn
+	}
+	if cut == 0 {
+		return
+	}
+	sum := &text{s: "This session is being continued from a previous conversation that ran out of context. The conversation is summarized below:\n\n" + sg.paragraph(3) + "\n\nValues found so far:\n"}
+	n := 0
+	for _, i := range sg.g.r.Perm(len(sg.quotable)) {
+		src := sg.quotable[i]
+		if src.layout == "k8s-secret-data" || n == 3 {
+			continue
+		}
+		n++
+		p := &plant{typ: src.typ, location: "summary", layout: "bare", value: src.value, probes: src.probes}
+		sum.add("- `" + src.value + "` (" + sg.g.pick("in use", "from the config", "still valid", "the one CI uses") + ")\n").secret(p)
+	}
+	sg.items = append([]item{{role: "user", kind: "text", text: sum}}, sg.items[cut:]...)
 }
 
 func (sg *sessionGen) nextType() secretType {

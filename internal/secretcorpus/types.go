@@ -79,7 +79,7 @@ func (t secretType) isAWS() bool { return strings.HasPrefix(t.name, "aws-") }
 
 // Locations lists where in a conversation secrets are planted.
 func Locations() []string {
-	return []string{"system", "user", "assistant", "quote", "tool-input", "tool-output", "file-view", "nested-json"}
+	return []string{"system", "user", "assistant", "quote", "summary", "tool-input", "tool-output", "file-view", "nested-json"}
 }
 
 // Layouts lists the layouts of the text around a planted secret.
