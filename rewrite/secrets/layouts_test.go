@@ -37,7 +37,7 @@ func TestPrivateKeyLayouts(t *testing.T) {
 	g := newSecretGen(t, 26)
 	keys := map[string]string{
 		"rsa2048": g.make("pem-rsa"),
-		"rsa4096": g.make("pem-long"),
+		"rsa4096": g.make("pem-rsa-4096"),
 		"ec":      g.make("pem-ec"),
 		"openssh": g.make("pem-openssh"),
 	}
@@ -125,7 +125,7 @@ func TestEnvLayouts(t *testing.T) {
 		{"k8s value placeholder", "  - name: JWT_SECRET\n    value: \"change-me\"\n", "", ""},
 		{"k8s value expansion", "  - name: API_TOKEN\n    value: \"$(VAULT_TOKEN)\"\n", "", ""},
 		{"k8s not secret", "  - name: TOKEN_TTL\n    value: \"3600s-or-more\"\n", "", ""},
-		{"csrf input", `<input type="hidden" name="csrf_token" value="` + g.str(40, hexd) + `">`, "", ""},
+		{"csrf input", `<input type="hidden" name="csrf_token" value="` + g.Str(40, "0123456789abcdef") + `">`, "", ""},
 		{"command substitution", "export GITHUB_TOKEN=$(gh auth token) && gh pr list", "", ""},
 	}
 	runScanCases(t, newTestScanner(t), tests)
@@ -135,7 +135,7 @@ func TestEnvLayouts(t *testing.T) {
 // parameters whose name says secret.
 func TestNamedLayouts(t *testing.T) {
 	g := newSecretGen(t, 28)
-	v := g.make("password")
+	v, tok := g.make("password"), g.make("envval")
 	tests := []scanCase{
 		{"yaml quoted", "database:\n  host: db\n  password: \"" + v + "\"\n", idNamed, v},
 		{"yaml unquoted", "redis:\n  password: " + v + "\n  db: 0\n", idNamed, v},
@@ -152,12 +152,13 @@ func TestNamedLayouts(t *testing.T) {
 		{"go at a line's start", `apiKey := "` + v + `"`, idEnv, v},
 		{"flag", "mysql -h db -u root --password=" + v + " shop", idNamed, v},
 		{"flag with blank", "vault login --token " + v + " -method=token", idNamed, v},
-		{"query", "curl 'https://api.example.com/v2/export?format=csv&access_token=" + v + "&limit=100'", idNamed, v},
+		{"query", "curl 'https://api.example.com/v2/export?format=csv&access_token=" + tok + "&limit=100'", idNamed, tok},
 		{"prose", "the admin password: " + v + " (rotate it)", idNamed, v},
 		{"placeholders", "password: change-me\napi_key: \"your-api-key-here\"\ntoken: \"{{ .Values.token }}\"\nsecret: ${APP_SECRET}\n" +
 			"client_secret: <client-secret>\nsigning_key: xxxxxxxxxxxxxxxx\nadmin_password: \"***\"\nwebhook_secret: REPLACE_ME\n" +
 			"access_token: TODO\ndb_password: example\nsmtp_password: dummy\nredis_password: test\n", "", ""},
 		{"types", "interface Login { username: string; password: string; rememberMe?: boolean }", "", ""},
+		{"generic types", "  token: Promise<string>;\n  apiKey: Map<string, number>\n", "", ""},
 		{"schema", `{"password": {"type": "string", "minLength": 12}}`, "", ""},
 		{"pydantic", "    api_key: str = Field(..., env=\"API_KEY\")\n    db_password: SecretStr\n", "", ""},
 		{"names that are not secrets", `{"nextPageToken": "CiAKGjBpNDd2Nmp1aDd3ZzEy", "cache_key": "user:1234:profile", "max_tokens": 4096, "secretName": "tls-2024"}`, "", ""},
@@ -174,7 +175,7 @@ func TestNamedLayouts(t *testing.T) {
 // like, in gitleaks' rules.
 func TestValueEnd(t *testing.T) {
 	g := newSecretGen(t, 29)
-	sk, aiza, gen := g.make("stripe"), g.make("aiza"), g.make("generic")
+	sk, aiza, gen, sg, hvs := g.make("stripe"), g.make("aiza"), g.make("generic"), g.make("sendgrid"), g.make("hvs")
 	tests := []scanCase{
 		{"curl -u", "curl https://api.stripe.com/v1/charges -u " + sk + ": -d amount=2000", "stripe-access-token", sk},
 		{"url query", "https://maps.googleapis.com/maps/api/geocode/json?address=Berlin&key=" + aiza + "&language=en", "gcp-api-key", aiza},
@@ -185,8 +186,10 @@ func TestValueEnd(t *testing.T) {
 		{"generic before escaped quote", `{\"cmd\": \"deploy --api_key=` + gen + `\"}`, "generic-api-key", gen},
 		{"generic before comma", "{api_key: " + gen + ", region: eu}", "generic-api-key", gen},
 		{"generic before paren", "login(api_key=" + gen + ")", "generic-api-key", gen},
+		{"sentence end", "here is the key I'm using: " + sg + ". Don't commit it.", "sendgrid-api-token", sg},
+		{"sentence end after a dot alphabet", "the token is " + hvs + ".", "vault-service-token", hvs},
 		{"generic placeholder", `secret = "dummy0123456789abc"`, "", ""},
-		{"longer token", "sk_" + "live_" + g.str(120, alnum) + " is too long", "", ""},
+		{"longer token", "sk_" + "live_" + g.Str(120, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") + " is too long", "", ""},
 	}
 	s, err := NewScanner(Options{AllowRules: []string{idEnv, idNamed}})
 	if err != nil {
@@ -237,7 +240,7 @@ func TestAWSNearKeyID(t *testing.T) {
 // JSON; the emulator's published key is none.
 func TestAzureStorageKey(t *testing.T) {
 	g := newSecretGen(t, 31)
-	k := g.make("azurekey")
+	k := g.make("azure-storage")
 	runScanCases(t, newTestScanner(t), []scanCase{
 		{"connection string", "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=" + k + ";EndpointSuffix=core.windows.net", idAzure, k},
 		{"az keys list", "[\n  {\n    \"creationTime\": \"2024-03-01T10:00:00Z\",\n    \"keyName\": \"key1\",\n    \"permissions\": \"FULL\",\n    \"value\": \"" + k + "\"\n  }\n]", idAzure, k},

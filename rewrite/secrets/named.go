@@ -177,12 +177,20 @@ func nameAround(s string, start, end int) (int, int) {
 	return ns, ne
 }
 
-// stopsValue reports whether c ends an unquoted value.
+// stopsValue reports whether c ends an unquoted value. A blank, a quote,
+// an escape and code's brackets end every one; '#' a query's (a fragment;
+// elsewhere a comment starts only after a blank); the shell's operators an
+// inline assignment's and a query's ('&'); closing brackets and ',' all
+// but a line's own (a flow mapping, an object, a call).
 func stopsValue(c byte, l layout) bool {
 	switch c {
-	case ' ', '\t', '\n', '\r', '"', '\'', '`', '\\', '#', ';', '(', '[', '{':
+	case ' ', '\t', '\n', '\r', '"', '\'', '`', '\\', '(', '[', '{', ';', '|':
 		return true
-	case '&', '|', ',', ')', ']', '}', '<', '>':
+	case '#':
+		return l == layoutQuery
+	case '&', '<', '>':
+		return l == layoutQuery || l == layoutEnvInline
+	case ',', ')', ']', '}':
 		return l != layoutEnvLine
 	}
 	return false
@@ -505,7 +513,8 @@ func notSecretName(name string) bool {
 // notSecretWord reports names of one word that are no secret's, which
 // gitleaks' keyword assignments may end with: api_keys WHERE id = '…'.
 func notSecretWord(name string) bool {
-	return foldIs(name, "id", "uuid", "guid", "name", "version", "type", "region", "url", "uri", "path", "file", "host", "email")
+	return foldIs(name, "id", "uuid", "guid", "name", "version", "type", "region", "url", "uri", "path", "file", "host", "email",
+		"sha1", "sha256", "sha384", "sha512", "md5", "digest", "hash", "checksum", "etag", "integrity")
 }
 
 // words are the words of a name: name[at[i][0]:at[i][1]].
@@ -614,6 +623,9 @@ func plausibleValue(v string, strict bool) bool {
 	}
 	if !lower && !symbol && strings.Contains(v, "_") {
 		return false // the name of another variable: DB_PASSWORD_2
+	}
+	if i := strings.IndexByte(v, '<'); i > 0 && !digit && isIdent(v[:i]) {
+		return false // a type: Promise<string>, Map<string,
 	}
 	return true
 }

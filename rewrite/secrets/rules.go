@@ -525,7 +525,7 @@ func widenValueEnd(src string, group int) string {
 	}
 	walk(tree)
 	var set [256]bool
-	if capNode == nil || !byteSet(capNode, &set) {
+	if capNode == nil || !lastBytes(capNode, &set) {
 		return head + assignEnd
 	}
 	var b strings.Builder
@@ -535,8 +535,44 @@ func widenValueEnd(src string, group int) string {
 			fmt.Fprintf(&b, `\x%02x`, c)
 		}
 	}
-	b.WriteString(`]|[\x60'"\s;]|\\[nr]|$)`)
+	// Prose: a token at a sentence's end ("…my key is SG.… .").
+	b.WriteString(`]|[\x60'"\s;]|\\[nr]|[.,:;!?)\]}](?:\s|$)|$)`)
 	return head + b.String()
+}
+
+// lastBytes adds to set every byte that may end a match of re: what could
+// extend a token is what could have been its last byte. false if that is
+// not a set of ASCII bytes.
+func lastBytes(re *syntax.Regexp, set *[256]bool) bool {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if len(re.Rune) == 0 {
+			return true
+		}
+		return byteSet(&syntax.Regexp{Op: syntax.OpLiteral, Rune: re.Rune[len(re.Rune)-1:], Flags: re.Flags}, set)
+	case syntax.OpConcat:
+		// The last part, and the ones before it as far as the parts after
+		// them may be empty.
+		for i := len(re.Sub) - 1; i >= 0; i-- {
+			if !lastBytes(re.Sub[i], set) {
+				return false
+			}
+			if minLen(re.Sub[i]) > 0 {
+				return true
+			}
+		}
+		return true
+	case syntax.OpCapture, syntax.OpStar, syntax.OpPlus, syntax.OpQuest, syntax.OpRepeat:
+		return lastBytes(re.Sub[0], set)
+	case syntax.OpAlternate:
+		for _, s := range re.Sub {
+			if !lastBytes(s, set) {
+				return false
+			}
+		}
+		return true
+	}
+	return byteSet(re, set)
 }
 
 // secretShape fills secretSet, minSecret and maxSecret when the secret group
