@@ -18,6 +18,7 @@ const (
 	idEnv        = "env-secret"
 	idNamed      = "named-secret"
 	idAzure      = "azure-storage-account-key"
+	idBasicAuth  = "basic-auth"
 )
 
 func ownRules() ([]*rule, error) {
@@ -109,6 +110,14 @@ func ownRules() ([]*rule, error) {
 	// Keys of YAML, TOML, JSON and code, flags and query parameters whose
 	// name says secret.
 	if err := add(&rule{id: idNamed, rank: rankEnv, group: 1, keywords: secretNameKeywords, match: matchNamedValue}, ""); err != nil {
+		return nil, err
+	}
+
+	// A password given with its user (basicauth.go).
+	if err := add(&rule{id: idBasicAuth, rank: rankEnv, group: 1, keywords: []string{"-u", "--user"}, match: matchCurlUser}, ""); err != nil {
+		return nil, err
+	}
+	if err := add(&rule{id: idBasicAuth, rank: rankEnv, group: 1, keywords: []string{"://"}, match: matchURLPassword}, ""); err != nil {
 		return nil, err
 	}
 

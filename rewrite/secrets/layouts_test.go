@@ -102,7 +102,7 @@ func TestPrivateKeyNotKeys(t *testing.T) {
 // layout they are set in.
 func TestEnvLayouts(t *testing.T) {
 	g := newSecretGen(t, 27)
-	v := g.make("password")
+	v, tok := g.make("password"), g.make("envval")
 	tests := []scanCase{
 		{"k8s env block", "env:\n  - name: LOG_LEVEL\n    value: info\n  - name: ADMIN_PASSWORD\n    value: \"" + v + "\"\n", idEnv, v},
 		{"k8s env block unquoted", "env:\n  - name: ADMIN_PASSWORD\n    value: " + v + "\n  - name: X\n", idEnv, v},
@@ -120,6 +120,14 @@ func TestEnvLayouts(t *testing.T) {
 		{"cat -n", "     3\tSESSION_SECRET=" + v + "\n", idEnv, v},
 		{"diff", "+SESSION_SECRET=" + v + "\n", idEnv, v},
 		{"escaped lines", `APP_ENV=prod\nJWT_SECRET=` + v + `\nPORT=80\n`, idEnv, v},
+		{"in a JSON command", `{"command":"export ADMIN_PASSWORD=` + tok + ` && npm run deploy"}`, idEnv, tok},
+		{"zsh history", ": 1764000000:0;export API_TOKEN=" + tok + " && npm run deploy\n", idEnv, tok},
+		{"bash history", "  585  export API_TOKEN=" + tok + " && npm run deploy\n", idEnv, tok},
+		{"kubectl --from-literal", "kubectl create secret generic api -n prod --from-literal=API_TOKEN=" + tok, idEnv, tok},
+		{"gh secret set", `gh secret set AWS_SECRET_ACCESS_KEY --body "` + v + `"`, idEnv, v},
+		{"gh secret set unquoted", "gh secret set DEPLOY_TOKEN -b " + tok + " --repo acme/api", idEnv, tok},
+		{"getenv default", `db_pass = os.getenv("DB_PASSWORD", "` + v + `")`, idEnv, v},
+		{"environ default", `token = os.environ.get("API_TOKEN") or "` + v + `"`, idEnv, v},
 		{"placeholder", "docker run -e POSTGRES_PASSWORD=$POSTGRES_PASSWORD -e API_TOKEN=${API_TOKEN} app", "", ""},
 		{"k8s secret ref", "env:\n  - name: DB_PASSWORD\n    valueFrom:\n      secretKeyRef:\n        name: db\n        key: password\n", "", ""},
 		{"k8s value placeholder", "  - name: JWT_SECRET\n    value: \"change-me\"\n", "", ""},
@@ -149,6 +157,9 @@ func TestNamedLayouts(t *testing.T) {
 		{"keyword argument", `psycopg2.connect(host="db", user="app", password="` + v + `")`, idNamed, v},
 		{"js object", `const cfg = { user: "app", clientSecret: "` + v + `" };`, idNamed, v},
 		{"go", `if apiKey := "` + v + `"; apiKey != "" {`, idNamed, v},
+		{"js default", "export const config = {\n  webhookSecret: process.env.WEBHOOK_SECRET ?? '" + v + "',\n};", idNamed, v},
+		{"js default in a file view", `     3\t  redisPassword: process.env.REDIS_PASSWORD || "` + v + `",\n`, idNamed, v},
+		{"no default", "  webhookSecret: process.env.WEBHOOK_SECRET,\n", "", ""},
 		{"go at a line's start", `apiKey := "` + v + `"`, idEnv, v},
 		{"flag", "mysql -h db -u root --password=" + v + " shop", idNamed, v},
 		{"flag with blank", "vault login --token " + v + " -method=token", idNamed, v},
@@ -234,6 +245,32 @@ func TestAWSNearKeyID(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBasicAuth: a password given with its user, to curl or in a URL.
+// gitleaks' curl-auth-user, which takes user and password together when
+// the password has no symbols, is left out to see ours.
+func TestBasicAuth(t *testing.T) {
+	g := newSecretGen(t, 32)
+	v, tok := g.make("password"), g.make("envval")
+	sk := "sk_test_" + g.Str(24, "abcdefghijklmnopqrstuvwxyz0123456789")
+	s, err := NewScanner(Options{AllowRules: []string{"curl-auth-user"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runScanCases(t, s, []scanCase{
+		{"curl -u", "curl -fsS -u admin:" + tok + " https://grafana.acme.internal/api/health", idBasicAuth, tok},
+		{"curl -u quoted", `curl -u "admin:` + v + `" https://grafana.acme.internal/api/health`, idBasicAuth, v},
+		{"curl --user=", "curl --user=ci:" + tok + " https://ci.acme.internal", idBasicAuth, tok},
+		{"history", "  585  curl -fsS -u admin:" + tok + " https://grafana.acme.internal/api/health\n  586  vim .env\n", idBasicAuth, tok},
+		{"url", "wget -qO- https://admin:" + tok + "@grafana.acme.internal/api/health", idBasicAuth, tok},
+		{"url with symbols", "wget -qO- 'https://admin:" + v + "@grafana.acme.internal/api/health'", idBasicAuth, v},
+		{"amqp url", "BROKER=amqp://app:" + tok + "@rabbit.internal:5672/vhost", idBasicAuth, tok},
+		{"stripe key as user", "curl https://api.stripe.com/v1/charges -u " + sk + ": -d x=1", "stripe-access-token", sk},
+		{"no password", "git push -u origin main && curl -u admin https://x.internal", "", ""},
+		{"placeholder", "curl -u admin:$PASSWORD https://x.internal; wget https://user:<password>@host.internal", "", ""},
+		{"no userinfo", "see https://example.com/a:b@c and http://localhost:8080/", "", ""},
+	})
 }
 
 // TestAzureStorageKey: an account key in a connection string and in az's

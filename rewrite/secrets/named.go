@@ -83,12 +83,45 @@ func parseAssignment(s string, start, end int) (assignment, bool) {
 	case flag && i > ne && i-ne == 1:
 		op = " " // --password value
 		i--
+	case quotedKey && s[i] == ',' && envDefault(s, a.start):
+		// os.getenv("DB_PASSWORD", "…"), ENV.fetch("TOKEN", "…")
+		i++
+		for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+			i++
+		}
+		if quoteAt(s, i) == "" {
+			return a, false
+		}
+		a.layout = layoutEnvInline
+		return quotedValue(s, i, a)
+	case i > ne && ghSecretSet(s, ns):
+		// gh secret set NAME --body "…"
+		b, ok := strings.CutPrefix(s[i:], "--body")
+		if !ok {
+			b, ok = strings.CutPrefix(s[i:], "-b")
+		}
+		if !ok || b == "" || b[0] != ' ' && b[0] != '=' {
+			return a, false
+		}
+		i = len(s) - len(b) + 1
+		for i < len(s) && s[i] == ' ' {
+			i++
+		}
+		a.layout = layoutEnvInline
+		if quoteAt(s, i) != "" {
+			return quotedValue(s, i, a)
+		}
+		op = " "
+		i--
 	default:
 		return a, false
 	}
 	i += len(op)
 	for op != " " && i < len(s) && (s[i] == ' ' || s[i] == '\t') {
 		i++
+	}
+	if a.layout == layoutEnvInline && op == " " {
+		return unquotedValue(s, i, a)
 	}
 
 	// The layout, from what precedes the name and the operator.
@@ -130,25 +163,40 @@ func parseAssignment(s string, start, end int) (assignment, bool) {
 	}
 
 	// The value.
-	if vq := quoteAt(s, i); vq != "" {
-		v, ok := valueUntil(s, i+len(vq), vq)
-		if !ok {
-			return a, false
-		}
-		a.vs, a.ve, a.end, a.quoted = i+len(vq), v, v+len(vq), true
-		// A quoted part of an expression ("user:" + id, "%s" % x) is no value.
-		j := a.end
-		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
-			j++
-		}
-		if j < len(s) && (s[j] == '+' || s[j] == '%') {
-			return a, false
-		}
-		return a, a.ve > a.vs
+	if quoteAt(s, i) != "" {
+		return quotedValue(s, i, a)
+	}
+	// A default after a reference: process.env.X ?? "…", os.environ.get(…) or "…"
+	if f := fallback(s, i); f >= 0 && a.layout != layoutQuery && a.layout != layoutFlag {
+		return quotedValue(s, f, a)
 	}
 	if a.layout == layoutKey && op == "=" {
 		return a, false // name = expression, in code
 	}
+	return unquotedValue(s, i, a)
+}
+
+// quotedValue completes a with the quoted value starting at i.
+func quotedValue(s string, i int, a assignment) (assignment, bool) {
+	vq := quoteAt(s, i)
+	v, ok := valueUntil(s, i+len(vq), vq)
+	if !ok {
+		return a, false
+	}
+	a.vs, a.ve, a.end, a.quoted = i+len(vq), v, v+len(vq), true
+	// A quoted part of an expression ("user:" + id, "%s" % x) is no value.
+	j := a.end
+	for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
+		j++
+	}
+	if j < len(s) && (s[j] == '+' || s[j] == '%') {
+		return a, false
+	}
+	return a, a.ve > a.vs
+}
+
+// unquotedValue completes a with the unquoted value starting at i.
+func unquotedValue(s string, i int, a assignment) (assignment, bool) {
 	j := i
 	for j < len(s) && j-i < maxValue && !stopsValue(s[j], a.layout) {
 		j++
@@ -161,6 +209,50 @@ func parseAssignment(s string, start, end int) (assignment, bool) {
 	}
 	a.vs, a.ve, a.end = i, j, j
 	return a, j > i
+}
+
+// fallback returns where the quoted default of an expression at i starts
+// (process.env.API_KEY ?? "…", os.getenv("X") or "…", ENV["X"] || '…'),
+// or -1: the expression before it must be a reference, on the same line.
+func fallback(s string, i int) int {
+	lim := min(len(s), i+160)
+	for j := i; j < lim; j++ {
+		switch c := s[j]; {
+		case c == '\n' || c == ';' || c == ',' && s[j-1] != '"' && s[j-1] != '\'':
+			return -1
+		case c == '?' && j+1 < lim && s[j+1] == '?', c == '|' && j+1 < lim && s[j+1] == '|', c == ' ' && strings.HasPrefix(s[j:lim], " or "):
+			k := j + 2
+			if c == ' ' {
+				k = j + 4
+			}
+			k = skipBlanks(s, k, lim)
+			if k < lim && quoteAt(s, k) != "" && j > i {
+				return k
+			}
+			return -1
+		}
+	}
+	return -1
+}
+
+// envDefault reports whether the quoted name starting at q is the first
+// argument of a call that reads an environment variable with a default:
+// getenv(, environ.get(, .get(, fetch(, env(.
+func envDefault(s string, q int) bool {
+	j := q
+	for j > 0 && (s[j-1] == ' ' || s[j-1] == '\t') {
+		j--
+	}
+	if j == 0 || s[j-1] != '(' {
+		return false
+	}
+	w := s[max(0, j-16) : j-1]
+	return hasSuffixFold(w, "getenv") || hasSuffixFold(w, ".get") || hasSuffixFold(w, "fetch") || hasSuffixFold(w, "env")
+}
+
+// ghSecretSet reports whether the name at i follows "gh secret set ".
+func ghSecretSet(s string, i int) bool {
+	return strings.HasSuffix(s[max(0, i-16):i], "secret set ")
 }
 
 // nameAround returns the name ([\w.-]+) holding the keyword hit [start,
@@ -325,9 +417,13 @@ func commandBefore(s string, i int) bool {
 		k--
 	}
 	w := s[k:j]
+	if p := strings.LastIndexAny(w, "\"'`;|&("); p >= 0 && p < len(w)-1 {
+		w = w[p+1:] // {"command":"export, 0;export, $(export
+	}
 	switch w {
 	case "-e", "--env", "--build-arg", "--set-env-vars", "--update-env-vars", "--env-vars", "-var", "--var",
-		"export", "env", "set", "setenv", "local", "readonly", "sudo", "&&", "||", ";", "|", "(", "$(", "then", "do":
+		"--from-literal", "export", "env", "set", "setenv", "local", "readonly", "sudo", "&&", "||", ";", "|", "(",
+		"$(", "then", "do":
 		return true
 	}
 	if eq := strings.IndexByte(w, '='); eq > 0 && s[j] != '=' {
