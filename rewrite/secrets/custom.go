@@ -19,6 +19,7 @@ const (
 	idNamed      = "named-secret"
 	idAzure      = "azure-storage-account-key"
 	idBasicAuth  = "basic-auth"
+	idKubernetes = "kubernetes-secret"
 )
 
 func ownRules() ([]*rule, error) {
@@ -118,6 +119,12 @@ func ownRules() ([]*rule, error) {
 		return nil, err
 	}
 	if err := add(&rule{id: idBasicAuth, rank: rankEnv, group: 1, keywords: []string{"://"}, match: matchURLPassword}, ""); err != nil {
+		return nil, err
+	}
+
+	// Every value of a Kubernetes Secret's data and stringData
+	// (kubernetes.go).
+	if err := add(&rule{id: idKubernetes, group: 1, keywords: []string{"data:", `data":`, `data\":`}, matchNext: matchSecretData}, ""); err != nil {
 		return nil, err
 	}
 

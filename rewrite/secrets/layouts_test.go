@@ -1,6 +1,8 @@
 package secrets
 
 import (
+	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -285,4 +287,63 @@ func TestAzureStorageKey(t *testing.T) {
 		{"emulator", "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;", "", ""},
 		{"placeholder", "AccountKey=<your-account-key>;", "", ""},
 	})
+}
+
+// TestKubernetesSecret: every value of a Secret's data and stringData is a
+// secret, whatever its key, in kubectl's YAML and JSON, escaped or
+// line-numbered; a value that is the base64 of a secret is one also alone.
+func TestKubernetesSecret(t *testing.T) {
+	g := newSecretGen(t, 33)
+	b64 := func(v string) string { return base64.StdEncoding.EncodeToString([]byte(v)) }
+	dbURL := b64("postgres://app:" + g.make("password") + "@db.internal:5432/app")
+	pat := b64(g.make("ghpat"))
+	plain := g.make("password")
+	yaml := "apiVersion: v1\ndata:\n  DATABASE_URL: " + dbURL + "\n  GITHUB_PAT: " + pat + "\nkind: Secret\nmetadata:\n  creationTimestamp: \"2026-10-02T09:14:31Z\"\n  name: api-secrets\n  namespace: prod\ntype: Opaque\n"
+	json := "{\n    \"apiVersion\": \"v1\",\n    \"data\": {\n        \"DATABASE_URL\": \"" + dbURL + "\",\n        \"GITHUB_PAT\": \"" + pat + "\"\n    },\n    \"kind\": \"Secret\",\n    \"metadata\": {\"name\": \"api-secrets\"}\n}"
+	tests := []struct {
+		name, text string
+		want       []string // the secrets, in order
+	}{
+		{"yaml", yaml, []string{dbURL, pat}},
+		{"yaml line-numbered", numberLines(yaml), []string{dbURL, pat}},
+		{"json", json, []string{dbURL, pat}},
+		{"json escaped", layOut(json, "escaped"), []string{dbURL, pat}},
+		{"stringData", "apiVersion: v1\nkind: Secret\nmetadata:\n  name: api\nstringData:\n  ADMIN_USER: admin\n  SMTP_RELAY: " + plain + "\n", []string{"admin", plain}},
+		{"alone", dbURL, []string{dbURL}},
+		{"alone, a token", pat, []string{pat}},
+		{"a ConfigMap", "apiVersion: v1\ndata:\n  LOG_LEVEL: info\n  FEATURES: a,b,c\nkind: ConfigMap\n", nil},
+		{"metadata", "kind: Secret\nmetadata:\n  name: api-secrets\n  namespace: prod\n", nil},
+		{"data of an API", `{"data": {"id": "42", "name": "build"}, "kind": "Build"}`, nil},
+		{"base64 of prose", b64("the quick brown fox jumps over the lazy dog"), nil},
+	}
+	s := newTestScanner(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var want []found
+			for _, v := range tt.want {
+				f := at("", tt.text, v)
+				if len(want) > 0 {
+					off := want[len(want)-1].End
+					f = at("", tt.text[off:], v)
+					f.Start, f.End = f.Start+off, f.End+off
+				}
+				want = append(want, f)
+			}
+			var got []found
+			for _, f := range s.ScanString(tt.text) {
+				got = append(got, found{"", f.Start, f.End})
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("ScanString spans (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func numberLines(s string) string {
+	var b strings.Builder
+	for i, l := range strings.Split(s, "\n") {
+		fmt.Fprintf(&b, "%6d\t%s\n", i+1, l)
+	}
+	return b.String()
 }

@@ -64,6 +64,9 @@ type rule struct {
 
 	// Hooks of our own detectors.
 	match  func(s string, start, end int, loc *[4]int) bool       // a matcher run at each hit instead of a regex: loc is the match and the secret
+	// matchNext is a matcher of several secrets per hit: called again
+	// from the end of the last match until it finds no more.
+	matchNext func(s string, start, end, from int, loc *[4]int) bool
 	window func(s string, start, end int) (int, int, bool)        // the region to search for a hit; false drops the hit
 	exact  bool                                                   // the window's edges are separators: search it as it is
 	anchor func(s string, start, end int) (int, bool)             // where to run the anchored regex for a hit; false drops it
@@ -246,7 +249,7 @@ func keyBefore(s string, from, to int) string {
 // plan decides how the engine runs r: anchored at keywords, in windows around
 // them, or (no keywords) over the whole input.
 func (r *rule) plan() error {
-	if r.match != nil {
+	if r.match != nil || r.matchNext != nil {
 		if len(r.keywords) == 0 {
 			return fmt.Errorf("secrets: rule %s: a matcher needs keywords", r.id)
 		}

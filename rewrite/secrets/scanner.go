@@ -175,6 +175,17 @@ func (st *scanState) use(ri int32) {
 }
 
 func (s *Scanner) scan(text string) []Finding {
+	fs := s.scanText(text)
+	if fs == nil {
+		if f, ok := s.decodedSecret(text); ok {
+			return []Finding{f}
+		}
+	}
+	return fs
+}
+
+// scanText runs the rules on text.
+func (s *Scanner) scanText(text string) []Finding {
 	if text == "" {
 		return nil
 	}
@@ -222,6 +233,17 @@ func (s *Scanner) hit(st *scanState, text string, ri int32, start, end int) {
 		}
 		if r.match(text, start, end, &st.loc) {
 			st.next[ri] = st.loc[1]
+			s.candidate(st, text, ri, st.loc[:])
+		}
+		return
+	}
+	if r.matchNext != nil {
+		if start < st.next[ri] {
+			return
+		}
+		for from, n := end, 0; n < 1024 && r.matchNext(text, start, end, from, &st.loc); n++ {
+			st.next[ri] = st.loc[1]
+			from = st.loc[1]
 			s.candidate(st, text, ri, st.loc[:])
 		}
 		return
