@@ -48,7 +48,8 @@ func (f ProcessFinderFunc) ProcessForConn(client, proxy netip.AddrPort, session 
 }
 
 // ResolverMemory says whether a session's resolver answered a name with an
-// address. A request on a tunnel to an address that has no name (a
+// address (for any process of the session, whatever it answered with the
+// address since). A request on a tunnel to an address that has no name (a
 // transparent connection to an IP, no SNI) may name that address in its
 // Host, or a name the resolver answered with it, and nothing else.
 type ResolverMemory interface {
@@ -129,7 +130,11 @@ type Options struct {
 // an explicit CONNECT, or a connection redirected in transparent mode.
 type Tunnel struct {
 	Session string
-	Host    string         // the name the client asked for; may be empty
+	// Host is the name the client asked for; may be empty. In
+	// transparent mode it is only the name the process looked the
+	// destination address up as: the connection's own ClientHello (SNI)
+	// or HTTP Host names it when it can (see ServeTransparent).
+	Host    string
 	Dst     netip.AddrPort // where the client was going, when known
 	Port    uint16         // the destination port; Dst's when zero
 	Process *event.Process
