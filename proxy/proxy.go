@@ -34,7 +34,8 @@ type DeciderFunc func(ctx context.Context, e *event.Event) event.Verdict
 func (f DeciderFunc) Decide(ctx context.Context, e *event.Event) event.Verdict { return f(ctx, e) }
 
 // ProcessFinder says which process owns a client connection: client is its
-// remote address, proxy the local address it reached.
+// remote address, proxy the local address it reached, session the session
+// the client named ("" when it named none: a request refused with 407).
 type ProcessFinder interface {
 	ProcessForConn(client, proxy netip.AddrPort, session string) (*event.Process, error)
 }
@@ -521,9 +522,15 @@ func proxyVerdict(rule, reason string) event.Verdict {
 	return event.Verdict{Action: event.Deny, Rule: rule, Reason: reason, DecidedBy: event.DecidedByRule}
 }
 
+// RuleProxyAuth is the rule of a 407: a request to the explicit proxy
+// without a session's token. Its event belongs to no session; libcurl
+// sends one on purpose (proxy auth "anyauth": ask first, then send the
+// credentials the challenge asks for), so a 407 followed by the client's
+// request with the token is a challenge answered, not a refusal.
+const RuleProxyAuth = "proxy_auth"
+
 // Rules the proxy applies by itself.
 const (
-	ruleProxyAuth       = "proxy_auth"
 	ruleDomainFronting  = "domain_fronting"
 	ruleMalformedHello  = "malformed_client_hello"
 	ruleUnknownSession  = "unknown_session"

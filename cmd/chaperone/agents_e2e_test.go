@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -119,5 +121,75 @@ print("fronted", tls(api, "fronted", host="denied.e2e.test"))
 		if rec.Kind == event.KindConnect && rec.Verdict == event.Deny && rec.Host != "denied.e2e.test" {
 			t.Errorf("connect to %s (%s) denied by %s: %s", rec.Host, rec.Dst, rec.Rule, rec.Reason)
 		}
+	}
+}
+
+// summaryLine is the first line of the summary a session prints when it
+// ends.
+func summaryLine(t *testing.T, stderr string) string {
+	t.Helper()
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "chaperone: session ") && strings.Contains(l, " ended, ") {
+			return l
+		}
+	}
+	t.Fatalf("no summary in stderr:\n%s", stderr)
+	return ""
+}
+
+// git's libcurl asks the proxy without credentials first (anyauth) and
+// again with them after the 407: the summary counts no denial for it, and
+// the audit log names the process that asked (issue 27, defect 6).
+func TestSummaryGitProxyAuthProbe(t *testing.T) {
+	need(t, "git")
+	w := newWorld(t)
+	root := t.TempDir()
+	head, err := upstream.InitRepo(root, "project")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := upstream.GitHandler(root)
+	if errors.Is(err, exec.ErrNotFound) {
+		t.Skipf("git http-backend is not installed: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	git := startUpstream(t, upstream.Options{Name: "git.e2e.test", Addr: "127.0.28.3:0", CA: w.ca, Handler: h})
+	r := w.chaperone(nil, "run", "--mode", "proxy", "--upstream-ca", w.caFile, "--resolve", "git.e2e.test:127.0.28.3", "--log", w.log, "--",
+		"git", "ls-remote", git.URL+"/project.git")
+	mustSucceed(t, r)
+	if !strings.Contains(r.stdout, head) {
+		t.Fatalf("git ls-remote printed %q, want head %s", r.stdout, head)
+	}
+	if l := summaryLine(t, r.stderr); !strings.HasSuffix(l, ", 0 denied") || strings.Contains(r.stderr, "connection denied") {
+		t.Errorf("summary counts a denial:\n%s", r.stderr)
+	}
+	probes := 0
+	for _, rec := range w.records() {
+		if rec.Rule != "proxy_auth" {
+			continue
+		}
+		probes++
+		if rec.Process == nil || !strings.HasPrefix(filepath.Base(rec.Process.Exe), "git-remote-http") {
+			t.Errorf("the proxy_auth record names process %+v, want git-remote-http", rec.Process)
+		}
+	}
+	t.Logf("%d proxy_auth challenges", probes)
+}
+
+// Denied lookups are denials: a transparent session whose only refusals
+// were DNS ones does not say "0 denied" (issue 27, defect 6).
+func TestSummaryCountsDeniedLookups(t *testing.T) {
+	needTransparent(t)
+	need(t, "curl")
+	w := newWorld(t)
+	r := w.transparent([]string{"--mediate-files=false", "--resolve", "exfil.e2e.test:127.0.28.4", "--deny-host", "exfil.e2e.test"},
+		"sh", "-c", `curl -sS --noproxy '*' https://exfil.e2e.test/x; echo "curl exit $?"`)
+	mustSucceed(t, r)
+	if !strings.Contains(r.stdout, "curl exit 6") {
+		t.Errorf("curl resolved the denied name:\n%s", r.stdout)
+	}
+	if l := summaryLine(t, r.stderr); !strings.HasSuffix(l, ", 1 denied") || !strings.Contains(r.stderr, "name lookup denied") {
+		t.Errorf("summary does not count the denied lookup:\n%s", r.stderr)
 	}
 }
