@@ -32,12 +32,32 @@ func newSecretGen(_ testing.TB, seed uint64) *secretGen {
 func (g *secretGen) make(kind string) string { return g.Make(kind) }
 
 // secret returns a fake secret of the named kind, and the core a finding
-// must contain.
+// must contain. A kind may name layouts after it, applied in order
+// ("pem-rsa|lineno|escaped": see layOut).
 func (g *secretGen) secret(kind string) (string, string) { return g.Secret(kind) }
 
 func (g *secretGen) pemRSA(pkcs8 bool) string { return g.PEMRSA(pkcs8) }
 
 func (g *secretGen) fillNegative(body string) string { return g.FillNegative(body) }
+
+func (g *secretGen) str(n int, chars string) string { return g.Str(n, chars) }
+
+func (g *secretGen) uuid() string { return g.UUID() }
+
+// layOut lays a PEM key (or any multi-line secret) out as an agent's tools
+// show it (secretcorpus.LayOut).
+func layOut(s, how string) string { return secretcorpus.LayOut(s, how) }
+
+// Alphabets of the fake secrets.
+const (
+	alnum  = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	upper  = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	lower  = "abcdefghijklmnopqrstuvwxyz"
+	digits = "0123456789"
+	hexd   = "0123456789abcdef"
+	b64c   = alnum + "+/"
+	b64u   = alnum + "_-"
+)
 
 type record struct{ header, body string }
 
