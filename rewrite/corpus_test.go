@@ -1,9 +1,11 @@
 package rewrite_test
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,18 +86,51 @@ func TestRedactCorpus(t *testing.T) {
 }
 
 // oracle redacts exactly the planted secrets: every probe of every label
-// of a session's requests, in every form a JSON string level gives it.
+// of a session's requests, in every form a JSON string level gives it. It
+// is a rewrite.Redactor both as a text redactor (Redact) and as a finder
+// of spans (FindSecrets).
 type oracle struct{ probes []string }
 
 func (o oracle) Redact(s string) (string, []string) {
+	var b strings.Builder
 	var ids []string
+	last := 0
+	o.FindSecrets(s, func(start, end int, rule, ph string) {
+		b.WriteString(s[last:start])
+		b.WriteString(ph)
+		ids = append(ids, rule)
+		last = end
+	})
+	if ids == nil {
+		return s, nil
+	}
+	b.WriteString(s[last:])
+	return b.String(), ids
+}
+
+// FindSecrets calls found for each run of overlapping or adjacent probe
+// occurrences, in order.
+func (o oracle) FindSecrets(s string, found func(start, end int, rule, placeholder string)) {
+	type span struct{ start, end int }
+	var spans []span
 	for _, p := range o.probes {
-		if strings.Contains(s, p) {
-			s = strings.ReplaceAll(s, p, "[REDACTED:oracle:0]")
-			ids = append(ids, "oracle")
+		for i := 0; ; {
+			j := strings.Index(s[i:], p)
+			if j < 0 {
+				break
+			}
+			spans = append(spans, span{i + j, i + j + len(p)})
+			i += j + 1
 		}
 	}
-	return s, ids
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.start, b.start) })
+	for i := 0; i < len(spans); {
+		run := spans[i]
+		for i++; i < len(spans) && spans[i].start <= run.end; i++ {
+			run.end = max(run.end, spans[i].end)
+		}
+		found(run.start, run.end, "oracle", "[REDACTED:oracle:0]")
+	}
 }
 
 // TestRedactCorpusOracle checks the measuring stick: RedactBody with a

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"math/rand/v2"
 	"strconv"
@@ -135,19 +136,82 @@ func Kinds() []string {
 		"pem-openssh", "pem-escaped", "jwt", "dbpass", "envval", "password", "glpat", "npm", "aiza",
 		"sendgrid", "twilio", "hf", "dop", "shpat", "linear", "pypi", "age", "doppler",
 		"databricks", "glsa", "hvs", "pplx", "pmak", "pulumi", "sentry", "heroku", "pscale",
-		"generic", "azure-storage",
+		"generic", "azure-storage", "azurekey", "pem-long", "password-symbols",
 	}
 }
 
 // Secret returns a fake secret of the named kind, and the core a finding
 // must contain: the whole secret, except for PEM keys and service-account
-// keys, whose trailing newline (raw or escaped) is not part of it.
+// keys, whose trailing newline (raw or escaped) is not part of it. A kind
+// may name layouts after it, applied in order ("pem-rsa|lineno|escaped":
+// see LayOut); the core of a key laid out runs from its BEGIN line to the
+// end of its END line.
 func (g *Secrets) Secret(kind string) (secret, core string) {
+	kind, how, _ := strings.Cut(kind, "|")
 	s := g.Make(kind)
+	if how != "" {
+		for l := range strings.SplitSeq(how, "|") {
+			s = LayOut(s, l)
+		}
+		if i := strings.Index(s, "-----BEGIN"); i >= 0 {
+			core := s[i:]
+			if j := strings.LastIndex(core, "PRIVATE KEY-----"); j > 0 {
+				core = core[:j+len("PRIVATE KEY-----")]
+			}
+			return s, core
+		}
+		return s, s
+	}
 	if isPEMKind(kind) || kind == "gcpsa" {
 		return s, strings.TrimSuffix(strings.TrimSuffix(s, "\n"), `\n`)
 	}
 	return s, s
+}
+
+// LayOut lays a PEM key (or any multi-line secret) out as an agent's
+// tools show it: escaped (inside a JSON string, seen in the JSON that
+// holds it), escaped2 (a JSON string inside a JSON string), ascii (the
+// Read tool's arrow as Python's json.dumps writes it), crlf, indent (a
+// YAML block: the lines after the first indented), lineno (Claude Code's
+// Read tool), catn (cat -n), diff (added lines), flat (one line), cut (the
+// END line and more lost, cut inside a line). It panics on a layout it
+// does not know.
+func LayOut(s, how string) string {
+	s = strings.TrimSuffix(s, "\n")
+	lines := strings.Split(s, "\n")
+	each := func(f func(i int, l string) string) string {
+		out := make([]string, len(lines))
+		for i, l := range lines {
+			out[i] = f(i, l)
+		}
+		return strings.Join(out, "\n")
+	}
+	switch how {
+	case "escaped":
+		return strings.NewReplacer("\\", `\\`, "\"", `\"`, "\n", `\n`, "\r", `\r`, "\t", `\t`).Replace(s)
+	case "escaped2":
+		return LayOut(LayOut(s, "escaped"), "escaped")
+	case "ascii":
+		return strings.ReplaceAll(s, "→", `\u2192`)
+	case "crlf":
+		return strings.ReplaceAll(s, "\n", "\r\n")
+	case "indent":
+		return strings.ReplaceAll(s, "\n", "\n    ")
+	case "lineno":
+		return each(func(i int, l string) string { return fmt.Sprintf("%6d→%s", i+1, l) })
+	case "catn":
+		return each(func(i int, l string) string { return fmt.Sprintf("%6d\t%s", i+1, l) })
+	case "diff":
+		return each(func(_ int, l string) string { return "+" + l })
+	case "flat":
+		return strings.Join(lines, " ")
+	case "cut":
+		keep := lines[:len(lines)-3]
+		last := keep[len(keep)-1]
+		keep[len(keep)-1] = last[:len(last)/2]
+		return strings.Join(keep, "\n")
+	}
+	panic("secretcorpus: unknown layout " + how)
 }
 
 func isPEMKind(kind string) bool { return strings.HasPrefix(kind, "pem-") }
@@ -206,6 +270,16 @@ func (g *Secrets) Make(kind string) string {
 		}
 		b.WriteString(body + "\n-----END OPENSSH PRIVATE KEY-----\n")
 		return b.String()
+	case "pem-long": // the shape of a 4096-bit RSA key, longer than any regex window
+		body := "MIIJKQIBAAKCAgEA" + g.Str(3200, b64c)
+		var b strings.Builder
+		b.WriteString("-----BEGIN RSA PRIVATE KEY-----\n")
+		for len(body) > 64 {
+			b.WriteString(body[:64] + "\n")
+			body = body[64:]
+		}
+		b.WriteString(body + "==\n-----END RSA PRIVATE KEY-----\n")
+		return b.String()
 	case "pem-escaped":
 		return strings.ReplaceAll(g.Make("pem-ec"), "\n", `\n`)
 	case "jwt":
@@ -220,10 +294,17 @@ func (g *Secrets) Make(kind string) string {
 		return g.Str(10+g.r.IntN(10), alnum+"!%^*_-")
 	case "envval":
 		return g.Str(24+g.r.IntN(16), alnum)
-	case "password":
-		// What people and password managers pick: letters, digits and the
-		// symbols that need no quoting in YAML or a shell's double quotes,
-		// including the ones Go's JSON escapes (&, <, >).
+	case "password": // a generated password: letters, digits, symbols
+		for {
+			p := g.Str(1, alnum) + g.Str(11+g.r.IntN(12), alnum+"!%^*-_=+@.~")
+			if strings.ContainsAny(p, digits) && strings.ContainsAny(p, "!%^*=+@~") {
+				return p
+			}
+		}
+	case "password-symbols":
+		// What people and password managers pick: letters, digits and
+		// symbols, among them those Go's JSON escapes (&, <, >) and those a
+		// YAML value or a shell needs quoted for.
 		for {
 			s := g.Str(12+g.r.IntN(13), alnum+alnum+"!#%&*+-.<=>?@^_~")
 			if strings.ContainsAny(s, digits) && strings.ContainsAny(s, lower) && strings.ContainsAny(s, upper) {
@@ -277,6 +358,8 @@ func (g *Secrets) Make(kind string) string {
 	case "azure-storage":
 		// 64 random bytes in standard base64: 86 characters and "==".
 		return base64.StdEncoding.EncodeToString(g.bytes(64))
+	case "azurekey":
+		return g.Str(86, b64c) + "=="
 	}
 	panic("secretcorpus: unknown secret kind " + kind)
 }

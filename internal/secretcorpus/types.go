@@ -63,7 +63,7 @@ func secretTypes() []secretType {
 		{name: "planetscale-token", kind: "pscale", vars: []string{"PLANETSCALE_SERVICE_TOKEN"}},
 		{name: "db-url-password", kind: "dbpass", vars: []string{"DATABASE_URL", "POSTGRES_URL", "REDIS_URL", "MONGODB_URI"}, named: true, wrap: "db", url: "self"},
 		{name: "env-secret", kind: "envval", vars: []string{"SESSION_SECRET", "JWT_SECRET", "APP_SECRET_KEY", "ENCRYPTION_KEY", "WEBHOOK_SECRET"}, named: true},
-		{name: "password", kind: "password", vars: []string{"ADMIN_PASSWORD", "DB_PASSWORD", "SMTP_PASSWORD", "REDIS_PASSWORD", "GRAFANA_ADMIN_PASSWORD"}, named: true, curl: "pass", url: "userinfo", host: "grafana.acme.internal/api/health"},
+		{name: "password", kind: "password-symbols", vars: []string{"ADMIN_PASSWORD", "DB_PASSWORD", "SMTP_PASSWORD", "REDIS_PASSWORD", "GRAFANA_ADMIN_PASSWORD"}, named: true, curl: "pass", url: "userinfo", host: "grafana.acme.internal/api/health"},
 		{name: "generic-api-key", kind: "generic", vars: []string{"API_KEY", "SERVICE_API_KEY", "INTERNAL_API_TOKEN", "PARTNER_API_SECRET"}, named: true, curl: "header:X-API-Key", url: "query", host: "api.partner.example.net/v2/orders"},
 		{name: "azure-storage-key", kind: "azure-storage", vars: []string{"AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY"}, named: true, wrap: "azure"},
 		{name: "private-key-rsa", kind: "pem-rsa", pem: true},

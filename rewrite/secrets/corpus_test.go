@@ -34,68 +34,30 @@ func (g *secretGen) make(kind string) string { return g.Make(kind) }
 // secret returns a fake secret of the named kind, and the core a finding
 // must contain. A kind may name layouts after it, applied in order
 // ("pem-rsa|lineno|escaped": see layOut).
-func (g *secretGen) secret(kind string) (string, string) {
-	kind, how, _ := strings.Cut(kind, "|")
-	if how == "" {
-		return g.Secret(kind)
-	}
-	s := g.Make(kind)
-	for l := range strings.SplitSeq(how, "|") {
-		s = layOut(s, l)
-	}
-	if i := strings.Index(s, "-----BEGIN"); i >= 0 {
-		core := s[i:]
-		if j := strings.LastIndex(core, "PRIVATE KEY-----"); j > 0 {
-			core = core[:j+len("PRIVATE KEY-----")]
-		}
-		return s, core
-	}
-	return s, s
-}
-
-// layOut lays a PEM key (or any multi-line secret) out as an agent's tools
-// show it.
-func layOut(s, how string) string {
-	s = strings.TrimSuffix(s, "\n")
-	lines := strings.Split(s, "\n")
-	each := func(f func(i int, l string) string) string {
-		out := make([]string, len(lines))
-		for i, l := range lines {
-			out[i] = f(i, l)
-		}
-		return strings.Join(out, "\n")
-	}
-	switch how {
-	case "escaped": // inside a JSON string, seen in the JSON that holds it
-		return strings.NewReplacer("\\", `\\`, "\"", `\"`, "\n", `\n`, "\r", `\r`, "\t", `\t`).Replace(s)
-	case "escaped2": // inside a JSON string inside a JSON string
-		return layOut(layOut(s, "escaped"), "escaped")
-	case "ascii": // escaped by a client that writes ASCII only (Python's json.dumps)
-		return strings.ReplaceAll(s, "→", `\u2192`)
-	case "crlf":
-		return strings.ReplaceAll(s, "\n", "\r\n")
-	case "indent": // a YAML block (tls.key: |), the first line indented by the record
-		return strings.ReplaceAll(s, "\n", "\n    ")
-	case "lineno": // Claude Code's Read tool
-		return each(func(i int, l string) string { return fmt.Sprintf("%6d→%s", i+1, l) })
-	case "catn":
-		return each(func(i int, l string) string { return fmt.Sprintf("%6d\t%s", i+1, l) })
-	case "diff":
-		return each(func(_ int, l string) string { return "+" + l })
-	case "flat":
-		return strings.Join(lines, " ")
-	case "cut": // the END line and more lost: cut in the middle of a line
-		keep := lines[:len(lines)-3]
-		last := keep[len(keep)-1]
-		keep[len(keep)-1] = last[:len(last)/2]
-		return strings.Join(keep, "\n")
-	}
-	panic("unknown layout " + how)
-}
+func (g *secretGen) secret(kind string) (string, string) { return g.Secret(kind) }
 
 func (g *secretGen) pemRSA(pkcs8 bool) string { return g.PEMRSA(pkcs8) }
 
 func (g *secretGen) fillNegative(body string) string { return g.FillNegative(body) }
+
+func (g *secretGen) str(n int, chars string) string { return g.Str(n, chars) }
+
+func (g *secretGen) uuid() string { return g.UUID() }
+
+// layOut lays a PEM key (or any multi-line secret) out as an agent's tools
+// show it (secretcorpus.LayOut).
+func layOut(s, how string) string { return secretcorpus.LayOut(s, how) }
+
+// Alphabets of the fake secrets.
+const (
+	alnum  = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	upper  = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	lower  = "abcdefghijklmnopqrstuvwxyz"
+	digits = "0123456789"
+	hexd   = "0123456789abcdef"
+	b64c   = alnum + "+/"
+	b64u   = alnum + "_-"
+)
 
 type record struct{ header, body string }
 
