@@ -64,7 +64,7 @@ func matchURLPassword(s string, start, end int, loc *[4]int) bool {
 scan:
 	for j := end; j < lim; j++ {
 		switch c := s[j]; c {
-		case ' ', '\t', '\n', '\r', '/', '"', '\'', '`', '\\', '<', '>':
+		case ' ', '\t', '\n', '\r', '/', '"', '\'', '`', '\\':
 			break scan
 		case ':':
 			if colon < 0 {

@@ -17,8 +17,9 @@ import (
 // `data":`, stringData's too). The map is a Secret's only if kind Secret
 // is near it, which the first call checks.
 func matchSecretData(s string, start, end, from int, loc *[4]int) bool {
-	if start > 0 && isNameByte(s[start-1]) && !(start >= 6 && strings.EqualFold(s[start-6:start], "string")) {
-		return false // metadata:
+	if start > 0 && isNameByte(s[start-1]) && !(start >= 6 && strings.EqualFold(s[start-6:start], "string")) &&
+		!(start > 1 && s[start-2] == '\\') {
+		return false // metadata:, not an escape's letter (\ndata:)
 	}
 	i := skipBlanks(s, end, len(s))
 	json := i < len(s) && s[i] == '{'
@@ -28,7 +29,12 @@ func matchSecretData(s string, start, end, from int, loc *[4]int) bool {
 		}
 		return nextYAMLPair(s, start, max(i, at))
 	}
+	// The next value that is not a placeholder ([REDACTED:…] when a
+	// redacted text is searched again, a chart's {{ … }}).
 	vs, ve, next, ok := pair(from)
+	for n := 0; ok && n < 256 && isPlaceholder(s[vs:ve]); n++ {
+		vs, ve, next, ok = pair(next)
+	}
 	if !ok {
 		return false
 	}
