@@ -63,14 +63,14 @@ type rule struct {
 	opWithin int
 
 	// Hooks of our own detectors.
-	match  func(s string, start, end int, loc *[4]int) bool       // a matcher run at each hit instead of a regex: loc is the match and the secret
+	match func(s string, start, end int, loc *[4]int) bool // a matcher run at each hit instead of a regex: loc is the match and the secret
 	// matchNext is a matcher of several secrets per hit: called again
 	// from the end of the last match until it finds no more.
 	matchNext func(s string, start, end, from int, loc *[4]int) bool
-	window func(s string, start, end int) (int, int, bool)        // the region to search for a hit; false drops the hit
-	exact  bool                                                   // the window's edges are separators: search it as it is
-	anchor func(s string, start, end int) (int, bool)             // where to run the anchored regex for a hit; false drops it
-	valid  func(s string, match []int, secStart, secEnd int) bool // final say on a candidate
+	window    func(s string, start, end int) (int, int, bool)        // the region to search for a hit; false drops the hit
+	exact     bool                                                   // the window's edges are separators: search it as it is
+	anchor    func(s string, start, end int) (int, bool)             // where to run the anchored regex for a hit; false drops it
+	valid     func(s string, match []int, secStart, secEnd int) bool // final say on a candidate
 
 	allow []allowlist
 }
