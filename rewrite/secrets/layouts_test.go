@@ -167,6 +167,8 @@ func TestNamedLayouts(t *testing.T) {
 		{"flag with blank", "vault login --token " + v + " -method=token", idNamed, v},
 		{"query", "curl 'https://api.example.com/v2/export?format=csv&access_token=" + tok + "&limit=100'", idNamed, tok},
 		{"prose", "the admin password: " + v + " (rotate it)", idNamed, v},
+		{"prose with words between", "- SMTP_PASSWORD for staging: `" + v + "`\n- Never push to main directly.", idNamed, v},
+		{"prose, no value", "- the password for staging: ask the on-call engineer.\n", "", ""},
 		{"placeholders", "password: change-me\napi_key: \"your-api-key-here\"\ntoken: \"{{ .Values.token }}\"\nsecret: ${APP_SECRET}\n" +
 			"client_secret: <client-secret>\nsigning_key: xxxxxxxxxxxxxxxx\nadmin_password: \"***\"\nwebhook_secret: REPLACE_ME\n" +
 			"access_token: TODO\ndb_password: example\nsmtp_password: dummy\nredis_password: test\n", "", ""},

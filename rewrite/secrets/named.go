@@ -94,6 +94,10 @@ func parseAssignment(s string, start, end int) (assignment, bool) {
 		}
 		a.layout = layoutEnvInline
 		return quotedValue(s, i, a)
+	case !flag && !quotedKey && i > ne && proseColon(s, ne) > 0:
+		// Prose: "the SMTP password for staging: `…`".
+		i = proseColon(s, ne)
+		op = ":"
 	case i > ne && ghSecretSet(s, ns):
 		// gh secret set NAME --body "…"
 		b, ok := strings.CutPrefix(s[i:], "--body")
@@ -248,6 +252,28 @@ func envDefault(s string, q int) bool {
 	}
 	w := s[max(0, j-16) : j-1]
 	return hasSuffixFold(w, "getenv") || hasSuffixFold(w, ".get") || hasSuffixFold(w, "fetch") || hasSuffixFold(w, "env")
+}
+
+// proseColon returns where the ':' is that follows a name at ne after a
+// few words of prose (" for staging", " of the admin"), or -1.
+func proseColon(s string, ne int) int {
+	words := 0
+	for j := ne; j < len(s) && j-ne <= 24; j++ {
+		switch c := s[j]; {
+		case c == ':':
+			if words == 0 || j+1 < len(s) && s[j+1] != ' ' || s[j-1] == ' ' {
+				return -1
+			}
+			return j
+		case c == ' ':
+			if j+1 < len(s) && s[j+1] != ' ' && s[j+1] != ':' {
+				words++
+			}
+		case !isNameByte(c):
+			return -1
+		}
+	}
+	return -1
 }
 
 // ghSecretSet reports whether the name at i follows "gh secret set ".
