@@ -156,8 +156,11 @@ func lineIndent(s string, i int) int {
 }
 
 // lineBody returns where a line starting at ls begins after its number
-// ("     3→", "     3\t"), or ls.
+// ("     3→", "     3\t") or its mark in a patch ("+", "-"), or ls.
 func lineBody(s string, ls int) int {
+	if ls < len(s) && (s[ls] == '+' || s[ls] == '-') {
+		return ls + 1
+	}
 	j := skipBlanks(s, ls, len(s))
 	k := j
 	for k < len(s) && k-j < 8 && '0' <= s[k] && s[k] <= '9' {

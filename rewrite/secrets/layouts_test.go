@@ -310,6 +310,7 @@ func TestKubernetesSecret(t *testing.T) {
 		{"yaml", yaml, []string{dbURL, pat}},
 		{"yaml line-numbered", numberLines(yaml), []string{dbURL, pat}},
 		{"json", json, []string{dbURL, pat}},
+		{"patch", "*** Begin Patch\n*** Add File: k8s/secret.yaml\n" + patchLines(yaml) + "*** End Patch\n", []string{dbURL, pat}},
 		{"json escaped", layOut(json, "escaped"), []string{dbURL, pat}},
 		{"yaml escaped", layOut(yaml, "escaped"), []string{dbURL, pat}},
 		{"yaml line-numbered escaped", layOut(numberLines(yaml), "escaped"), []string{dbURL, pat}},
@@ -350,6 +351,14 @@ func numberLines(s string) string {
 	var b strings.Builder
 	for i, l := range strings.Split(s, "\n") {
 		fmt.Fprintf(&b, "%6d\t%s\n", i+1, l)
+	}
+	return b.String()
+}
+
+func patchLines(s string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
+		b.WriteString("+" + l + "\n")
 	}
 	return b.String()
 }
