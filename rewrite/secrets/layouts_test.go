@@ -191,6 +191,7 @@ func TestNamedLayouts(t *testing.T) {
 func TestValueEnd(t *testing.T) {
 	g := newSecretGen(t, 29)
 	sk, aiza, gen, sg, hvs := g.make("stripe"), g.make("aiza"), g.make("generic"), g.make("sendgrid"), g.make("hvs")
+	hvsLetters := "hvs." + g.Str(30, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") + g.make("hvs")[4:69]
 	tests := []scanCase{
 		{"curl -u", "curl https://api.stripe.com/v1/charges -u " + sk + ": -d amount=2000", "stripe-access-token", sk},
 		{"url query", "https://maps.googleapis.com/maps/api/geocode/json?address=Berlin&key=" + aiza + "&language=en", "gcp-api-key", aiza},
@@ -203,6 +204,8 @@ func TestValueEnd(t *testing.T) {
 		{"generic before paren", "login(api_key=" + gen + ")", "generic-api-key", gen},
 		{"sentence end", "here is the key I'm using: " + sg + ". Don't commit it.", "sendgrid-api-token", sg},
 		{"sentence end after a dot alphabet", "the token is " + hvs + ".", "vault-service-token", hvs},
+		{"vault token of letters first", "VAULT_ADDR=x vault read -token=" + hvsLetters + " secret/api", "vault-service-token", hvsLetters},
+		{"legacy vault token of letters only", "s." + g.Str(24, "abcdefghijklmnopqrstuvwxyz") + " is a word", "", ""},
 		{"generic placeholder", `secret = "dummy0123456789abc"`, "", ""},
 		{"longer token", "sk_" + "live_" + g.Str(120, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") + " is too long", "", ""},
 	}

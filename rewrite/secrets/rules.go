@@ -206,6 +206,7 @@ func fromGitleaks(cfg config.Config, replaced map[string]bool) ([]*rule, []allow
 		if err != nil {
 			return nil, nil, fmt.Errorf("secrets: rule %s: %w", gr.RuleID, err)
 		}
+		anchorAllowlist(gr.RuleID, al)
 		r := &rule{
 			id:       gr.RuleID,
 			re:       re,
@@ -244,6 +245,31 @@ func keyBefore(s string, from, to int) string {
 		b--
 	}
 	return s[b:e]
+}
+
+// anchoredAllows are gitleaks allowlist regexes that must hold of a
+// whole secret, not of a part of it: vault-service-token's excuses a
+// legacy token of letters only (s.…), but unanchored it also excuses the
+// hvs. tokens whose first 24 characters after "hvs." are letters (one in
+// 140).
+func anchoredAllows() map[string]string {
+	return map[string]string{"vault-service-token": `s\.[A-Za-z]{24}`}
+}
+
+// anchorAllowlist anchors the regexes of rule id's allowlists that
+// anchoredAllows names.
+func anchorAllowlist(id string, al []allowlist) {
+	src, ok := anchoredAllows()[id]
+	if !ok {
+		return
+	}
+	for i := range al {
+		for j, re := range al[i].res {
+			if re.String() == src && al[i].target == targetSecret {
+				al[i].res[j] = regexp.MustCompile(`^(?:` + src + `)$`)
+			}
+		}
+	}
 }
 
 // plan decides how the engine runs r: anchored at keywords, in windows around
