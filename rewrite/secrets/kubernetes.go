@@ -211,24 +211,45 @@ func (s *Scanner) decodedSecret(text string) (Finding, bool) {
 			return Finding{}, false
 		}
 	}
-	var dec []byte
-	var err error
-	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
-		if dec, err = enc.DecodeString(text); err == nil {
-			break
-		}
+	// Its first 48 bytes first, without allocating: most base64 in a
+	// prompt is binary (an image, a hash, a signature).
+	url := strings.ContainsAny(text, "-_")
+	enc, raw := base64.StdEncoding, base64.RawStdEncoding
+	if url {
+		enc, raw = base64.URLEncoding, base64.RawURLEncoding
 	}
-	if err != nil || len(dec) < 8 {
+	if text[len(text)-1] != '=' {
+		enc = raw
+	}
+	var src [64]byte
+	var head [48]byte
+	k := copy(src[:], text[:min(len(text), 64)&^3])
+	headEnc := raw // a prefix has no padding
+	if k == len(text) {
+		headEnc = enc
+	}
+	n, err := headEnc.Decode(head[:], src[:k])
+	if err != nil || !printable(head[:n]) {
 		return Finding{}, false
 	}
-	for _, c := range dec {
-		if c < ' ' && c != '\n' && c != '\r' && c != '\t' || c >= 0x7f {
-			return Finding{}, false // binary: an image, a hash, a signature
-		}
+	dec, err := enc.DecodeString(text)
+	if err != nil || len(dec) < 8 || !printable(dec) {
+		return Finding{}, false
 	}
 	fs := s.scanText(string(dec))
 	if len(fs) == 0 {
 		return Finding{}, false
 	}
 	return Finding{RuleID: fs[0].RuleID, Start: 0, End: len(text)}, true
+}
+
+// printable reports whether b is text: printable ASCII, blanks and line
+// ends.
+func printable(b []byte) bool {
+	for _, c := range b {
+		if c < ' ' && c != '\n' && c != '\r' && c != '\t' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
 }

@@ -365,3 +365,20 @@ func patchLines(s string) string {
 	}
 	return b.String()
 }
+
+// TestDecodedSecretAllocs: a text that is wholly base64 of binary (an
+// image, a signature) is told from one of text without allocating.
+func TestDecodedSecretAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	s := newTestScanner(t)
+	g := newSecretGen(t, 34)
+	bin := base64.StdEncoding.EncodeToString([]byte(g.Str(300, "\x00\x01\x02\xfe\xff")))
+	if fs := s.ScanString(bin); fs != nil {
+		t.Fatalf("binary base64: %v", spans(fs))
+	}
+	if n := testing.AllocsPerRun(100, func() { s.ScanString(bin) }); n != 0 {
+		t.Errorf("ScanString of base64 of binary allocates %v times", n)
+	}
+}
