@@ -382,3 +382,43 @@ func TestDecodedSecretAllocs(t *testing.T) {
 		t.Errorf("ScanString of base64 of binary allocates %v times", n)
 	}
 }
+
+// TestAssignmentPrefilter: the check that lets gitleaks' keyword
+// assignment rules skip a keyword hit never drops a match their regex
+// makes: a scanner with it finds what one without it finds.
+func TestAssignmentPrefilter(t *testing.T) {
+	with := newTestScanner(t)
+	without := newTestScanner(t)
+	n := 0
+	for _, r := range without.rules {
+		if r.secretSet != nil {
+			r.secretSet = nil // the regex runs at every hit with an operator after it
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no rule has the prefilter: the test tests nothing")
+	}
+	g := newSecretGen(t, 35)
+	names := []string{"api_key", "apiKey", "auth token", "client-secret", "password for prod", "x.credential.y", "db_passwd", "ACCESS_KEY_ID"}
+	ops := []string{"=", ": ", " = ", " => ", " := ", "::=", ":::=", " ?= ", "||", ", ", " > ", `": "`, `' : '`, "=\"", "==", ":\n  "}
+	values := func() []string {
+		return []string{g.make("generic"), g.make("envval"), "=" + g.make("generic"), "abc+def/ghijklmnop==", g.make("generic") + "\\\"", "short"}
+	}
+	ends := []string{"", "\n", ";", " ", "\"", "&x=1", ")", ",", "!"}
+	c := 0
+	for _, name := range names {
+		for _, op := range ops {
+			for _, v := range values() {
+				for _, e := range ends {
+					text := "cfg " + name + op + v + e
+					if diff := cmp.Diff(spans(without.ScanString(text)), spans(with.ScanString(text))); diff != "" {
+						t.Errorf("%q%q…%q: the prefilter changes the findings (-without +with):\n%s", name, op, e, diff)
+					}
+					c++
+				}
+			}
+		}
+	}
+	t.Logf("%d texts", c)
+}

@@ -737,30 +737,66 @@ func isTerminator(c byte) bool {
 	return false
 }
 
-// secretAfter reports whether a secret can start within the 32 bytes after a
-// keyword ending at end (20 name bytes, 3 quotes, a 4-byte operator, 5 quotes
-// or blanks): a run of secret bytes at least minSecret long, ended by a
-// terminator.
+// secretAfter reports whether a keyword ending at end can begin the
+// template's assignment: up to 20 name bytes or blanks, up to 3 quotes or
+// blanks, an operator, up to 5 quotes, blanks or '=', then a run of secret
+// bytes at least minSecret long, ended by a terminator (or too long to
+// judge here). It never rejects what the regex would match.
 func (r *rule) secretAfter(text string, end int) bool {
-	lim := min(len(text), end+33)
-	for i := end; i < lim; {
-		if !r.secretSet[text[i]] {
-			i++
-			continue
+	i, lim := end, min(len(text), end+20)
+	for i < lim && (isWordByte(text[i]) || text[i] == ' ' || text[i] == '\t') {
+		i++
+	}
+	for k := 0; k < 3 && i < len(text) && (isSpace(text[i]) || text[i] == '\f' || text[i] == '\'' || text[i] == '"'); k++ {
+		i++
+	}
+	var ends [2]int
+	ops := ends[:0]
+	at := func(j int, w string) bool { return strings.HasPrefix(text[min(j, len(text)):], w) }
+	switch {
+	case at(i, "=>"):
+		ops = append(ops, i+1, i+2)
+	case at(i, "="), at(i, ">"), at(i, ","):
+		ops = append(ops, i+1)
+	case at(i, ":::="):
+		ops = append(ops, i+4)
+	case at(i, "::="):
+		ops = append(ops, i+3)
+	case at(i, ":="):
+		ops = append(ops, i+1, i+2)
+	case at(i, ":"):
+		ops = append(ops, i+1)
+	case at(i, "||"), at(i, "?="):
+		ops = append(ops, i+2)
+	}
+	for _, o := range ops {
+		for k := 0; k <= 5 && o+k <= len(text); k++ {
+			if r.secretRun(text, o+k) {
+				return true
+			}
+			if o+k == len(text) {
+				break
+			}
+			if c := text[o+k]; c != '`' && c != '\'' && c != '"' && c != '=' && !isSpace(c) && c != '\f' {
+				break
+			}
 		}
-		j, cap := i, i+r.maxSecret+33
-		for j < len(text) && j < cap && r.secretSet[text[j]] {
-			j++
-		}
-		if j == cap {
-			return true // too long to judge here: let the regex decide
-		}
-		if j-max(i, end+1) >= r.minSecret && (j == len(text) || isTerminator(text[j])) {
-			return true
-		}
-		i = j
 	}
 	return false
+}
+
+// secretRun reports whether a run of secret bytes at least minSecret long
+// starts at i, ended by a terminator or the text's end, or too long to
+// judge here.
+func (r *rule) secretRun(text string, i int) bool {
+	j, cap := i, i+r.maxSecret+1
+	for j < len(text) && j < cap && r.secretSet[text[j]] {
+		j++
+	}
+	if j == cap {
+		return true // longer than a secret: let the regex decide
+	}
+	return j-i >= r.minSecret && (j == len(text) || isTerminator(text[j]))
 }
 
 // isOperator reports whether c can begin the template's assignment operator.
