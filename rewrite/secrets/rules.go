@@ -87,6 +87,7 @@ type allowlist struct {
 	target allowTarget
 	and    bool             // both re and stop must hold
 	res    []*regexp.Regexp // kept apart, not joined: each keeps its literal-prefix fast path
+	needs  []*automaton     // by regex: one of these words is in every match of it (nil: unknown)
 	stop   *automaton       // case-insensitive stopwords, searched in the secret
 }
 
@@ -110,12 +111,71 @@ func (a *allowlist) allowed(secret, match string, line func() string) bool {
 	case targetLine:
 		t = line()
 	}
-	for _, re := range a.res {
+	for i, re := range a.res {
+		if i < len(a.needs) && a.needs[i] != nil && !a.needs[i].contains(t) {
+			continue // none of the words every match holds: no match
+		}
 		if re.MatchString(t) {
 			return true
 		}
 	}
 	return false
+}
+
+// neededWords returns words (lowercase) one of which every match of re
+// holds, nil when it cannot tell or a word would be shorter than 3 bytes:
+// a pass of their automaton is cheaper than running the regex, most of
+// whose candidates do not match.
+func neededWords(re *syntax.Regexp) []string {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if len(re.Rune) < 3 {
+			return nil
+		}
+		for _, c := range re.Rune {
+			if c >= utf8.RuneSelf {
+				return nil // the automaton folds ASCII only
+			}
+		}
+		return []string{strings.ToLower(string(re.Rune))}
+	case syntax.OpCapture, syntax.OpPlus:
+		return neededWords(re.Sub[0])
+	case syntax.OpRepeat:
+		if re.Min < 1 {
+			return nil
+		}
+		return neededWords(re.Sub[0])
+	case syntax.OpConcat:
+		// Any part's words will do: the longest shortest word is the
+		// cheapest to be wrong about.
+		var best []string
+		bestLen := 0
+		for _, sub := range re.Sub {
+			ws := neededWords(sub)
+			if ws == nil {
+				continue
+			}
+			short := len(ws[0])
+			for _, w := range ws {
+				short = min(short, len(w))
+			}
+			if short > bestLen {
+				best, bestLen = ws, short
+			}
+		}
+		return best
+	case syntax.OpAlternate:
+		var all []string
+		for _, sub := range re.Sub {
+			ws := neededWords(sub)
+			if ws == nil {
+				return nil
+			}
+			all = append(all, ws...)
+		}
+		return all
+	}
+	return nil
 }
 
 // portAndPath is a URL's port and path after "host:", which the generic
@@ -170,6 +230,13 @@ func convertAllowlists(in []*config.Allowlist) ([]allowlist, error) {
 				return nil, fmt.Errorf("secrets: allowlist regex: %w", err)
 			}
 			al.res = append(al.res, re)
+			var need *automaton
+			if tree, err := syntax.Parse(r.String(), syntax.Perl); err == nil {
+				if ws := neededWords(tree.Simplify()); ws != nil {
+					need = newAutomaton(ws)
+				}
+			}
+			al.needs = append(al.needs, need)
 		}
 		if len(a.StopWords) > 0 {
 			al.stop = newAutomaton(a.StopWords)
