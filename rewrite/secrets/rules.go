@@ -122,14 +122,46 @@ func (a *allowlist) allowed(secret, match string, line func() string) bool {
 	return false
 }
 
+// add adds the regex src to the list. A long alternation (gitleaks'
+// generic-api-key excuses dozens of names in one regex) becomes one regex
+// per alternative, each run only when the words it needs are there: one
+// small regex is fast, and most never run.
+func (a *allowlist) add(src string) error {
+	tree, err := syntax.Parse(src, syntax.Perl)
+	if err != nil {
+		return fmt.Errorf("secrets: allowlist regex: %w", err)
+	}
+	parts := []*syntax.Regexp{tree}
+	if tree.Op == syntax.OpAlternate && len(tree.Sub) > 4 {
+		parts = tree.Sub
+	}
+	for _, p := range parts {
+		ps := src
+		if len(parts) > 1 {
+			ps = p.String()
+		}
+		re, err := regexp.Compile(ps)
+		if err != nil {
+			return fmt.Errorf("secrets: allowlist regex: %w", err)
+		}
+		var need *automaton
+		if ws := neededWords(p.Simplify()); ws != nil {
+			need = newAutomaton(ws)
+		}
+		a.res = append(a.res, re)
+		a.needs = append(a.needs, need)
+	}
+	return nil
+}
+
 // neededWords returns words (lowercase) one of which every match of re
-// holds, nil when it cannot tell or a word would be shorter than 3 bytes:
+// holds, nil when it cannot tell or a word would be shorter than 2 bytes:
 // a pass of their automaton is cheaper than running the regex, most of
 // whose candidates do not match.
 func neededWords(re *syntax.Regexp) []string {
 	switch re.Op {
 	case syntax.OpLiteral:
-		if len(re.Rune) < 3 {
+		if len(re.Rune) < 2 {
 			return nil
 		}
 		for _, c := range re.Rune {
@@ -225,18 +257,9 @@ func convertAllowlists(in []*config.Allowlist) ([]allowlist, error) {
 			al.target = targetLine
 		}
 		for _, r := range a.Regexes {
-			re, err := regexp.Compile(r.String())
-			if err != nil {
-				return nil, fmt.Errorf("secrets: allowlist regex: %w", err)
+			if err := al.add(r.String()); err != nil {
+				return nil, err
 			}
-			al.res = append(al.res, re)
-			var need *automaton
-			if tree, err := syntax.Parse(r.String(), syntax.Perl); err == nil {
-				if ws := neededWords(tree.Simplify()); ws != nil {
-					need = newAutomaton(ws)
-				}
-			}
-			al.needs = append(al.needs, need)
 		}
 		if len(a.StopWords) > 0 {
 			al.stop = newAutomaton(a.StopWords)
