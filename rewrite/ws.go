@@ -295,14 +295,15 @@ func (a *WSAnswer) parse(msg []byte) WSEvent {
 	r := &a.r
 	switch r.api.Op {
 	case OpResponses:
-		var ev struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(msg, &ev) != nil || ev.Type == "" {
+		typ := msgType(msg)
+		if typ == "" {
 			return WSEvent{}
 		}
+		if strings.HasSuffix(typ, ".delta") { // the bulk of a stream, and nothing in it to gather
+			return WSEvent{Understood: true}
+		}
 		r.parseResponses(msg)
-		switch ev.Type {
+		switch typ {
 		case "response.completed", "response.failed", "response.incomplete", "response.cancelled":
 			return WSEvent{Understood: true, Done: true}
 		case "error":
@@ -342,6 +343,9 @@ type realtimeEvent struct {
 
 func (a *WSAnswer) parseRealtime(msg []byte) WSEvent {
 	r := &a.r
+	if typ := msgType(msg); strings.HasSuffix(typ, ".delta") { // audio and text deltas: nothing to gather
+		return WSEvent{Understood: true}
+	}
 	var ev realtimeEvent
 	if json.Unmarshal(msg, &ev) != nil || ev.Type == "" {
 		return WSEvent{}
@@ -446,4 +450,38 @@ func (a *WSAnswer) parseLive(msg []byte) WSEvent {
 		ev.Done = true
 	}
 	return ev
+}
+
+// msgType returns the string value of an object's "type" member, read
+// only as far as it: "" when b is not a JSON object or has none (or the
+// object is malformed before it).
+func msgType(b []byte) string {
+	// OpenAI's events begin with their type: read it without a decoder.
+	if rest, ok := bytes.CutPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte(`{"type":"`)); ok {
+		if i := bytes.IndexByte(rest, '"'); i >= 0 && bytes.IndexByte(rest[:i], '\\') < 0 && json.Valid(b) {
+			return string(rest[:i])
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if k == "type" {
+			v, err := dec.Token()
+			if s, ok := v.(string); ok && err == nil {
+				return s
+			}
+			return ""
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }

@@ -261,3 +261,21 @@ func allValid(msgs [][]byte) bool {
 	}
 	return true
 }
+
+// BenchmarkWSAnswer: a server message of a Responses stream through
+// WSAnswer, parsed only and parsed and restored.
+func BenchmarkWSAnswer(b *testing.B) {
+	msg := []byte(`{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Here is some streamed text, a few tokens long."}`)
+	for _, tc := range []struct {
+		name    string
+		restore func(string) (string, bool)
+	}{{"parse", nil}, {"restore", restoreFn}} {
+		b.Run(tc.name, func(b *testing.B) {
+			a := NewWSAnswer(API{OpenAI, OpResponses}, tc.restore)
+			b.SetBytes(int64(len(msg)))
+			for b.Loop() {
+				a.Message(msg)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/flate"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -20,11 +21,22 @@ import (
 
 // frame builds a client's frame: masked with a fixed key.
 func frame(fin bool, rsv byte, op Opcode, payload []byte) []byte {
-	h := Header{Fin: fin, RSV: rsv, Op: op, Masked: true, Key: [4]byte{0xa1, 0xb2, 0xc3, 0xd4}, Length: int64(len(payload))}
+	return frameMasked(true, fin, rsv, op, payload)
+}
+
+// serverFrame builds a server's frame: not masked.
+func serverFrame(fin bool, rsv byte, op Opcode, payload []byte) []byte {
+	return frameMasked(false, fin, rsv, op, payload)
+}
+
+func frameMasked(masked, fin bool, rsv byte, op Opcode, payload []byte) []byte {
+	h := Header{Fin: fin, RSV: rsv, Op: op, Masked: masked, Key: [4]byte{0xa1, 0xb2, 0xc3, 0xd4}, Length: int64(len(payload))}
 	b := AppendHeader(nil, h)
 	n := len(b)
 	b = append(b, payload...)
-	Mask(h.Key, 0, b[n:])
+	if masked {
+		Mask(h.Key, 0, b[n:])
+	}
 	return b
 }
 
@@ -42,20 +54,27 @@ type readMsg struct {
 	Data string
 }
 
-// relayReads runs the relay's reading of what a client sends: the frames
-// in, the server side silent until the client's ends.
-func relayReads(in []byte, compress bool) ([]readMsg, error) {
+// relayReads runs the relay's reading of what one side sends (the client,
+// or with fromServer the server): the frames in, the other side silent
+// until the first's end.
+func relayReads(in []byte, compress, fromServer bool) ([]readMsg, error) {
 	var d *Deflate
 	if compress { // as gorilla agrees to it: no context takeover either way
 		d = &Deflate{ReadNoContext: true, WriteNoContext: true}
 	}
-	cr := bufio.NewReader(bytes.NewReader(in))
 	pr, pw := io.Pipe()
+	src := bufio.NewReader(bytes.NewReader(in))
+	silent := bufio.NewReader(pr)
 	h := &recordHandler{}
-	e := Relay(
-		NewConn(cr, io.Discard, io.NopCloser(nil), AsServer, d),
-		NewConn(bufio.NewReader(pr), io.Discard, pw, AsClient, nil),
-		h, Options{CloseTimeout: time.Millisecond}) // the server never answers a close
+	var cl, sv *Conn
+	if fromServer {
+		cl = NewConn(silent, io.Discard, pw, AsServer, nil)
+		sv = NewConn(src, io.Discard, io.NopCloser(nil), AsClient, d)
+	} else {
+		cl = NewConn(src, io.Discard, io.NopCloser(nil), AsServer, d)
+		sv = NewConn(silent, io.Discard, pw, AsClient, nil)
+	}
+	e := Relay(cl, sv, h, Options{CloseTimeout: time.Millisecond}) // the silent side never answers a close
 	return h.msgs, e.Err
 }
 
@@ -96,6 +115,32 @@ func gorillaReads(t testing.TB, in []byte, compress bool) []readMsg {
 	if err != nil {
 		t.Fatalf("gorilla did not upgrade: %v", err)
 	}
+	return readAllMessages(c)
+}
+
+type hijackWriter struct {
+	http.ResponseWriter
+	conn *fakeConn
+}
+
+func (w *hijackWriter) Header() http.Header { return http.Header{} }
+func (w *hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return w.conn, bufio.NewReadWriter(bufio.NewReader(w.conn), bufio.NewWriter(w.conn)), nil
+}
+
+// gorillaClientReads is what gorilla, as the client, reads of the same
+// bytes from a server that agreed to its handshake.
+func gorillaClientReads(t testing.TB, in []byte, compress bool) []readMsg {
+	fc := &fakeServer{in: in, compress: compress}
+	d := websocket.Dialer{NetDialContext: func(context.Context, string, string) (net.Conn, error) { return fc, nil }, EnableCompression: compress}
+	c, _, err := d.Dial("ws://x/", nil)
+	if err != nil {
+		t.Fatalf("gorilla did not connect: %v", err)
+	}
+	return readAllMessages(c)
+}
+
+func readAllMessages(c *websocket.Conn) []readMsg {
 	var out []readMsg
 	for {
 		typ, rd, err := c.NextReader()
@@ -113,16 +158,6 @@ func gorillaReads(t testing.TB, in []byte, compress bool) []readMsg {
 	}
 }
 
-type hijackWriter struct {
-	http.ResponseWriter
-	conn *fakeConn
-}
-
-func (w *hijackWriter) Header() http.Header { return http.Header{} }
-func (w *hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return w.conn, bufio.NewReadWriter(bufio.NewReader(w.conn), bufio.NewWriter(w.conn)), nil
-}
-
 type fakeConn struct {
 	net.Conn
 	r io.Reader
@@ -137,35 +172,71 @@ func (c *fakeConn) SetWriteDeadline(time.Time) error { return nil }
 func (c *fakeConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
 func (c *fakeConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 
-// The relay reads a client's frames as gorilla/websocket does: the same
-// messages, in order, decompressed; it may stop earlier only where it is
-// stricter than gorilla, on a reserved bit gorilla lets by (RSV1 on a
-// control or continuation frame).
+// fakeServer answers the handshake written to it, then gives in.
+type fakeServer struct {
+	fakeConn
+	in       []byte
+	compress bool
+	wrote    bytes.Buffer
+}
+
+func (f *fakeServer) Write(p []byte) (int, error) { return f.wrote.Write(p) }
+func (f *fakeServer) Read(p []byte) (int, error) {
+	if f.r == nil {
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(f.wrote.Bytes())))
+		if err != nil {
+			return 0, err
+		}
+		resp := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
+			AcceptKey(req.Header.Get("Sec-WebSocket-Key")) + "\r\n"
+		if f.compress {
+			resp += "Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n"
+		}
+		f.r = io.MultiReader(strings.NewReader(resp+"\r\n"), bytes.NewReader(f.in))
+	}
+	return f.r.Read(p)
+}
+
+// The relay reads a client's frames, and a server's, as gorilla/websocket
+// does: the same messages, in order, decompressed; it may stop earlier
+// only where it is stricter than gorilla, on a reserved bit gorilla lets
+// by (RSV1 on a control or continuation frame).
 func FuzzReadMessages(f *testing.F) {
-	seed := func(compress bool, frames ...[]byte) {
+	seed := func(compress, fromServer bool, frames ...[]byte) {
 		b := []byte{0}
 		if compress {
-			b[0] = 1
+			b[0] |= 1
+		}
+		if fromServer {
+			b[0] |= 2
 		}
 		f.Add(append(b, bytes.Join(frames, nil)...))
 	}
-	seed(false, frame(true, 0, OpText, []byte("hello")))
-	seed(false, frame(false, 0, OpText, []byte("hel")), frame(true, 0, OpPing, []byte("p")), frame(true, 0, OpContinuation, []byte("lo")),
+	seed(false, false, frame(true, 0, OpText, []byte("hello")))
+	seed(false, false, frame(false, 0, OpText, []byte("hel")), frame(true, 0, OpPing, []byte("p")), frame(true, 0, OpContinuation, []byte("lo")),
 		frame(true, 0, OpBinary, []byte{0, 1, 2}), frame(true, 0, OpClose, []byte{0x03, 0xe8}))
-	seed(true, frame(true, bitRSV1, OpText, compressed(`{"type":"response.create","input":"hi"}`)),
+	seed(true, false, frame(true, bitRSV1, OpText, compressed(`{"type":"response.create","input":"hi"}`)),
 		frame(true, 0, OpText, []byte("plain")), frame(true, bitRSV1, OpBinary, compressed("")))
 	c := compressed(strings.Repeat("abc", 100))
-	seed(true, frame(false, bitRSV1, OpText, c[:5]), frame(true, 0, OpContinuation, c[5:]))
-	seed(true, frame(true, bitRSV1, OpPing, nil), frame(true, 0, OpText, []byte("x")))
-	seed(false, frame(true, 0, OpText, nil), []byte{0x81, 0x7e, 0x00, 0x01, 0, 0, 0, 0, 'a'})
+	seed(true, false, frame(false, bitRSV1, OpText, c[:5]), frame(true, 0, OpContinuation, c[5:]))
+	seed(true, false, frame(true, bitRSV1, OpPing, nil), frame(true, 0, OpText, []byte("x")))
+	seed(false, false, frame(true, 0, OpText, nil), []byte{0x81, 0x7e, 0x00, 0x01, 0, 0, 0, 0, 'a'})
+	seed(false, true, serverFrame(true, 0, OpText, []byte(`{"type":"response.output_text.delta","delta":"hi"}`)), serverFrame(true, 0, OpPong, nil))
+	seed(true, true, serverFrame(false, bitRSV1, OpBinary, c[:7]), serverFrame(true, 0, OpPing, []byte("x")), serverFrame(true, 0, OpContinuation, c[7:]),
+		serverFrame(true, 0, OpClose, []byte{0x03, 0xe9, 'b', 'y', 'e'}))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
 			return
 		}
-		compress := in[0]&1 == 1
+		compress, fromServer := in[0]&1 == 1, in[0]&2 == 2
 		in = in[1:]
-		ours, err := relayReads(in, compress)
-		theirs := gorillaReads(t, in, compress)
+		ours, err := relayReads(in, compress, fromServer)
+		var theirs []readMsg
+		if fromServer {
+			theirs = gorillaClientReads(t, in, compress)
+		} else {
+			theirs = gorillaReads(t, in, compress)
+		}
 		if len(ours) > len(theirs) || len(ours) < len(theirs) && !(errors.Is(err, ErrProtocol) && strings.Contains(err.Error(), "reserved bits")) {
 			t.Fatalf("the relay read %d messages (ending with %v), gorilla %d", len(ours), err, len(theirs))
 		}

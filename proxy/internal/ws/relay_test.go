@@ -79,10 +79,11 @@ func (h *testHandler) Closing(dir Direction) []Out {
 // the two handshakes with CheckRequest, CheckResponse and AcceptDeflate
 // as the proxy does.
 type harness struct {
-	t        *testing.T
-	url      string
-	serverWS chan *websocket.Conn
-	ends     chan End
+	t         testing.TB
+	url       string
+	serverURL string // the server's own, for a client without the relay
+	serverWS  chan *websocket.Conn
+	ends      chan End
 	// upstreamExt is the Sec-WebSocket-Extensions the relay offered the
 	// server; clientExt what it answered the client.
 	mu                     sync.Mutex
@@ -96,7 +97,7 @@ type harnessOptions struct {
 	serve func(c *websocket.Conn)
 }
 
-func startHarness(t *testing.T, o harnessOptions) *harness {
+func startHarness(t testing.TB, o harnessOptions) *harness {
 	t.Helper()
 	hs := &harness{t: t, serverWS: make(chan *websocket.Conn, 4), ends: make(chan End, 4)}
 	up := websocket.Upgrader{EnableCompression: o.serverCompression}
@@ -110,7 +111,10 @@ func startHarness(t *testing.T, o harnessOptions) *harness {
 			return
 		}
 		defer c.Close()
-		hs.serverWS <- c
+		select {
+		case hs.serverWS <- c:
+		default: // nobody waits for it
+		}
 		if o.serve != nil {
 			o.serve(c)
 			return
@@ -149,6 +153,7 @@ func startHarness(t *testing.T, o harnessOptions) *harness {
 		}
 	}()
 	hs.url = "ws://" + ln.Addr().String() + "/ws"
+	hs.serverURL = "ws://" + srvLn.Addr().String() + "/ws"
 	return hs
 }
 
@@ -195,7 +200,11 @@ func (hs *harness) relay(c net.Conn, addr string, h Handler) {
 		resp += "Sec-WebSocket-Extensions: " + answer + "\r\n"
 	}
 	io.WriteString(c, resp+"\r\n")
-	hs.ends <- Relay(NewConn(br, c, c, AsServer, cd), NewConn(ubr, uc, uc, AsClient, sd), h, Options{CloseTimeout: 2 * time.Second})
+	end := Relay(NewConn(br, c, c, AsServer, cd), NewConn(ubr, uc, uc, AsClient, sd), h, Options{CloseTimeout: 2 * time.Second})
+	select {
+	case hs.ends <- end:
+	default: // nobody waits for it
+	}
 }
 
 func (hs *harness) dial(compress bool) *websocket.Conn {
@@ -481,3 +490,41 @@ func TestRelayFailures(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkRelayRoundTrip: a client sends a message of an LLM stream's
+// size and waits for its echo, through the relay (a handler that passes
+// every message on whole) and straight to the server, side by side.
+func BenchmarkRelayRoundTrip(b *testing.B) {
+	msg := []byte(`{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Here is some streamed text, a few tokens long."}`)
+	for _, compress := range []bool{false, true} {
+		hs := startHarness(b, harnessOptions{h: &passHandler{}, serverCompression: compress})
+		run := func(b *testing.B, url string) {
+			d := websocket.Dialer{EnableCompression: compress}
+			c, _, err := d.Dial(url, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			b.SetBytes(int64(len(msg)))
+			for b.Loop() {
+				if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := c.ReadMessage(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.Run(fmt.Sprintf("compress=%v/direct", compress), func(b *testing.B) { run(b, hs.serverURL) })
+		b.Run(fmt.Sprintf("compress=%v/relay", compress), func(b *testing.B) { run(b, hs.url) })
+	}
+}
+
+// passHandler passes every message on, held whole.
+type passHandler struct{}
+
+func (passHandler) Begin(Direction, Opcode) int64     { return 1 << 20 }
+func (passHandler) Message(m Message) Action          { return Action{Send: []Out{{m.Op, m.Data}}} }
+func (passHandler) Oversized(Message) Action          { return Action{Stream: true} }
+func (passHandler) Streamed(Direction, Opcode, int64) {}
+func (passHandler) Closing(Direction) []Out           { return nil }
