@@ -17,11 +17,13 @@ import (
 // parsed; a larger one passes on as it comes, unparsed.
 const maxAnswerMessage = 8 << 20
 
-// llmSocketFor recognises, in a session with rewrites (x.rw), an upgrade
-// to WebSocket that goes to an LLM API, and makes the handler of its
-// messages.
+// llmSocketFor recognises, in a session with rewrites (x.rw), a protocol
+// switch that goes to an LLM API, and makes the handler of its messages.
+// Any switch to an LLM API's host is taken for a WebSocket (a spelling of
+// Upgrade or Connection that a server might take for one is no way
+// around the inspection): serveSocket refuses one it cannot inspect.
 func (p *Proxy) llmSocketFor(x *exchange, r *http.Request) (rewrite.API, bool) {
-	if upgradeOf(r.Header) != "websocket" {
+	if r.Header["Upgrade"] == nil {
 		return rewrite.API{}, false
 	}
 	api, ok := rewrite.DetectWebSocketAPI(r.Host, r.URL.Path, x.rw.LLMHosts)
