@@ -37,11 +37,12 @@ type Conn struct {
 	inf *inflater // the reader's
 	ctl [MaxControlPayload]byte
 
-	wmu   sync.Mutex
-	wbuf  []byte
-	werr  error
-	masks *rand.ChaCha8
-	def   *deflater // the writer of data messages'
+	wmu       sync.Mutex
+	wbuf      []byte
+	werr      error
+	closeSent bool // nothing but control frames may follow a close frame
+	masks     *rand.ChaCha8
+	def       *deflater // the writer of data messages'
 }
 
 // NewConn makes a side of a connection: r reads it (with whatever was
@@ -174,12 +175,20 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 // writeFrame writes one frame, masked on a client side. A write error
-// sticks: every later write fails with it.
+// sticks: every later write fails with it. Once a close frame is written,
+// data frames (of a message the other direction was passing on as the
+// close went out) are dropped, and so is a second close frame.
 func (c *Conn) writeFrame(fin bool, rsv byte, op Opcode, payload []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.werr != nil {
 		return c.werr
+	}
+	if c.closeSent && (!op.IsControl() || op == OpClose) {
+		return nil
+	}
+	if op == OpClose {
+		c.closeSent = true
 	}
 	h := Header{Fin: fin, RSV: rsv, Op: op, Length: int64(len(payload)), Masked: c.side == AsClient}
 	if h.Masked {
