@@ -528,3 +528,28 @@ func (passHandler) Message(m Message) Action          { return Action{Send: []Ou
 func (passHandler) Oversized(Message) Action          { return Action{Stream: true} }
 func (passHandler) Streamed(Direction, Opcode, int64) {}
 func (passHandler) Closing(Direction) []Out           { return nil }
+
+// After a close frame, a side is sent control frames only: a message
+// another goroutine was passing on, or a second close, is dropped.
+func TestNothingAfterClose(t *testing.T) {
+	var out bytes.Buffer
+	c := NewConn(bufio.NewReader(strings.NewReader("")), &out, io.NopCloser(nil), AsServer, nil)
+	c.writeMessage(OpText, []byte("before"))
+	c.writeControl(OpClose, ClosePayload(CloseNormal, ""))
+	c.writeMessage(OpText, []byte("after"))
+	c.writeControl(OpPing, []byte("p"))
+	c.writeControl(OpClose, ClosePayload(CloseGoingAway, ""))
+	var ops []Opcode
+	r := bytes.NewReader(out.Bytes())
+	for {
+		h, err := ReadHeader(r)
+		if err != nil {
+			break
+		}
+		ops = append(ops, h.Op)
+		r.Seek(h.Length, io.SeekCurrent)
+	}
+	if want := []Opcode{OpText, OpClose, OpPing}; fmt.Sprint(ops) != fmt.Sprint(want) {
+		t.Errorf("frames written %v, want %v", ops, want)
+	}
+}
