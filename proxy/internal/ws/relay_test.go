@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gorilla/websocket"
 )
 
@@ -549,7 +550,7 @@ func TestNothingAfterClose(t *testing.T) {
 		ops = append(ops, h.Op)
 		r.Seek(h.Length, io.SeekCurrent)
 	}
-	if want := []Opcode{OpText, OpClose, OpPing}; fmt.Sprint(ops) != fmt.Sprint(want) {
-		t.Errorf("frames written %v, want %v", ops, want)
+	if diff := cmp.Diff([]Opcode{OpText, OpClose, OpPing}, ops); diff != "" {
+		t.Errorf("frames written (-want +got):\n%s", diff)
 	}
 }
