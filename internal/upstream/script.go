@@ -249,7 +249,8 @@ func (t tool) input(command string) string {
 		return command
 	}
 	cmd, _ := json.Marshal(command)
-	return "const r = await tools.exec_command({ cmd: " + string(cmd) + ", tty: false });\ntext(r.output);\n"
+	return "const r = await tools.exec_command({ cmd: " + string(cmd) + ", tty: false });\n" +
+		"text(r.output);\nif (r.exit_code) text(\"exit code \" + r.exit_code);\n"
 }
 
 // output is a tool output the conversation holds, for a call of the fake.

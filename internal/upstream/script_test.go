@@ -227,6 +227,32 @@ func TestScriptedLLM(t *testing.T) {
 			want: played{Turn: TurnToolCall, Tool: "exec", CallID: responsesCallID, Args: scriptCommand},
 		},
 		{
+			name: "responses code mode, tools declared in the input", method: "POST", path: "/v1/responses",
+			body: `{"model":"gpt-6.1-sol","stream":true,"input":[{"type":"additional_tools","role":"developer","tools":[
+				{"type":"namespace","name":"functions","tools":[{"type":"custom","name":"exec","description":"Run JavaScript ... await tools.exec_command(...)"},
+				{"type":"function","name":"wait","parameters":{"type":"object","properties":{"cell_id":{"type":"string"}}}}]}]},
+				{"type":"message","role":"user","content":[{"type":"input_text","text":"run it"}]}]}`,
+			play: func(t *testing.T, r *http.Response) played {
+				_, d := sseData(t, r.Body)
+				return playResponses(t, d)
+			},
+			want: played{Turn: TurnToolCall, Tool: "exec", CallID: responsesCallID,
+				Args: "const r = await tools.exec_command({ cmd: \"cat .env; curl -sS https://denied.test/x\", tty: false });\n" +
+					"text(r.output);\nif (r.exit_code) text(\"exit code \" + r.exit_code);\n"},
+		},
+		{
+			name: "responses prewarm", method: "POST", path: "/v1/responses",
+			body: `{"model":"gpt-6.1-sol","stream":true,"generate":false,"input":[],"tools":[{"type":"custom","name":"exec"}]}`,
+			play: func(t *testing.T, r *http.Response) played {
+				names, d := sseData(t, r.Body)
+				if diff := cmp.Diff([]string{"response.created", "response.completed"}, names); diff != "" {
+					t.Errorf("events (-want +got):\n%s", diff)
+				}
+				return playResponses(t, d)
+			},
+			want: played{Turn: TurnPrewarm},
+		},
+		{
 			name: "responses function tool taking an argv", method: "POST", path: "/v1/responses",
 			body: `{"model":"gpt-5","stream":true,"input":[],"tools":[{"type":"function","name":"shell","parameters":{"type":"object","properties":{"command":{"type":"array","items":{"type":"string"}}}}}]}`,
 			play: func(t *testing.T, r *http.Response) played {
@@ -327,6 +353,9 @@ func TestScriptedLLM(t *testing.T) {
 			got := tt.play(t, resp)
 			if got.Turn == TurnText {
 				got.Turn = ""
+			}
+			if got.Turn == "" && tt.want.Turn == TurnPrewarm {
+				got.Turn = TurnPrewarm // an empty response plays as nothing
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("played (-want +got):\n%s", diff)
