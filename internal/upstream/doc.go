@@ -35,6 +35,6 @@
 //     hijacked (WebSocket) ones; it is safe to call more than once.
 //
 // This package imports only the standard library, gorilla/websocket and
-// miekg/dns; no
-// other Chaperone package imports it except tests and the demo command.
+// miekg/dns; no other Chaperone package imports it except tests and the
+// demo command.
 package upstream
