@@ -419,6 +419,8 @@ func testRealAgent(t *testing.T, a realAgent, mode string) {
 		t.Errorf("the refusal of denied.test (%s) is attributed to %+v, want curl", denial.Kind, denial.Process)
 	case len(denial.Process.Lineage) < 3 || denial.Process.Lineage[len(denial.Process.Lineage)-1] != "curl":
 		t.Errorf("curl's lineage %q, want the agent, its shell and curl", denial.Process.Lineage)
+	default:
+		t.Logf("denied.test refused (%s) for curl, lineage %q", denial.Kind, denial.Process.Lineage)
 	}
 
 	// Nothing else was refused.
