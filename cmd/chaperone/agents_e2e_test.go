@@ -68,6 +68,18 @@ type realAgent struct {
 	// sandboxed runs the agent's own sandbox: a failure to create its
 	// namespaces skips the subtest (issue 27, defect 4).
 	sandboxed bool
+	// noWebSocket has the fake refuse the Responses API's WebSocket, so
+	// that Codex speaks HTTPS.
+	noWebSocket bool
+	// oneMode runs the variant in transparent mode only.
+	oneMode bool
+}
+
+// agent is the agent's name for Chaperone: the variant's name without
+// what follows its dash.
+func (a realAgent) agent() string {
+	name, _, _ := strings.Cut(a.name, "-")
+	return name
 }
 
 func realAgents() []realAgent {
@@ -89,7 +101,14 @@ func realAgents() []realAgent {
 			env:  []string{"GEMINI_API_KEY=AIza" + fakeKey("", 35)},
 		},
 		{
-			name: "codex-sandbox", bin: "codex", host: "api.openai.com", sandboxed: true,
+			// Codex over HTTPS, as it falls back when the WebSocket is
+			// refused: its calls as SSE, where Chaperone reads them.
+			name: "codex-https", bin: "codex", host: "api.openai.com", noWebSocket: true, oneMode: true,
+			args: []string{"exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", agentPrompt},
+			env:  codexEnv(),
+		},
+		{
+			name: "codex-sandbox", bin: "codex", host: "api.openai.com", sandboxed: true, oneMode: true,
 			args: []string{"exec", "--skip-git-repo-check", "--sandbox", "workspace-write",
 				"-c", "sandbox_workspace_write.network_access=true", agentPrompt},
 			env: codexEnv(),
@@ -306,8 +325,8 @@ func TestRealAgents(t *testing.T) {
 	}
 	for _, a := range realAgents() {
 		for _, mode := range []string{"transparent", "proxy"} {
-			if a.sandboxed && mode == "proxy" {
-				continue // one mode is enough to see the sandbox work
+			if a.oneMode && mode == "proxy" {
+				continue // a variant: one mode is enough
 			}
 			t.Run(a.name+"/"+mode, func(t *testing.T) { testRealAgent(t, a, mode) })
 		}
@@ -319,6 +338,9 @@ func testRealAgent(t *testing.T, a realAgent, mode string) {
 		needTransparent(t)
 	}
 	aw := newAgentWorld(t)
+	if a.noWebSocket {
+		aw.llm.RefuseWebSocket()
+	}
 	work := filepath.Join(aw.dir, "project")
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		t.Fatal(err)
@@ -352,7 +374,7 @@ func testRealAgent(t *testing.T, a realAgent, mode string) {
 
 	// Chaperone knew the agent, and it ran to the end: it exits 0 and the
 	// fake played both turns.
-	if want := strings.TrimSuffix(a.name, "-sandbox"); start.Agent != want {
+	if want := a.agent(); start.Agent != want {
 		t.Errorf("session of agent %q, want %q", start.Agent, want)
 	}
 	if r.code != 0 {

@@ -31,6 +31,9 @@ import (
 type ScriptedLLM struct {
 	command string
 	prefix  string
+	// noWebSocket refuses the Responses API's WebSocket, as a server
+	// without it does: clients fall back to HTTPS.
+	noWebSocket bool
 
 	mu      sync.Mutex
 	calls   []Call
@@ -75,6 +78,12 @@ type Call struct {
 func NewScriptedLLM(command string) *ScriptedLLM {
 	return &ScriptedLLM{command: command, prefix: FinalPrefix, changed: make(chan struct{})}
 }
+
+// RefuseWebSocket makes the fake answer the Responses API's WebSocket
+// upgrade with 426 Upgrade Required, as a server without WebSocket
+// support does, so that clients fall back to HTTPS. Call it before the
+// fake serves.
+func (l *ScriptedLLM) RefuseWebSocket() { l.noWebSocket = true }
 
 // Calls returns the model requests answered so far, in arrival order.
 func (l *ScriptedLLM) Calls() []Call {

@@ -117,6 +117,12 @@ func (l *ScriptedLLM) serveResponses(w http.ResponseWriter, r *http.Request) {
 // response.create message gets the events a streamed HTTP response would
 // carry, as text messages; other messages are recorded and not answered.
 func (l *ScriptedLLM) serveResponsesWebSocket(w http.ResponseWriter, r *http.Request) {
+	if l.noWebSocket && websocket.IsWebSocketUpgrade(r) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUpgradeRequired)
+		io.WriteString(w, `{"error":{"type":"invalid_request_error","message":"WebSocket is not available here: use POST"}}`+"\n")
+		return
+	}
 	if !websocket.IsWebSocketUpgrade(r) {
 		w.Header().Set("Allow", "POST")
 		http.Error(w, `{"error":{"type":"invalid_request_error","message":"use POST, or a WebSocket"}}`, http.StatusMethodNotAllowed)

@@ -492,3 +492,27 @@ func FuzzScriptedLLM(f *testing.F) {
 		}
 	})
 }
+
+// A fake that refuses the WebSocket answers the upgrade with 426, and
+// still answers over HTTPS.
+func TestScriptedLLMRefuseWebSocket(t *testing.T) {
+	llm := NewScriptedLLM(scriptCommand)
+	llm.RefuseWebSocket()
+	srv := httptest.NewServer(llm)
+	defer srv.Close()
+	_, resp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/responses", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusUpgradeRequired {
+		t.Fatalf("upgrade: response %v, error %v; want 426", resp, err)
+	}
+	post, err := srv.Client().Post(srv.URL+"/v1/responses", "application/json", strings.NewReader(`{"model":"gpt-5","input":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post.Body.Close()
+	if post.StatusCode != http.StatusOK {
+		t.Errorf("POST after a refused upgrade: %s", post.Status)
+	}
+	if calls := llm.Calls(); len(calls) != 1 || calls[0].Transport != "http" {
+		t.Errorf("calls %+v, want the POST alone", calls)
+	}
+}
