@@ -37,8 +37,9 @@ import (
 const agentsDir = "testdata/agents"
 
 // The fake internet of each TestRealAgents subtest, in a network namespace
-// of its own: the LLM APIs, the denied host and everything else the agents
-// reach, each on its own address, named by the namespace's resolver.
+// of its own, named by the namespace's resolver: the LLM APIs and the
+// denied host each on an address of its own, and every other name the
+// agents look up on one more, shared, as hosts behind a CDN share theirs.
 const (
 	agentsResolverAddr = "127.0.30.53:53"
 	addrAnthropic      = "127.0.30.1"
@@ -60,7 +61,7 @@ const agentPrompt = "Run `" + agentCommand + "` in the shell and tell me exactly
 
 // realAgent is how one agent CLI is run, as its users run it.
 type realAgent struct {
-	name string // Chaperone's name for it, and the subtest's
+	name string // the subtest's: the agent's name, and a variant's after a dash
 	bin  string // under agentsDir/node_modules/.bin
 	host string // its LLM API's host
 	args []string
@@ -294,6 +295,7 @@ func (aw *agentWorld) run(a realAgent, mode, work string) result {
 	// contact is part of what the test sees.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second // for what the agent leaves holding its output
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := aw.ns.Do(cmd.Start); err != nil {
