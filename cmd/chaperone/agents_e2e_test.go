@@ -283,6 +283,7 @@ func (aw *agentWorld) run(a realAgent, mode, work string) result {
 		binary, "run", "--mode", mode,
 		"--upstream-ca", aw.caFile,
 		"--deny-host", "denied.test",
+		// The full signal URL, which the exporter uses as it is.
 		"--otlp-endpoint", aw.otlp.URL + "/v1/traces",
 		"--log", aw.log,
 		"--", bin}
