@@ -107,12 +107,6 @@ func (n *NS) Do(f func() error) error {
 	return <-done
 }
 
-// Path is a path that names the namespace while n is open
-// (/proc/PID/fd/N), for programs such as nsenter --net=PATH.
-func (n *NS) Path() string {
-	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), n.f.Fd())
-}
-
 // Close releases n's handle on the namespace.
 func (n *NS) Close() error {
 	if err := n.f.Close(); err != nil {

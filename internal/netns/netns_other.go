@@ -22,8 +22,5 @@ func (n *NS) Do(f func() error) error {
 	return fmt.Errorf("netns: enter on %s: %w", runtime.GOOS, errors.ErrUnsupported)
 }
 
-// Path returns "".
-func (n *NS) Path() string { return "" }
-
 // Close does nothing.
 func (n *NS) Close() error { return nil }
