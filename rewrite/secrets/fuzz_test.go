@@ -20,6 +20,20 @@ func fuzzSeeds(f *testing.F) {
 	f.Add("postgres://:@")
 	f.Add("X_TOKEN=\"")
 	f.Add(`{"type":"service_account","private_key":"-----BEGIN PRIVATE KEY-----\n`)
+	// The layouts of our matchers, cut short and whole.
+	f.Add("     1→-----BEGIN RSA PRIVATE KEY-----\n     2→MIIEpAIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPB\n     3→aNgu")
+	f.Add(`-----BEGIN EC PRIVATE KEY-----\\nProc-Type: 4,ENCRYPTED\\n\\nMHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5oBkMJ3oPX3kNoAoGCCqGSM49\\n+AwEH`)
+	f.Add("apiVersion: v1\ndata:\n  A: cG9zdGdyZXM6Ly91OnBAaC9k\n  B: |\nkind: Secret\n")
+	f.Add(`{\"data\": {\"K\": \"eA==\"}, \"kind\": \"Secret\"}`)
+	f.Add("env:\n  - name: DB_PASSWORD\n    value: \"")
+	f.Add(`{"name": "API_TOKEN", "value"`)
+	f.Add("curl -u admin:\"x")
+	f.Add("https://u:p@")
+	f.Add(`password: process.env.X ?? '`)
+	f.Add(`os.getenv("DB_PASSWORD", "`)
+	f.Add("gh secret set TOKEN --body")
+	f.Add("SMTP_PASSWORD for staging: `")
+	f.Add("Z2hwX2FiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6MDEyMzQ1Njc4OQ==")
 }
 
 func FuzzScan(f *testing.F) {

@@ -204,7 +204,12 @@ func TestPlaceholderValues(t *testing.T) {
 	}{
 		{"changeme", true}, {"${API_KEY}", true}, {"$API_KEY", true}, {"<your-key>", true}, {"xxxxxxxx", true},
 		{"{{ .Values.key }}", true}, {"%API_KEY%", true}, {"your_api_key_here", true}, {"", true},
-		{"hunter2x!", false}, {"%Ab3kd92", false}, {"q8Zr1mP0", false},
+		{"change-me", true}, {"change_me", true}, {"CHANGEME", true}, {"your-token-here", true}, {"<token>", true},
+		{"[api key]", true}, {"xxx-xxx-xxx", true}, {"***", true}, {"********", true}, {"$(cat key)", true},
+		{"REPLACE_ME", true}, {"TODO", true}, {"example", true}, {"dummy", true}, {"test", true},
+		{"dummy0123456789abc", true}, {"not-a-real-key-123", true}, {"0000-0000-0000", true}, {"…", true},
+		{"hunter2-test", true}, {"fake_key_1", true}, {"Mock.Token.7", true},
+		{"hunter2x!", false}, {"%Ab3kd92", false}, {"q8Zr1mP0", false}, {"$up3r-S3cret!", false}, {"$2b$12$abc", false},
 	}
 	for _, tt := range tests {
 		if got := isPlaceholder(tt.v); got != tt.want {
@@ -247,6 +252,11 @@ func TestAgreesWithGitleaks(t *testing.T) {
 			ours = append(ours, smp.text[f.Start:f.End])
 		}
 		for _, f := range d.DetectString(smp.text) {
+			if smp.ruleID == "" || isPlaceholder(strings.Trim(f.Secret, `"`)) {
+				// In a text labeled clean, or a placeholder: ours drop
+				// gitleaks' false positives on purpose.
+				continue
+			}
 			total++
 			ok := slices.ContainsFunc(ours, func(o string) bool { return strings.Contains(o, strings.Trim(f.Secret, `"`)) })
 			if !ok {
@@ -277,7 +287,7 @@ func TestURLsAreNotKeys(t *testing.T) {
 			t.Errorf("ScanString(%q) = %v, want nothing", clean, fs)
 		}
 	}
-	if fs := s.ScanString("api_key: 8f3aQ9c0d5e7Zb1f2a4c6e"); len(fs) != 1 || fs[0].RuleID != "generic-api-key" {
+	if fs := s.ScanString("api_key: 8f3aQ9c0d5e7Zb1f2a4c6e"); len(fs) != 1 || fs[0].RuleID != "generic-api-key" && fs[0].RuleID != idNamed {
 		t.Errorf("an api_key assignment: %v", fs)
 	}
 }
