@@ -284,8 +284,8 @@ func pemLines(pem string) []string {
 // own, and so on.
 func decodedTexts(t *testing.T, b []byte) []string {
 	t.Helper()
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
+	v, err := decodeNumbers(b)
+	if err != nil {
 		t.Fatalf("not JSON: %v", err)
 	}
 	var out []string
@@ -294,9 +294,10 @@ func decodedTexts(t *testing.T, b []byte) []string {
 		switch v := v.(type) {
 		case string:
 			out = append(out, v)
-			var inner any
-			if looksJSON(v) && json.Unmarshal([]byte(v), &inner) == nil {
-				walk(inner)
+			if looksJSON(v) {
+				if inner, err := decodeNumbers([]byte(v)); err == nil {
+					walk(inner)
+				}
 			}
 		case []any:
 			for _, x := range v {
