@@ -278,7 +278,14 @@ func (m escapes) toDec(r int, ceil bool) int {
 // included: of a valid JSON string's inside it is the value. With m, it
 // appends each escape resolved to *m.
 func unescape(raw string, m *escapes) string {
-	b := make([]byte, 0, len(raw))
+	b := appendUnescaped(make([]byte, 0, len(raw)), raw, m)
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not used again
+}
+
+// appendUnescaped appends unescape(raw) to b; the escapes it appends to m
+// (if not nil) count from where it began to append.
+func appendUnescaped(b []byte, raw string, m *escapes) []byte {
+	base := len(b)
 	for i := 0; i < len(raw); {
 		j := strings.IndexByte(raw[i:], '\\')
 		if j < 0 || i+j+1 >= len(raw) {
@@ -326,10 +333,10 @@ func unescape(raw string, m *escapes) string {
 			continue
 		}
 		if m != nil {
-			*m = append(*m, escape{r0, i, d0, len(b)})
+			*m = append(*m, escape{r0, i, d0 - base, len(b) - base})
 		}
 	}
-	return string(b)
+	return b
 }
 
 func hex4(b string) (rune, bool) {

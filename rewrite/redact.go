@@ -2,7 +2,6 @@ package rewrite
 
 import (
 	"cmp"
-	"encoding/json"
 	"slices"
 	"sort"
 	"strings"
@@ -15,7 +14,8 @@ type Redactor interface {
 	// FindSecrets calls found for each secret of s, in order and not
 	// overlapping: s[start:end] is to be replaced by placeholder, and rule
 	// found it. A Redactor may remember what it finds, to find it again in
-	// later texts.
+	// later texts: a copy, since s may be a window into a request body,
+	// valid only during the call.
 	FindSecrets(s string, found func(start, end int, rule, placeholder string))
 }
 
@@ -88,11 +88,13 @@ func RedactBody(body []byte, r Redactor) (out []byte, ids []string) {
 		}
 		return got
 	}
-	b := string(body) // the walk's texts are its substrings
-	isJSON := json.Valid(body)
+	// The walk's texts are windows into body, or decoded copies; none
+	// outlives the call (a Redactor keeps copies).
+	b := unsafe.String(&body[0], len(body))
+	strs, isJSON := parseJSON(b, nil)
 	walk := func() []edit {
 		if isJSON {
-			return w.values(b)
+			return w.values(b, strs)
 		}
 		return w.text(b, 0, nil, false)
 	}
@@ -113,6 +115,13 @@ func RedactBody(body []byte, r Redactor) (out []byte, ids []string) {
 		})
 		w.find = func(s string) []edit { return findValues(s, vals) }
 		w.again = true
+		w.vals = vals
+		for _, v := range vals {
+			if !verbatim(v.value) {
+				w.vals = nil // may be escaped some other way: look everywhere
+				break
+			}
+		}
 		es = mergeEdits(es, walk())
 	}
 	if len(es) == 0 {
@@ -148,27 +157,57 @@ type walker struct {
 	find   func(s string) []edit
 	repeat map[string]edit // secrets found, by value: the first edit of each
 	again  bool            // the second walk, for the values found in the first
+	vals   []repeated      // the second walk's values, if each is verbatim
 }
 
-// values returns the edits of the JSON text b's string values, in b.
-func (w *walker) values(b string) []edit {
-	var out []edit
-	forStrings(b, func(start, end int, key bool) {
-		if key {
-			return
+// verbatim reports whether JSON encoders write s as it is, at any depth
+// of nesting: printable ASCII but for what one or another escapes (",
+// \, /, <, >, &).
+func verbatim(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '/', c == '<', c == '>', c == '&':
+			return false
 		}
-		raw := b[start+1 : end-1]
+	}
+	return true
+}
+
+// skip reports whether the second walk may pass over a string of the
+// body, raw as sent: it holds none of the values, which, verbatim, would
+// show in it wherever they are inside it.
+func (w *walker) skip(raw string) bool {
+	if !w.again || w.vals == nil {
+		return false
+	}
+	for _, v := range w.vals {
+		if strings.Contains(raw, v.value) {
+			return false
+		}
+	}
+	return true
+}
+
+// values returns the edits of the string values of b, a JSON text whose
+// strings are strs, in b.
+func (w *walker) values(b string, strs strSpans) []edit {
+	var out []edit
+	for _, st := range strs {
+		raw := b[st.r0:st.r1]
+		if st.key || w.skip(raw) {
+			continue
+		}
 		if strings.IndexByte(raw, '\\') < 0 {
-			out = appendUp(out, w.text(raw, 0, nil, false), nil, start+1)
-			return
+			out = appendUp(out, w.text(raw, 0, nil, false), nil, st.r0)
+			continue
 		}
 		es := w.text(unescape(raw, nil), 0, nil, false)
 		if len(es) > 0 {
 			var m escapes // made only when needed: most strings hold no secret
 			unescape(raw, &m)
-			out = appendUp(out, es, m, start+1)
+			out = appendUp(out, es, m, st.r0)
 		}
-	})
+	}
 	return out
 }
 
@@ -176,8 +215,10 @@ func (w *walker) values(b string) []edit {
 // into the body. fs are its secrets if its parent found them already
 // (scanned): a parent that is JSON searches its strings in place.
 func (w *walker) text(t string, depth int, fs []edit, scanned bool) []edit {
-	if depth < MaxNesting && looksJSON(t) {
-		return w.json(t, depth, fs)
+	if depth < MaxNesting && firstNonSpace(t) >= 0 {
+		if strs, ok := parseJSON(t, nil); ok {
+			return w.json(t, strs, depth, fs)
+		}
 	}
 	if !scanned {
 		fs = w.find(t)
@@ -192,70 +233,104 @@ func (w *walker) text(t string, depth int, fs []edit, scanned bool) []edit {
 	return fs
 }
 
-// json returns the edits of t, a JSON text depth levels into the body,
-// whose parent found given in it. It searches t with its escapes resolved
+// json returns the edits of t, a JSON text depth levels into the body
+// whose strings are strs, and whose parent found given in it. It searches t with its escapes resolved
 // (keys and values together, decoded), puts each secret found in the
 // string that holds it (dropping those that cross a string's bounds), and
 // goes on into the strings whose escapes may hide more: those that are
 // JSON, or hold escaped quotes.
-func (w *walker) json(t string, depth int, given []edit) []edit {
-	u, m := t, escapes(nil)
-	if strings.IndexByte(t, '\\') >= 0 {
-		u = unescape(t, &m)
-	}
+func (w *walker) json(t string, strs strSpans, depth int, given []edit) []edit {
+	u := jsonView(t, strs)
 	fs := w.find(u)
 	if len(given) > 0 {
-		down := make([]edit, len(given))
-		for i, e := range given {
-			e.start, e.end = m.toDec(e.start, false), m.toDec(e.end, true)
-			down[i] = e
-		}
-		fs = mergeEdits(fs, down)
+		fs = mergeEdits(fs, strs.down(t, given))
 	}
-	var out []edit // in u
+	var out []edit // in t
 	i := 0
-	forStrings(t, func(start, end int, key bool) {
-		ds, de := m.toDec(start+1, false), m.toDec(end-1, true) // the string's inside, decoded
-		for i < len(fs) && fs[i].start < ds {
+	for k := range strs {
+		st := &strs[k]
+		for i < len(fs) && fs[i].start < st.d0 {
 			i++ // not inside one string: dropped
 		}
 		j := i
-		for j < len(fs) && fs[j].end <= de {
+		for j < len(fs) && fs[j].end <= st.d1 {
 			j++
 		}
-		mine := fs[i:j]
+		s := u[st.d0:st.d1]
+		local := make([]edit, 0, j-i)
+		for _, e := range fs[i:j] {
+			e.start, e.end = e.start-st.d0, e.end-st.d0
+			local = append(local, e)
+		}
 		i = j
-		s := u[ds:de]
-		if !key && !w.again {
+		if !st.key && !w.again {
 			if es := w.edges(s); len(es) > 0 {
-				local := make([]edit, len(mine))
-				for k, e := range mine {
-					e.start, e.end = e.start-ds, e.end-ds
-					local[k] = e
-				}
-				mine = mergeEdits(local, es)
-				for k := range mine {
-					mine[k].start += ds
-					mine[k].end += ds
-				}
+				local = mergeEdits(local, es)
 			}
 		}
-		if de-ds == end-1-(start+1) || len(mine) == 0 && !couldHide(s) {
-			// No escapes, nothing more to see inside; or nothing to see.
-			out = append(out, mine...)
-			return
+		if st.escaped() && (len(local) > 0 || couldHide(s)) {
+			local = w.text(s, depth+1, local, true)
 		}
-		local := make([]edit, len(mine))
-		for k, e := range mine {
-			e.start, e.end = e.start-ds, e.end-ds
-			local[k] = e
+		if len(local) > 0 {
+			var m escapes
+			if st.escaped() {
+				unescape(t[st.r0:st.r1], &m)
+			}
+			out = appendUp(out, local, m, st.r0)
 		}
-		for _, e := range w.text(s, depth+1, local, true) {
-			e.start, e.end = e.start+ds, e.end+ds
-			out = append(out, e)
+	}
+	return out
+}
+
+// strSpan is one string of a JSON text: its inside is t[r0:r1] in the
+// text, u[d0:d1] in its view (jsonView).
+type strSpan struct {
+	r0, r1, d0, d1 int
+	key            bool
+}
+
+func (s *strSpan) escaped() bool { return s.r1-s.r0 != s.d1-s.d0 } // an escape always shortens
+
+type strSpans []strSpan
+
+// jsonView returns the valid JSON text t, whose strings are strs, with
+// the insides of its strings decoded, and sets where each is in it.
+func jsonView(t string, strs strSpans) string {
+	if strings.IndexByte(t, '\\') < 0 {
+		return t
+	}
+	b := make([]byte, 0, len(t))
+	last := 0
+	for k := range strs {
+		st := &strs[k]
+		b = append(b, t[last:st.r0]...)
+		st.d0 = len(b)
+		b = appendUnescaped(b, t[st.r0:st.r1], nil)
+		st.d1 = len(b)
+		last = st.r1
+	}
+	b = append(b, t[last:]...)
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// down moves edits of the text t (of which strs are the strings) to its
+// view; those not inside one string are dropped.
+func (strs strSpans) down(t string, es []edit) []edit {
+	var out []edit
+	for _, e := range es {
+		k := sort.Search(len(strs), func(k int) bool { return strs[k].r1 >= e.end }) // the first that ends after e
+		if k == len(strs) || e.start < strs[k].r0 {
+			continue
 		}
-	})
-	return appendUp(nil, out, m, 0)
+		st := strs[k]
+		var m escapes
+		if st.escaped() {
+			unescape(t[st.r0:st.r1], &m)
+		}
+		e.start, e.end = st.d0+m.toDec(e.start-st.r0, false), st.d0+m.toDec(e.end-st.r0, true)
+		out = append(out, e)
+	}
+	return out
 }
 
 // edges returns the edits of the first and the last line of a string of
@@ -299,14 +374,6 @@ func assignment(line string) bool {
 // of it as it is finds: JSON, or escaped quotes.
 func couldHide(s string) bool {
 	return firstNonSpace(s) >= 0 || strings.Contains(s, `\"`)
-}
-
-// looksJSON reports whether s is a JSON object, array or string.
-func looksJSON(s string) bool {
-	if firstNonSpace(s) < 0 {
-		return false
-	}
-	return json.Valid(unsafe.Slice(unsafe.StringData(s), len(s))) // read only
 }
 
 // firstNonSpace returns the index of s's first non-space byte if it may

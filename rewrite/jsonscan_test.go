@@ -1,0 +1,61 @@
+package rewrite
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// FuzzParseJSON checks parseJSON against encoding/json: the same verdict,
+// and, on valid JSON, the strings RewriteStrings walks (forStrings).
+func FuzzParseJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"a":"b"}`, `[1,-0.5e+3,true,false,null,{},[],""]`, ` {"k" : [ "\u00e9\ud83d\ude80", "x\"y\\" ] } `, `01`, `-`, `1.`, `1e`, `.5`,
+		`{"a" "b"}`, `{"a":}`, `[1,]`, `{,}`, `"\x"`, `"\u12"`, "\"\x01\"", "[\"\xff\"]", `tru`, `nul`, `[1 2]`, `{"a":1}}`,
+		strings.Repeat("[", 10001) + strings.Repeat("]", 10001), strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
+	} {
+		f.Add(s)
+	}
+	if b, err := os.ReadFile("testdata/requests/openai-chat.json"); err == nil {
+		f.Add(string(b))
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		strs, ok := parseJSON(s, nil)
+		if want := json.Valid([]byte(s)); ok != want {
+			t.Fatalf("parseJSON says %v, json.Valid %v: %q", ok, want, s)
+		}
+		if !ok {
+			return
+		}
+		var want strSpans
+		forStrings(s, func(start, end int, key bool) {
+			want = append(want, strSpan{start + 1, end - 1, start + 1, end - 1, key})
+		})
+		if d := cmp.Diff(want, strs, cmp.AllowUnexported(strSpan{})); d != "" {
+			t.Fatalf("strings of %q (-forStrings +parseJSON):\n%s", s, d)
+		}
+	})
+}
+
+func BenchmarkParseJSON(b *testing.B) {
+	body := string(codexBody(100<<10, 0))
+	b.Run("parseJSON", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, ok := parseJSON(body, nil); !ok {
+				b.Fatal("invalid")
+			}
+		}
+	})
+	b.Run("baseline-json-valid", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if !json.Valid([]byte(body)) {
+				b.Fatal("invalid")
+			}
+		}
+	})
+}
