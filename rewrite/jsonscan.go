@@ -8,7 +8,19 @@ const maxJSONDepth = 10000
 // it is, it appends to spans the inside of each of its strings, object
 // keys included, in order (their d0 and d1 left as r0 and r1).
 func parseJSON(t string, spans strSpans) (strSpans, bool) {
+	return scanJSON(t, spans, nil)
+}
+
+// span is t[start:end] of some text.
+type span struct{ start, end int }
+
+// scanJSON is parseJSON that also appends to *objs, when objs is not nil,
+// each object that is the value of a key toolKey names and is inside no
+// other such object: from its { to past its }.
+func scanJSON(t string, spans strSpans, objs *[]span) (strSpans, bool) {
 	var stack []byte // the open containers: '{' or '['
+	obj := -1        // the depth of the stack at which the tool object being read opened
+	objStart := 0
 	i := skipSpace(t, 0)
 	for {
 		// A value starts at i.
@@ -24,9 +36,17 @@ func parseJSON(t string, spans strSpans) (strSpans, bool) {
 			if c == '[' {
 				close = ']'
 			}
+			if objs != nil && obj < 0 && c == '{' && len(stack) > 0 && stack[len(stack)-1] == '{' {
+				if k := spans[len(spans)-1]; toolKey(t[k.r0:k.r1]) {
+					obj, objStart = len(stack), i
+				}
+			}
 			i = skipSpace(t, i+1)
 			if i < len(t) && t[i] == close {
 				i++
+				if obj == len(stack) {
+					obj = -1 // empty: nothing to read in it
+				}
 				break // empty: a whole value
 			}
 			stack = append(stack, c)
@@ -78,6 +98,10 @@ func parseJSON(t string, spans strSpans) (strSpans, bool) {
 			case c == '}' && top == '{', c == ']' && top == '[':
 				stack = stack[:len(stack)-1]
 				i++
+				if obj == len(stack) {
+					*objs = append(*objs, span{objStart, i})
+					obj = -1
+				}
 				continue
 			default:
 				return spans, false
@@ -85,6 +109,18 @@ func parseJSON(t string, spans strSpans) (strSpans, bool) {
 			break
 		}
 	}
+}
+
+// toolKey reports whether an object under this key holds a tool's input
+// or output as JSON, data rather than an API's fields: Anthropic's and
+// Bedrock's tool_use and toolUse input, Gemini's functionCall args and
+// functionResponse response, Bedrock's toolResult json.
+func toolKey(k string) bool {
+	switch k {
+	case "input", "args", "response", "json":
+		return true
+	}
+	return false
 }
 
 // parseKey reads an object's key and its colon at i, and returns where

@@ -19,9 +19,12 @@ func FuzzParseJSON(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	if b, err := os.ReadFile("testdata/requests/openai-chat.json"); err == nil {
-		f.Add(string(b))
+	for _, name := range []string{"openai-chat", "anthropic", "gemini", "bedrock"} {
+		if b, err := os.ReadFile("testdata/requests/" + name + ".json"); err == nil {
+			f.Add(string(b))
+		}
 	}
+	f.Add(`{"input":{"a":{"input":{"b":1}}},"x":{"args":{}},"args":{"c":[{"response":{"d":"e"}}]}}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		strs, ok := parseJSON(s, nil)
 		if want := json.Valid([]byte(s)); ok != want {
@@ -36,6 +39,19 @@ func FuzzParseJSON(f *testing.F) {
 		})
 		if d := cmp.Diff(want, strs, cmp.AllowUnexported(strSpan{})); d != "" {
 			t.Fatalf("strings of %q (-forStrings +parseJSON):\n%s", s, d)
+		}
+		// The tool objects: whole objects, valid, apart, in order.
+		var objs []span
+		again, ok := scanJSON(s, nil, &objs)
+		if !ok || len(again) != len(strs) {
+			t.Fatalf("scanJSON disagrees with parseJSON on %q", s)
+		}
+		end := 0
+		for _, o := range objs {
+			if o.start < end || s[o.start] != '{' || s[o.end-1] != '}' || !json.Valid([]byte(s[o.start:o.end])) {
+				t.Fatalf("tool object [%d,%d) of %q", o.start, o.end, s)
+			}
+			end = o.end
 		}
 	})
 }

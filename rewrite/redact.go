@@ -91,10 +91,11 @@ func RedactBody(body []byte, r Redactor) (out []byte, ids []string) {
 	// The walk's texts are windows into body, or decoded copies; none
 	// outlives the call (a Redactor keeps copies).
 	b := unsafe.String(&body[0], len(body))
-	strs, isJSON := parseJSON(b, nil)
+	var objs []span
+	strs, isJSON := scanJSON(b, nil, &objs)
 	walk := func() []edit {
 		if isJSON {
-			return w.values(b, strs)
+			return w.values(b, strs, objs)
 		}
 		return w.text(b, 0, nil, false)
 	}
@@ -189,10 +190,34 @@ func (w *walker) skip(raw string) bool {
 }
 
 // values returns the edits of the string values of b, a JSON text whose
-// strings are strs, in b.
-func (w *walker) values(b string, strs strSpans) []edit {
+// strings are strs: each on its own, but those of objs, objects that hold
+// a tool's input or output, which are read as JSON inside a string is
+// (keys and values together): they are the same data OpenAI's APIs carry
+// in strings.
+func (w *walker) values(b string, strs strSpans, objs []span) []edit {
 	var out []edit
-	for _, st := range strs {
+	for k := 0; k < len(strs); k++ {
+		st := strs[k]
+		if len(objs) > 0 && objs[0].start < st.r0 {
+			o := objs[0]
+			objs = objs[1:]
+			n := k
+			for n < len(strs) && strs[n].r1 < o.end {
+				n++
+			}
+			inside := make(strSpans, n-k)
+			for i, x := range strs[k:n] {
+				inside[i] = strSpan{x.r0 - o.start, x.r1 - o.start, x.r0 - o.start, x.r1 - o.start, x.key}
+			}
+			if t := b[o.start:o.end]; !w.skip(t) {
+				for _, e := range w.json(t, inside, 0, nil) {
+					e.start, e.end = e.start+o.start, e.end+o.start
+					out = append(out, e)
+				}
+			}
+			k = n - 1
+			continue
+		}
 		raw := b[st.r0:st.r1]
 		if st.key || w.skip(raw) {
 			continue

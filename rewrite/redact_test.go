@@ -151,6 +151,46 @@ func TestRedactBodyCleanSameSlice(t *testing.T) {
 	}
 }
 
+// keyFinder finds a value only next to its key: "token":"<16 bytes>".
+var keyFinder = RedactorFunc(func(s string, found func(start, end int, rule, placeholder string)) {
+	for i := 0; ; {
+		j := strings.Index(s[i:], `"token":"`)
+		if j < 0 || i+j+9+16 > len(s) {
+			return
+		}
+		a := i + j + 9
+		found(a, a+16, "named-secret", "[T]")
+		i = a + 16
+	}
+})
+
+// The objects in which APIs carry a tool's input or output as JSON are
+// read as JSON inside a string is, keys and values together; an API's own
+// objects are not.
+func TestRedactBodyToolObjects(t *testing.T) {
+	const v = "abcdefghijklmnop"
+	tests := []struct{ name, in, want string }{
+		{"anthropic tool_use input", `{"content":[{"type":"tool_use","input":{"env":{"token":"` + v + `"}}}]}`,
+			`{"content":[{"type":"tool_use","input":{"env":{"token":"[T]"}}}]}`},
+		{"gemini functionResponse", `{"parts":[{"functionResponse":{"name":"sh","response":{"output":{"token":"` + v + `","n":[1,{"token":"` + v + `"}]}}}}]}`,
+			`{"parts":[{"functionResponse":{"name":"sh","response":{"output":{"token":"[T]","n":[1,{"token":"[T]"}]}}}}]}`},
+		{"gemini functionCall", `{"functionCall":{"name":"sh","args":{"token":"` + v + `"}},"x":"` + v + `!"}`,
+			`{"functionCall":{"name":"sh","args":{"token":"[T]"}},"x":"[T]!"}`},
+		{"bedrock toolResult json", `{"toolResult":{"content":[{"json":{"token":"` + v + `"}}]}}`,
+			`{"toolResult":{"content":[{"json":{"token":"[T]"}}]}}`},
+		{"an API's own object", `{"metadata":{"token":"` + v + `"},"input":"x","args":[{"token":"` + v + `"}]}`,
+			`{"metadata":{"token":"` + v + `"},"input":"x","args":[{"token":"` + v + `"}]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _ := RedactBody([]byte(tt.in), keyFinder)
+			if d := cmp.Diff(tt.want, string(out)); d != "" {
+				t.Errorf("out (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
 // A secret found once is replaced wherever it occurs in the body, in
 // strings walked before and after, at any depth, where no rule would find
 // it.
@@ -573,6 +613,10 @@ func normValue(v any, depth int, keys bool) any {
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, x := range v {
+			if _, obj := x.(map[string]any); !keys && obj && toolKey(k) {
+				out[k] = normValue(x, depth+1, true) // a tool's data: read as JSON in a string is
+				continue
+			}
 			if keys {
 				k = fmt.Sprint(normText(k, depth))
 			}
