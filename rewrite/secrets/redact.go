@@ -110,7 +110,9 @@ func (r *Redactor) replacements(v string) []replacement {
 	for _, f := range fs {
 		secret := v[f.Start:f.End]
 		rs = append(rs, replacement{f.Start, f.End, f.RuleID, r.placeholder(f.RuleID, secret, true)})
-		r.known.Add(f.RuleID, secret)
+		if r.known.Add(f.RuleID, secret) {
+			r.learnInner(secret)
+		}
 	}
 	for _, m := range km {
 		if overlapsAny(fs, m.Start, m.End) {
@@ -131,6 +133,17 @@ func (r *Redactor) replacements(v string) []replacement {
 		last = x.end
 	}
 	return out
+}
+
+// learnInner learns the secrets that a secret found whole holds: a
+// connection string found as a Kubernetes Secret's value holds an Azure
+// Storage key, which the session may show again on its own.
+func (r *Redactor) learnInner(secret string) {
+	for _, g := range r.s.ScanString(secret) {
+		if g.End-g.Start < len(secret) {
+			r.known.Add(g.RuleID, secret[g.Start:g.End])
+		}
+	}
 }
 
 // Lookup returns the secret behind a placeholder this Redactor made.
