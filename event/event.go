@@ -214,6 +214,10 @@ type LLM struct {
 type ToolCall struct {
 	ID   string `json:"id,omitempty"`
 	Name string `json:"name"`
+	// Time is when the answer named the call, as it streamed by; zero
+	// when unknown. Nothing before it is the call's doing. It is not
+	// written to the audit log.
+	Time time.Time `json:"-"`
 }
 
 // FileAccess is how a file is opened.

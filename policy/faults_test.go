@@ -133,19 +133,20 @@ func TestPluginDownOnError(t *testing.T) {
 	tests := []struct {
 		name    string
 		command []string
+		timeout time.Duration // long where the test waits for an exit: a loaded machine starts a process slowly
 		onError Action
 		want    event.Action
 		reason  string
 	}{
-		{"exits at start", helperCommand("no-such-mode"), "", event.Deny, "exited"},
-		{"crashes on a request", helperCommand("crash", "0"), ActionAllow, event.Allow, "exited (exit status 3)"},
-		{"hangs", helperCommand("hang"), ActionAsk, event.Ask, "gave no answer within 500ms"},
+		{"exits at start", helperCommand("no-such-mode"), time.Minute, "", event.Deny, "exited"},
+		{"crashes on a request", helperCommand("crash", "0"), time.Minute, ActionAllow, event.Allow, "exited (exit status 3)"},
+		{"hangs", helperCommand("hang"), 500 * time.Millisecond, ActionAsk, event.Ask, "gave no answer within 500ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opts := testOptions()
 			opts.backoffMin, opts.backoffMax = time.Hour, time.Hour // no restart during the test
-			r := startTest(t, opts, PluginConfig{Name: "bad", Command: tt.command, Timeout: 500 * time.Millisecond, OnError: tt.onError})
+			r := startTest(t, opts, PluginConfig{Name: "bad", Command: tt.command, Timeout: tt.timeout, OnError: tt.onError})
 			e := mustEngine(t, faultRules+"plugins: [{name: bad, command: x}]\ndefault: allow\n", EngineOptions{Plugins: r})
 			other := &event.Event{Kind: event.KindConnect, Session: "s1", Connect: &event.Connect{Host: "example.test", Port: 443}}
 			pending := decideWithin(t, e, other)

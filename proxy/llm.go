@@ -375,7 +375,7 @@ func (p *Proxy) finishLLM(x *exchange, status int) {
 		c.llm.CacheReadTokens, c.llm.CacheCreationTokens = info.CacheReadTokens, info.CacheCreationTokens
 		c.llm.FinishReasons = info.FinishReasons
 		for _, tc := range info.ToolCalls {
-			c.llm.ToolCalls = append(c.llm.ToolCalls, event.ToolCall{ID: tc.ID, Name: tc.Name})
+			c.llm.ToolCalls = append(c.llm.ToolCalls, event.ToolCall{ID: tc.ID, Name: tc.Name, Time: tc.Seen})
 		}
 		c.llm.Restored = c.restored
 	}

@@ -301,9 +301,11 @@ func (r *ResponseReader) deltaSlots(data []byte) (map[string]any, []slot) {
 			calls, _ := d["tool_calls"].([]any)
 			for ti, tc := range calls {
 				tm, _ := tc.(map[string]any)
-				fn, _ := tm["function"].(map[string]any)
-				if fn != nil {
+				if fn, _ := tm["function"].(map[string]any); fn != nil {
 					add("t"+idx+"."+num(tm["index"], ti), fn, "arguments", true)
+				}
+				if cu, _ := tm["custom"].(map[string]any); cu != nil {
+					add("t"+idx+"."+num(tm["index"], ti), cu, "input", false) // freeform text
 				}
 			}
 		}
@@ -314,8 +316,10 @@ func (r *ResponseReader) deltaSlots(data []byte) (map[string]any, []slot) {
 		case "response.output_text.delta", "response.refusal.delta",
 			"response.reasoning_text.delta", "response.reasoning_summary_text.delta":
 			add(key, doc, "delta", false)
-		case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
+		case "response.function_call_arguments.delta":
 			add(key, doc, "delta", true)
+		case "response.custom_tool_call_input.delta":
+			add(key, doc, "delta", false) // a freeform tool's input is text, not JSON
 		}
 	case OpGenerateContent, OpStreamGenerateContent:
 		cands, _ := doc["candidates"].([]any)

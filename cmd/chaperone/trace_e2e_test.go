@@ -84,7 +84,7 @@ func TestSessionTrace(t *testing.T) {
 		"--resolve", "api.anthropic.com:"+ant.Addr.Addr().String(),
 		"--resolve", "api.e2e.test:"+w.api.Addr.Addr().String(),
 		"--log", w.log, "--",
-		"sh", "-c", `"$1" anthropic "$2" "list the files; my token is $4" >/dev/null && ls >/dev/null && curl -sS "$3/x?token=$4" >/dev/null &&
+		"sh", "-c", `"$1" anthropic "$2" "list the files; my token is $4" "ls >/dev/null" >/dev/null && ls -d . >/dev/null && curl -sS "$3/x?token=$4" >/dev/null &&
 python3 -c 'import os, urllib.request; urllib.request.urlopen(os.environ["API"] + "/py").read()'`,
 		"sh", sdkAgent, fmt.Sprintf("https://api.anthropic.com:%d/", ant.Addr.Port()), w.api.URL, tok)
 	mustSucceed(t, r)
@@ -138,9 +138,21 @@ python3 -c 'import os, urllib.request; urllib.request.urlopen(os.environ["API"] 
 		}
 		s = parent
 	}
-	// The span of the process that exec'd ls (named after its program at
-	// first sight, which may be the shell it forked from) links the call.
-	var lsLinked bool
+	// The span of the process that exec'd the agent's ls (named after its
+	// program at first sight, which may be the shell it forked from) links
+	// the call; the ls the session's shell ran after the agent had exited
+	// is not the tool's. Process spans nest by lineage: the agent's ls is
+	// under the agent's span.
+	underAgent := func(s *tracepb.Span) bool {
+		for hops := 0; s != nil && hops < 8; hops++ {
+			if strings.HasPrefix(s.Name, "process sdkagent") {
+				return true
+			}
+			s = byID[hex.EncodeToString(s.ParentSpanId)]
+		}
+		return false
+	}
+	var agentLs, shellLs, sawShellLs bool
 	for _, s := range spans {
 		execsLs := false
 		for _, ev := range s.Events {
@@ -151,13 +163,19 @@ python3 -c 'import os, urllib.request; urllib.request.urlopen(os.environ["API"] 
 		if !execsLs {
 			continue
 		}
+		linked := false
 		for _, l := range s.Links {
-			lsLinked = lsLinked || hex.EncodeToString(l.SpanId) == hex.EncodeToString(tool.SpanId)
+			linked = linked || hex.EncodeToString(l.SpanId) == hex.EncodeToString(tool.SpanId)
+		}
+		if underAgent(s) {
+			agentLs = agentLs || linked
+		} else {
+			sawShellLs, shellLs = true, shellLs || linked
 		}
 	}
-	if ok, _ := canMediateFiles(); ok && !lsLinked {
+	if ok, _ := canMediateFiles(); ok && (!agentLs || !sawShellLs || shellLs) {
 		// Execs are events only where they are mediated.
-		t.Error("the ls that followed the bash tool call is not linked to it")
+		t.Errorf("ls linked to the bash call: the agent's %v, want true; the shell's %v (seen %v), want false", agentLs, shellLs, sawShellLs)
 	}
 	// Both GETs: curl's, with its query value redacted, and python3's, each
 	// under its own process.
