@@ -138,21 +138,19 @@ func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request, x *exchange) boo
 	case x.llm == nil:
 		x.scanBody(x.plain, r.Host)
 	case !x.llm.checked:
-		x.scanPrompt()
+		x.scanPrompt("not redacted")
 	}
 	x.http.Secrets = x.secretIDs()
 	return true
 }
-
-// wherePrompt is where a secret left in an LLM call's body is.
-const wherePrompt = "the LLM request body, not redacted"
 
 // scanPrompt looks for the secrets of an LLM call's body that was not
 // redacted, as the redactor would see them: in its strings, decoded, JSON
 // inside them included (not in its JSON as sent, where the escapes of a
 // string, and keys next to values that are no secret, such as
 // "prompt_cache_key", would be taken for secrets that are not there).
-func (x *exchange) scanPrompt() {
+// how says why the body was not redacted.
+func (x *exchange) scanPrompt(how string) {
 	var r rewrite.Redactor
 	switch rw := x.rw; {
 	case rw.Redactor != nil:
@@ -166,9 +164,12 @@ func (x *exchange) scanPrompt() {
 	default:
 		return
 	}
-	_, ids := rewrite.RedactBody(x.plain, r)
-	for _, id := range ids {
-		x.found = append(x.found, secretAt{id, wherePrompt})
+	for _, s := range rewrite.FindBodySecrets(x.plain, r) {
+		where := "the LLM request body"
+		if s.Pointer != "" {
+			where += " at " + s.Pointer
+		}
+		x.found = append(x.found, secretAt{s.RuleID, where + ", " + how})
 	}
 }
 
@@ -245,9 +246,7 @@ func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, chec
 		if x.llm != nil && x.rw.RewriteParams != nil && x.rw.RewriteParams(x.llm.ev.Verdict.Rule)["on_signed"] == "allow" {
 			// The rule lets signed requests go unchanged: their secrets
 			// stay, and count as such.
-			for _, id := range ids {
-				x.found = append(x.found, secretAt{id, wherePrompt + ", signed"})
-			}
+			x.scanPrompt("signed, not redacted")
 			return true
 		}
 		p.refuse(w, &x.ev, http.StatusForbidden, proxyVerdict(ruleRedactFailed,

@@ -481,7 +481,7 @@ func TestLLMUnredactedPromptRefusal(t *testing.T) {
 	if status != http.StatusForbidden {
 		t.Fatalf("status %d: %s", status, answer)
 	}
-	want := "denied by rule no-secrets-to-other-hosts: the request carries a secret where it would not be redacted (github-pat in the LLM request body, not redacted)"
+	want := "denied by rule no-secrets-to-other-hosts: the request carries a secret where it would not be redacted (github-pat in the LLM request body at /messages/0/content/0/text, not redacted)"
 	if !strings.Contains(answer, want) {
 		t.Errorf("answer %q, want it to hold %q", answer, want)
 	}

@@ -1,5 +1,13 @@
 package rewrite
 
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strconv"
+	"strings"
+)
+
 // maxJSONDepth is the deepest nesting parseJSON accepts: encoding/json's.
 const maxJSONDepth = 10000
 
@@ -230,4 +238,103 @@ func literal(t string) int {
 		}
 	}
 	return 0
+}
+
+// pointedString is one string of a JSON body: body[start:end], quotes
+// included, and its JSON pointer.
+type pointedString struct {
+	start, end int
+	pointer    string
+}
+
+// stringPointers returns the string values of a JSON body, in order, each
+// with its JSON pointer (RFC 6901); nil for a body that is not JSON. A key
+// that is not a plain name (up to 24 letters, '_' and '-': an API's field,
+// never a secret) is written *. It is encoding/json's reading
+// (Decoder.Token), made only to say where something is.
+func stringPointers(body []byte) []pointedString {
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	type level struct {
+		array bool
+		index int
+		key   string
+		inKey bool // an object's next string is a key
+	}
+	var path []level
+	pointer := func() string {
+		var b strings.Builder
+		for _, l := range path {
+			b.WriteByte('/')
+			switch {
+			case l.array:
+				b.WriteString(strconv.Itoa(l.index))
+			case plainKey(l.key):
+				b.WriteString(l.key)
+			default:
+				b.WriteByte('*')
+			}
+		}
+		return b.String()
+	}
+	// A value ends: the next one of its array has the next index, the next
+	// string of its object is a key.
+	ended := func() {
+		if n := len(path); n > 0 {
+			if path[n-1].array {
+				path[n-1].index++
+			} else {
+				path[n-1].inKey = true
+			}
+		}
+	}
+	var out []pointedString
+	for {
+		start := d.InputOffset()
+		tok, err := d.Token()
+		if err != nil {
+			if err == io.EOF {
+				return out
+			}
+			return nil
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				path = append(path, level{inKey: true})
+			case '[':
+				path = append(path, level{array: true})
+			default:
+				path = path[:len(path)-1]
+				ended()
+			}
+		case string:
+			if n := len(path); n > 0 && !path[n-1].array && path[n-1].inKey {
+				path[n-1].key, path[n-1].inKey = t, false
+				continue
+			}
+			end := int(d.InputOffset())
+			// The token began after any separator and space before it.
+			i := bytes.IndexByte(body[start:end], '"')
+			out = append(out, pointedString{int(start) + i, end, pointer()})
+			ended()
+		default:
+			ended()
+		}
+	}
+}
+
+// plainKey reports whether an object's key is a plain name: up to 24
+// letters, '_' and '-'.
+func plainKey(k string) bool {
+	if k == "" || len(k) > 24 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -68,8 +68,54 @@ const (
 // searched before it was found too, and where no rule would find it: a
 // second walk, made only when the first found something.
 func RedactBody(body []byte, r Redactor) (out []byte, ids []string) {
-	if len(body) == 0 {
+	es := bodyEdits(body, r)
+	if len(es) == 0 {
 		return body, nil
+	}
+	out = make([]byte, 0, len(body)+len(es)*16)
+	ids = make([]string, 0, len(es))
+	last := 0
+	for _, e := range es {
+		out = append(out, body[last:e.start]...)
+		out = append(out, e.repl...)
+		ids = append(ids, e.rule)
+		last = e.end
+	}
+	return append(out, body[last:]...), ids
+}
+
+// A BodySecret is a secret RedactBody would replace: the rule that found
+// it, and the JSON pointer (RFC 6901) of the body's string that holds it,
+// at whatever depth inside that string it is ("" for a body that is not
+// JSON).
+type BodySecret struct {
+	RuleID  string
+	Pointer string
+}
+
+// FindBodySecrets returns the secrets RedactBody would replace in body, in
+// order, to say where they are without changing it.
+func FindBodySecrets(body []byte, r Redactor) []BodySecret {
+	es := bodyEdits(body, r)
+	if len(es) == 0 {
+		return nil
+	}
+	ptrs := stringPointers(body)
+	out := make([]BodySecret, 0, len(es))
+	for _, e := range es {
+		p := ""
+		if i := sort.Search(len(ptrs), func(i int) bool { return ptrs[i].end > e.start }); i < len(ptrs) && ptrs[i].start <= e.start {
+			p = ptrs[i].pointer
+		}
+		out = append(out, BodySecret{e.rule, p})
+	}
+	return out
+}
+
+// bodyEdits returns RedactBody's replacements in body, sorted and apart.
+func bodyEdits(body []byte, r Redactor) []edit {
+	if len(body) == 0 {
+		return nil
 	}
 	w := &walker{repeat: map[string]edit{}}
 	var got []edit
@@ -125,22 +171,16 @@ func RedactBody(body []byte, r Redactor) (out []byte, ids []string) {
 		}
 		es = mergeEdits(es, walk())
 	}
-	if len(es) == 0 {
-		return body, nil
-	}
-	out = make([]byte, 0, len(body)+len(es)*16)
-	ids = make([]string, 0, len(es))
+	// Apart at every level, and so in the body; this only makes sure.
+	kept := es[:0]
 	last := 0
 	for _, e := range es {
-		if e.start < last {
-			continue // cannot be: edits are kept apart at every level
+		if e.start >= last {
+			kept = append(kept, e)
+			last = e.end
 		}
-		out = append(out, body[last:e.start]...)
-		out = append(out, e.repl...)
-		ids = append(ids, e.rule)
-		last = e.end
 	}
-	return append(out, body[last:]...), ids
+	return kept
 }
 
 // edit replaces text[start:end] of some text by repl, for rule.
