@@ -247,29 +247,32 @@ type pointedString struct {
 	pointer    string
 }
 
-// stringPointers returns the string values of a JSON body, in order, each
-// with its JSON pointer (RFC 6901); nil for a body that is not JSON. A key
-// that is not a plain name (up to 24 letters, '_' and '-': an API's field,
-// never a secret) is written *. It is encoding/json's reading
-// (Decoder.Token), made only to say where something is.
+// stringPointers returns the strings of a JSON body, in order, each with
+// its JSON pointer (RFC 6901; a key has its member's, its own name written
+// *); nil for a body that is not JSON. Keys inside a tool's data (toolKey)
+// are written * too: they may be anything, a secret included; so is a key
+// that is not a plain name (up to 24 letters, '_' and '-'). It is
+// encoding/json's reading (Decoder.Token), made only to say where
+// something is.
 func stringPointers(body []byte) []pointedString {
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber()
 	type level struct {
 		array bool
+		data  bool // inside a tool's data
 		index int
 		key   string
 		inKey bool // an object's next string is a key
 	}
 	var path []level
-	pointer := func() string {
+	pointer := func(hideLast bool) string {
 		var b strings.Builder
-		for _, l := range path {
+		for i, l := range path {
 			b.WriteByte('/')
 			switch {
 			case l.array:
 				b.WriteString(strconv.Itoa(l.index))
-			case plainKey(l.key):
+			case !l.data && plainKey(l.key) && !(hideLast && i == len(path)-1):
 				b.WriteString(l.key)
 			default:
 				b.WriteByte('*')
@@ -288,6 +291,12 @@ func stringPointers(body []byte) []pointedString {
 			}
 		}
 	}
+	// data says whether a container opening here is a tool's data: an
+	// object under a toolKey (as scanJSON's), or inside one.
+	data := func(object bool) bool {
+		n := len(path)
+		return n > 0 && (path[n-1].data || object && !path[n-1].array && toolKey(path[n-1].key))
+	}
 	var out []pointedString
 	for {
 		start := d.InputOffset()
@@ -302,22 +311,23 @@ func stringPointers(body []byte) []pointedString {
 		case json.Delim:
 			switch t {
 			case '{':
-				path = append(path, level{inKey: true})
+				path = append(path, level{inKey: true, data: data(true)})
 			case '[':
-				path = append(path, level{array: true})
+				path = append(path, level{array: true, data: data(false)})
 			default:
 				path = path[:len(path)-1]
 				ended()
 			}
 		case string:
-			if n := len(path); n > 0 && !path[n-1].array && path[n-1].inKey {
-				path[n-1].key, path[n-1].inKey = t, false
-				continue
-			}
 			end := int(d.InputOffset())
 			// The token began after any separator and space before it.
-			i := bytes.IndexByte(body[start:end], '"')
-			out = append(out, pointedString{int(start) + i, end, pointer()})
+			at := int(start) + bytes.IndexByte(body[start:end], '"')
+			if n := len(path); n > 0 && !path[n-1].array && path[n-1].inKey {
+				path[n-1].key, path[n-1].inKey = t, false
+				out = append(out, pointedString{at, end, pointer(true)})
+				continue
+			}
+			out = append(out, pointedString{at, end, pointer(false)})
 			ended()
 		default:
 			ended()

@@ -660,8 +660,17 @@ func FuzzRedactBody(f *testing.F) {
 			}
 		}
 		checkSpliced(t, in, out)
+		where := FindBodySecrets(in, markerFinder)
+		if len(where) != len(ids) {
+			t.Fatalf("FindBodySecrets gives %d, RedactBody replaced %d", len(where), len(ids))
+		}
 		if !json.Valid(in) {
 			return
+		}
+		for _, w := range where {
+			if w.Pointer != "" && w.Pointer[0] != '/' || w.Pointer == "" && bytes.TrimSpace(in)[0] != '"' {
+				t.Fatalf("pointer %q in %q", w.Pointer, in)
+			}
 		}
 		if !json.Valid(out) {
 			t.Fatalf("the output is not JSON: %q -> %q", in, out)
@@ -742,12 +751,15 @@ func TestFindBodySecrets(t *testing.T) {
 	const m = marker
 	in := `{"model":"x","messages":[{"role":"user","content":"a ` + m + `"},` +
 		`{"role":"tool","content":"{\"out\":\"AKIA\\u005aZZZZZZZZZZZZZZZ\"}"},` +
-		`{"content":[{"text":"b"},{"args":{"ghp_k3y":{"x~/y":"` + m + `"}}}]}],"n":[1,"` + m + `"]}`
+		`{"content":[{"text":"b"},{"args":{"ghp_k3y":{"x~/y":"` + m + `"},"` + m + `":1}}]}],"n":[1,"` + m + `"],` +
+		`"input":[{"output":"` + m + `"}]}`
 	want := []BodySecret{
 		{"aws-access-token", "/messages/0/content"},
 		{"aws-access-token", "/messages/1/content"},
 		{"aws-access-token", "/messages/2/content/1/args/*/*"},
+		{"aws-access-token", "/messages/2/content/1/args/*"},
 		{"aws-access-token", "/n/1"},
+		{"aws-access-token", "/input/0/output"},
 	}
 	if d := cmp.Diff(want, FindBodySecrets([]byte(in), markerFinder)); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
