@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/chaperone-dev/chaperone/internal/secretcorpus"
 )
 
 // FuzzParseJSON checks parseJSON against encoding/json: the same verdict,
@@ -56,21 +58,34 @@ func FuzzParseJSON(f *testing.F) {
 	})
 }
 
+// BenchmarkParseJSON compares parseJSON with json.Valid on the secret
+// corpus's bodies (every API shape and serialization).
 func BenchmarkParseJSON(b *testing.B) {
-	body := string(codexBody(100<<10, 0))
+	var bodies []string
+	var size int64
+	for _, s := range secretcorpus.Generate(secretcorpus.Options{Seed: 1}) {
+		for _, r := range s.Requests {
+			bodies = append(bodies, string(r.Body))
+			size += int64(len(r.Body))
+		}
+	}
 	b.Run("parseJSON", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
+		b.SetBytes(size)
 		for b.Loop() {
-			if _, ok := parseJSON(body, nil); !ok {
-				b.Fatal("invalid")
+			for _, body := range bodies {
+				if _, ok := parseJSON(body, nil); !ok {
+					b.Fatal("invalid")
+				}
 			}
 		}
 	})
 	b.Run("baseline-json-valid", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
+		b.SetBytes(size)
 		for b.Loop() {
-			if !json.Valid([]byte(body)) {
-				b.Fatal("invalid")
+			for _, body := range bodies {
+				if !json.Valid([]byte(body)) {
+					b.Fatal("invalid")
+				}
 			}
 		}
 	})
