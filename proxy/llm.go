@@ -304,7 +304,7 @@ func (p *Proxy) applyRewrites(w http.ResponseWriter, r *http.Request, x *exchang
 			x.changes().Credentials = injected
 		}
 	}
-	if len(rw.IdentityPresets) > 0 && (x.llm != nil || rw.IdentityHost != nil && rw.IdentityHost(host)) {
+	if len(rw.IdentityPresets) > 0 && (x.llm != nil || x.socket != nil || rw.IdentityHost != nil && rw.IdentityHost(host)) {
 		id := rw.Identity
 		if x.ev.Process != nil {
 			id.Lineage = x.ev.Process.LineageNames

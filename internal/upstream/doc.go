@@ -8,7 +8,8 @@
 // its handler runs, so a test can check what actually reached the upstream
 // after the proxy allowed, denied or rewrote it. The default handler serves a
 // greeting, byte streams, echoes, chosen statuses, header dumps and a
-// WebSocket echo; GitHandler serves bare Git repositories over smart HTTP.
+// WebSocket echo; GitHandler serves bare Git repositories over smart HTTP;
+// LLMHandler and WSLLM are fake LLM APIs, over HTTP and over WebSocket.
 // A Relay is a permissive HTTP proxy and SOCKS4/4a/5 server that records
 // what it was asked and opens connections to loopback addresses only.
 //
