@@ -48,6 +48,10 @@ func sampleEvents() []*event.Event {
 			Provider: "anthropic", Model: "claude-sonnet-4", Path: "/v1/messages", Operation: "messages", Stream: true,
 			Status: 200, ResponseModel: "claude-sonnet-4-20250514", InputTokens: 12, OutputTokens: 34, CacheReadTokens: 5, CacheCreationTokens: 6,
 			FinishReasons: []string{"tool_use"}, ToolCalls: []event.ToolCall{{ID: "toolu_1", Name: "bash"}}, Restored: 1}},
+		{Time: t0, Kind: event.KindLLM, Session: "7f3a9c01", Process: proc(), Verdict: event.Verdict{Action: event.Rewrite, Rule: "redact", DecidedBy: event.DecidedByRule}, LLM: &event.LLM{
+			Provider: "openai", Model: "gpt-5-codex", Path: "/v1/responses", Operation: "responses", Stream: true, Status: 101,
+			InputTokens: 12, OutputTokens: 34, FinishReasons: []string{"completed"}, Restored: 1,
+			WebSocket: true, WSMessage: "response.create", WSUnparsed: 2, Rewrite: &event.Changes{Redacted: map[string]int{"github-pat": 1}}}},
 		{Time: t0, Kind: event.KindDNS, Session: "7f3a9c01", Process: proc(), Verdict: allow, DNS: &event.DNS{
 			Name: "api.example.com", Type: "A", Answers: []netip.Addr{netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("::1")}, Rcode: "NOERROR"}},
 		{Time: t0, Kind: event.KindFile, Session: "7f3a9c01", Process: proc(), Verdict: event.Verdict{Action: event.Ask, DecidedBy: event.DecidedByHuman}, File: &event.File{
