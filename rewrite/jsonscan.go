@@ -23,8 +23,9 @@ func parseJSON(t string, spans strSpans) (strSpans, bool) {
 type span struct{ start, end int }
 
 // scanJSON is parseJSON that also appends to *objs, when objs is not nil,
-// each object that is the value of a key toolKey names and is inside no
-// other such object: from its { to past its }.
+// each object that is the value of a key toolKey names, or array under
+// "json" (Bedrock's toolResult json is any JSON value), and is inside no
+// other such value: from its { or [ to past its } or ].
 func scanJSON(t string, spans strSpans, objs *[]span) (strSpans, bool) {
 	var stack []byte // the open containers: '{' or '['
 	obj := -1        // the depth of the stack at which the tool object being read opened
@@ -44,8 +45,8 @@ func scanJSON(t string, spans strSpans, objs *[]span) (strSpans, bool) {
 			if c == '[' {
 				close = ']'
 			}
-			if objs != nil && obj < 0 && c == '{' && len(stack) > 0 && stack[len(stack)-1] == '{' {
-				if k := spans[len(spans)-1]; toolKey(t[k.r0:k.r1]) {
+			if objs != nil && obj < 0 && len(stack) > 0 && stack[len(stack)-1] == '{' {
+				if k := t[spans[len(spans)-1].r0:spans[len(spans)-1].r1]; c == '{' && toolKey(k) || k == "json" {
 					obj, objStart = len(stack), i
 				}
 			}

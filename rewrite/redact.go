@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -66,7 +67,9 @@ const (
 // Every secret of at least MinRepeatLen bytes found anywhere in the body
 // is then replaced everywhere in it, by the same placeholder, in strings
 // searched before it was found too, and where no rule would find it: a
-// second walk, made only when the first found something.
+// second walk, made only when the first found something. So is every
+// secret found inside one of them, searched alone (the password of a
+// database URL that a Secret's DATABASE_URL holds whole).
 func RedactBody(body []byte, r Redactor) (out []byte, ids []string) {
 	es := bodyEdits(body, r)
 	if len(es) == 0 {
@@ -147,6 +150,18 @@ func bodyEdits(body []byte, r Redactor) []edit {
 	}
 	es := walk()
 	if len(w.repeat) > 0 {
+		// A secret found inside one found whole (a database URL's
+		// password, the value of a Secret's DATABASE_URL) is replaced
+		// alone too, wherever it is.
+		for _, v := range slices.Collect(maps.Keys(w.repeat)) {
+			r.FindSecrets(v, func(start, end int, rule, ph string) {
+				if inner := v[start:end]; len(inner) < len(v) && len(inner) >= MinRepeatLen {
+					if _, ok := w.repeat[inner]; !ok {
+						w.repeat[inner] = edit{start: start, end: end, rule: rule, repl: ph}
+					}
+				}
+			})
+		}
 		vals := make([]repeated, 0, len(w.repeat))
 		for v, e := range w.repeat {
 			vals = append(vals, repeated{v, e.rule, e.repl})

@@ -181,6 +181,8 @@ func TestRedactBodyToolObjects(t *testing.T) {
 			`{"functionCall":{"name":"sh","args":{"token":"[T]"}},"x":"[T]!"}`},
 		{"bedrock toolResult json", `{"toolResult":{"content":[{"json":{"token":"` + v + `"}}]}}`,
 			`{"toolResult":{"content":[{"json":{"token":"[T]"}}]}}`},
+		{"bedrock toolResult json list", `{"toolResult":{"content":[{"json":[{"token":"` + v + `"},{"token":"` + v + `"}]}]}}`,
+			`{"toolResult":{"content":[{"json":[{"token":"[T]"},{"token":"[T]"}]}]}}`},
 		{"an API's own object", `{"metadata":{"token":"` + v + `"},"input":"x","args":[{"token":"` + v + `"}]}`,
 			`{"metadata":{"token":"` + v + `"},"input":"x","args":[{"token":"` + v + `"}]}`},
 	}
@@ -475,6 +477,31 @@ func TestRedactBodyAgentShapes(t *testing.T) {
 
 // A secret seen only inside JSON inside a string stays known to the
 // session: a later body that quotes it bare has it replaced.
+// A secret found inside a longer one (a database URL's password in the
+// value of a Secret's DATABASE_URL) is replaced wherever it is alone in
+// the same body too, before and after.
+func TestRedactBodyInnerSecretEverywhere(t *testing.T) {
+	const url, pw = "postgresql://app:Pq7!vX2#kL9zR4@db.internal:5432/app", "Pq7!vX2#kL9zR4"
+	// The whole URL where a key names it; its password inside any URL.
+	finder := RedactorFunc(func(s string, found func(start, end int, rule, placeholder string)) {
+		if i := strings.Index(s, "DATABASE_URL: "+url); i >= 0 {
+			a := i + len("DATABASE_URL: ")
+			found(a, a+len(url), "kubernetes-secret", "[K]")
+			return
+		}
+		if i := strings.Index(s, "://app:"+pw+"@"); i >= 0 {
+			a := i + len("://app:")
+			found(a, a+len(pw), "database-url", "[D]")
+		}
+	})
+	in := marshal(t, []string{"the password is " + pw, "stringData:\n  DATABASE_URL: " + url + "\n", "so " + pw + " it is"})
+	out, _ := RedactBody([]byte(in), finder)
+	want := marshal(t, []string{"the password is [D]", "stringData:\n  DATABASE_URL: [K]\n", "so [D] it is"})
+	if d := cmp.Diff(want, string(out)); d != "" {
+		t.Errorf("out (-want +got):\n%s", d)
+	}
+}
+
 func TestRedactBodyNestedSecretStaysKnown(t *testing.T) {
 	p := planted{rand.New(rand.NewPCG(26, 2))}
 	secret := p.awsSecret()

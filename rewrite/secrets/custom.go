@@ -60,11 +60,12 @@ func ownRules() ([]*rule, error) {
 		return nil, err
 	}
 
-	// An AWS secret key assigned by name.
+	// An AWS secret key assigned by name, or named in prose ("… for
+	// staging: `…`").
 	awsByName := &rule{id: idAWSSecret, group: 1, entropy: 3,
 		keywords: []string{"secret_access", "secretaccess", "aws_secret", "awssecret"},
 		valid:    func(s string, _ []int, a, b int) bool { return !strings.Contains(s[a:b], "EXAMPLE") }}
-	if err := add(awsByName, `(?i)(?:secret_?access_?key|aws_?secret(?:_?key)?)["'\x60]?(?:\s*(?:=|:=|:|=>)\s*|[ \t]+)["'\x60]?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)`); err != nil {
+	if err := add(awsByName, `(?i)(?:secret_?access_?key|aws_?secret(?:_?key)?)["'\x60]?(?:\s*(?:=|:=|:|=>)\s*|(?:[ \t]+[a-z]{1,12}){1,3}:[ \t]+|[ \t]+)["'\x60]?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)`); err != nil {
 		return nil, err
 	}
 
@@ -211,13 +212,15 @@ func linesAfter(s string, i, n, limit int) int {
 	return hi
 }
 
-// dottedIdent reports code references such as os.environ or settings.KEY.
+// dottedIdent reports code references such as os.environ or settings.KEY:
+// words joined by dots, none of them random (KkWDS8XxuAavYhzI5Qhj.q is a
+// password).
 func dottedIdent(v string) bool {
 	if !strings.Contains(v, ".") {
 		return false
 	}
 	for part := range strings.SplitSeq(v, ".") {
-		if part == "" || !(part[0] == '_' || 'a' <= part[0] && part[0] <= 'z' || 'A' <= part[0] && part[0] <= 'Z') {
+		if part == "" || !(part[0] == '_' || 'a' <= part[0] && part[0] <= 'z' || 'A' <= part[0] && part[0] <= 'Z') || randomWord(part) {
 			return false
 		}
 		for i := 0; i < len(part); i++ {
@@ -227,6 +230,29 @@ func dottedIdent(v string) bool {
 		}
 	}
 	return true
+}
+
+// randomWord reports whether an identifier's bytes read as random rather
+// than words: eight or more, with digits, two capitals or more and a fifth
+// of its letters or more (camelCase names have a capital a word, and
+// CONSTANT_CASE no lower case).
+func randomWord(w string) bool {
+	if len(w) < 8 {
+		return false
+	}
+	var upper, lower, digit int
+	for i := 0; i < len(w); i++ {
+		switch c := w[i]; {
+		case 'A' <= c && c <= 'Z':
+			upper++
+		case 'a' <= c && c <= 'z':
+			lower++
+		case '0' <= c && c <= '9':
+			digit++
+		}
+	}
+	letters := upper + lower
+	return digit > 0 && upper >= 2 && lower >= 2 && upper*5 >= letters
 }
 
 // isPlaceholder reports values that are templates, references or examples,

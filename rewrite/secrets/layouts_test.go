@@ -108,6 +108,8 @@ func TestEnvLayouts(t *testing.T) {
 	tests := []scanCase{
 		{"k8s env block", "env:\n  - name: LOG_LEVEL\n    value: info\n  - name: ADMIN_PASSWORD\n    value: \"" + v + "\"\n", idEnv, v},
 		{"k8s env block unquoted", "env:\n  - name: ADMIN_PASSWORD\n    value: " + v + "\n  - name: X\n", idEnv, v},
+		{"k8s env block, a dotted value", "env:\n  - name: GRAFANA_ADMIN_PASSWORD\n    value: \"KkWDS8XxuAavYhzI5Qhj.q\"\n", idEnv, "KkWDS8XxuAavYhzI5Qhj.q"},
+		{"k8s env block, a reference", "env:\n  - name: GRAFANA_ADMIN_PASSWORD\n    value: config.adminPassword2\n", "", ""},
 		{"k8s env json", `{"name": "DB_PASSWORD", "value": "` + v + `"}`, idEnv, v},
 		{"k8s env json escaped", `{\"name\":\"DB_PASSWORD\",\"value\":\"` + v + `\"}`, idEnv, v},
 		{"cloudformation", "Environment:\n  - Name: API_TOKEN\n    Value: " + v + "\n", idEnv, v},
@@ -146,6 +148,7 @@ func TestEnvLayouts(t *testing.T) {
 func TestNamedLayouts(t *testing.T) {
 	g := newSecretGen(t, 28)
 	v, tok := g.make("password"), g.make("envval")
+	slashless := g.Str(39, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") + "7"
 	tests := []scanCase{
 		{"yaml quoted", "database:\n  host: db\n  password: \"" + v + "\"\n", idNamed, v},
 		{"yaml unquoted", "redis:\n  password: " + v + "\n  db: 0\n", idNamed, v},
@@ -162,6 +165,7 @@ func TestNamedLayouts(t *testing.T) {
 		{"js default", "export const config = {\n  webhookSecret: process.env.WEBHOOK_SECRET ?? '" + v + "',\n};", idNamed, v},
 		{"js default in a file view", `     3\t  redisPassword: process.env.REDIS_PASSWORD || "` + v + `",\n`, idNamed, v},
 		{"no default", "  webhookSecret: process.env.WEBHOOK_SECRET,\n", "", ""},
+		{"go camelCase at a line's start", "const (\n\tazureStorageKey = \"" + v + "\"\n)\n", idEnv, v},
 		{"go at a line's start", `apiKey := "` + v + `"`, idEnv, v},
 		{"flag", "mysql -h db -u root --password=" + v + " shop", idNamed, v},
 		{"flag with blank", "vault login --token " + v + " -method=token", idNamed, v},
@@ -169,6 +173,8 @@ func TestNamedLayouts(t *testing.T) {
 		{"prose", "the admin password: " + v + " (rotate it)", idNamed, v},
 		{"prose with words between", "- SMTP_PASSWORD for staging: `" + v + "`\n- Never push to main directly.", idNamed, v},
 		{"prose, no value", "- the password for staging: ask the on-call engineer.\n", "", ""},
+		{"prose, a value starting with /", "- JWT_SECRET for staging: `/" + slashless + "`\n", idNamed, "/" + slashless},
+		{"paths", "session_secret: /run/secrets/session\napi_key: /etc/app/key.pem\ntoken: /tmp/TestRun8921/token\nsecret: ~/keys/k\npassword: /srv/Pass1234Word5678abcd\n", "", ""},
 		{"placeholders", "password: change-me\napi_key: \"your-api-key-here\"\ntoken: \"{{ .Values.token }}\"\nsecret: ${APP_SECRET}\n" +
 			"client_secret: <client-secret>\nsigning_key: xxxxxxxxxxxxxxxx\nadmin_password: \"***\"\nwebhook_secret: REPLACE_ME\n" +
 			"access_token: TODO\ndb_password: example\nsmtp_password: dummy\nredis_password: test\n", "", ""},
@@ -236,6 +242,9 @@ func TestAWSNearKeyID(t *testing.T) {
 		{"other item before", `[{"Checksum": "` + other + `"}, {"AccessKeyId": "` + id + `"}]`, func(x string) []found {
 			return []found{at("aws-access-token", x, id)}
 		}},
+		{"named in prose", "- AWS_SECRET_ACCESS_KEY for staging: `/" + key[1:] + "`\n", func(x string) []found {
+			return []found{at("aws-secret-access-key", x, "/"+key[1:])}
+		}},
 		{"same item", sameItem, func(x string) []found {
 			return []found{at("aws-access-token", x, id), at("aws-secret-access-key", x, key)}
 		}},
@@ -256,18 +265,21 @@ func TestAWSNearKeyID(t *testing.T) {
 
 // TestBasicAuth: a password given with its user, to curl or in a URL.
 // gitleaks' curl-auth-user, which takes user and password together when
-// the password has no symbols, is left out to see ours.
+// the password has no symbols, is replaced by ours.
 func TestBasicAuth(t *testing.T) {
 	g := newSecretGen(t, 32)
 	v, tok := g.make("password"), g.make("envval")
 	sk := "sk_test_" + g.Str(24, "abcdefghijklmnopqrstuvwxyz0123456789")
-	s, err := NewScanner(Options{AllowRules: []string{"curl-auth-user"}})
+	s, err := NewScanner(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runScanCases(t, s, []scanCase{
 		{"curl -u", "curl -fsS -u admin:" + tok + " https://grafana.acme.internal/api/health", idBasicAuth, tok},
 		{"curl -u quoted", `curl -u "admin:` + v + `" https://grafana.acme.internal/api/health`, idBasicAuth, v},
+		{"curl -u, a short dotted password", "curl -fsS -u admin:tkmXe33errUj.fq https://grafana.acme.internal/api/health", idBasicAuth, "tkmXe33errUj.fq"},
+		{"curl -u, a dotted password", "curl -fsS -u admin:gddpg.A_XgrWNrY9_7kI https://grafana.acme.internal/api/health", idBasicAuth, "gddpg.A_XgrWNrY9_7kI"},
+		{"curl -u, a reference", "curl -fsS -u admin:settings.grafanaPassword https://grafana.acme.internal/api/health", "", ""},
 		{"curl --user=", "curl --user=ci:" + tok + " https://ci.acme.internal", idBasicAuth, tok},
 		{"history", "  585  curl -fsS -u admin:" + tok + " https://grafana.acme.internal/api/health\n  586  vim .env\n", idBasicAuth, tok},
 		{"url", "wget -qO- https://admin:" + tok + "@grafana.acme.internal/api/health", idBasicAuth, tok},

@@ -464,7 +464,13 @@ func commandBefore(s string, i int) bool {
 // set on a line of its own or inline in a command (rule env-secret).
 func matchEnvAssignment(s string, start, end int, loc *[4]int) bool {
 	a, ok := parseAssignment(s, start, end)
-	if !ok || a.layout != layoutEnvLine && a.layout != layoutEnvInline || !envName(a.name) || !plausibleValue(s[a.vs:a.ve], false) {
+	if !ok || a.layout != layoutEnvLine && a.layout != layoutEnvInline {
+		return false
+	}
+	// A camelCase name at a line's start is code's (storageKey = "…"),
+	// and is read as a config key is.
+	env := envName(a.name) && plausibleValue(s[a.vs:a.ve], false)
+	if !env && (!a.quoted || !hasAny(a.name, "abcdefghijklmnopqrstuvwxyz") || !secretKeyName(a.name) || !plausibleValue(s[a.vs:a.ve], true)) {
 		return false
 	}
 	*loc = [4]int{a.start, a.end, a.vs, a.ve}
@@ -704,6 +710,29 @@ func containsFold(w, sub string) bool {
 	return false
 }
 
+// pathLike reports whether v reads as a file path: it starts with /, ~/,
+// ./ or ../, and is not a base64 secret that happens to start with a /
+// (one in 64 does): 20 or more bytes of base64's alphabet alone, upper
+// and lower case and digits, under no directory a path starts with.
+func pathLike(v string) bool {
+	if strings.HasPrefix(v, "~/") || strings.HasPrefix(v, "./") || strings.HasPrefix(v, "../") {
+		return true
+	}
+	if !strings.HasPrefix(v, "/") {
+		return false
+	}
+	if len(v) < 20 || strings.Trim(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") != "" ||
+		!hasAny(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") || !hasAny(v, "abcdefghijklmnopqrstuvwxyz") || !hasAny(v, "0123456789") {
+		return true
+	}
+	for _, dir := range []string{"bin", "boot", "dev", "etc", "home", "lib", "media", "mnt", "nix", "opt", "private", "proc", "root", "run", "sbin", "srv", "sys", "tmp", "usr", "var", "Applications", "Library", "System", "Users", "Volumes", "workspace", "workspaces", "app", "src", "data", "code", "build", "github"} {
+		if rest, ok := strings.CutPrefix(v[1:], dir); ok && (rest == "" || rest[0] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
 // plausibleValue reports whether v, given to a name that says secret, may
 // be one: not a placeholder, a reference, a path, a number, a URL without
 // credentials, or code. strict (a config key, a flag, a query parameter,
@@ -714,8 +743,7 @@ func plausibleValue(v string, strict bool) bool {
 	if len(v) < 4 || isPlaceholder(v) || strings.Trim(v, "0123456789") == "" {
 		return false
 	}
-	if strings.HasPrefix(v, "/") || strings.HasPrefix(v, "~/") || strings.HasPrefix(v, "./") || strings.HasPrefix(v, "../") ||
-		dottedIdent(v) || pairIn(v, '(', ')') || pairIn(v, '[', ']') {
+	if pathLike(v) || dottedIdent(v) || pairIn(v, '(', ')') || pairIn(v, '[', ']') {
 		return false
 	}
 	if (strings.HasPrefix(v, "http://") || strings.HasPrefix(v, "https://")) && !strings.Contains(v, "@") {

@@ -43,6 +43,10 @@ func NewScanner(o Options) (*Scanner, error) {
 	for _, r := range own {
 		replaced[r.id] = true
 	}
+	// basic-auth finds curl's -u password alone; gitleaks' curl-auth-user
+	// takes "user:password" whole, and the password, quoted bare later,
+	// would not be known.
+	replaced["curl-auth-user"] = true
 	cfg, err := loadGitleaks()
 	if err != nil {
 		return nil, err
@@ -391,6 +395,12 @@ func (s *Scanner) candidate(st *scanState, text string, ri int32, loc []int) {
 		}
 	}
 	if ss < 0 || ss >= se {
+		return
+	}
+	if ss > 0 && se < len(text) && (isAlnum(text[ss-1]) || text[ss-1] == '-' || text[ss-1] == '_' || text[ss-1] == '+') && isAlnum(text[se]) {
+		// Inside a longer run of base64: a piece of a blob (a model's
+		// encrypted reasoning, a signature), not a token, which never
+		// comes glued to such text on both sides.
 		return
 	}
 	secret := text[ss:se]
