@@ -205,13 +205,25 @@ func TestFilterRefusesNamespaces(t *testing.T) {
 	go func() {
 		defer close(done)
 		for {
+			// A receive blocks even once no process is left under the
+			// filter: poll, which says so (POLLHUP).
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+				return
+			}
+			if fds[0].Revents&unix.POLLIN == 0 {
+				if fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+					return // no process is left under the filter
+				}
+				continue
+			}
 			var n seccompNotif
 			_, _, e := unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&n)))
 			if e == unix.EINTR || e == unix.ENOENT {
 				continue // a signal to this thread (the runtime's preemption), or the caller gone
 			}
 			if e != 0 {
-				return // no process is left under the filter
+				return
 			}
 			resp := seccompResp{ID: n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
 			unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp)))
