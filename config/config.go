@@ -13,7 +13,8 @@ import (
 // Config is Chaperone's configuration. The zero value is not usable; start
 // from Default or Load.
 type Config struct {
-	// StateDir holds the CA, the trust bundle and the audit log.
+	// StateDir holds the CA and the audit log (the trust bundle for the
+	// agent is written to a temporary directory per session).
 	StateDir string `mapstructure:"state_dir" yaml:"state_dir"`
 	// Mode is "auto", "proxy" or "transparent".
 	Mode string `mapstructure:"mode" yaml:"mode"`
@@ -170,7 +171,7 @@ type key struct {
 
 // keys lists every key in the order they are documented and shown.
 var keys = []key{
-	{name: "state_dir", flag: "state-dir", help: "directory for the CA, trust bundle and audit log"},
+	{name: "state_dir", flag: "state-dir", help: "directory for the CA and the audit log"},
 	{name: "mode", flag: "mode", help: `interception mode: "auto", "proxy" or "transparent" (Linux, root)`},
 	{name: "listen", flag: "listen", help: "proxy listen address, a loopback IP:port"},
 	{name: "log", flag: "log", help: "audit log path (default <state_dir>/audit.jsonl)"},

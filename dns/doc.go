@@ -2,8 +2,12 @@
 // port-53 traffic (UDP and TCP) reaches in transparent mode. It answers
 // static names from the configuration, forwards the rest to upstream
 // resolvers, asks a Decider about every query, publishes one dns event per
-// query, and remembers which name each answered address was looked up as so
-// that a later connection to a bare IP can be reported with its name.
+// query, and remembers the names each answered address was looked up as,
+// and by which processes, so that a later connection to a bare IP can be
+// named: by the name its own process looked the address up as
+// (NameForProcess), and checked against every name the session resolved to
+// it (Resolved). An address answers for many names (a CDN's does): the
+// last lookup of it by anyone (NameFor) names no other connection.
 //
 // Guarantees:
 //   - Fail closed: a query is forwarded or answered only when the Decider
@@ -24,8 +28,10 @@
 //   - UDP replies respect the client's advertised size (512 without EDNS0)
 //     and set TC when cut; a truncated UDP answer from an upstream is asked
 //     again over TCP.
-//   - Name memory is bounded (an LRU of recent addresses) and entries
-//     expire; NameFor is safe for concurrent use.
+//   - Name memory is bounded (an LRU of recent addresses, the most recent
+//     names of each, the most recent processes of each name) and entries
+//     expire; NameFor, NameForProcess and Resolved are safe for concurrent
+//     use.
 //   - Close works after a partial start, stops the listeners, connections
 //     and in-flight upstream exchanges, and returns once no goroutine of the
 //     Server is left.

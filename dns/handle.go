@@ -100,7 +100,11 @@ func (s *Server) handle(ctx context.Context, req *mdns.Msg, client netip.AddrPor
 	}
 	e.DNS.Answers = answerAddrs(resp)
 	e.DNS.Rcode = rcodeString(resp.Rcode)
-	s.remember(name, resp)
+	pid := 0
+	if e.Process != nil {
+		pid = e.Process.PID
+	}
+	s.remember(name, pid, resp)
 	s.publish(e)
 	return resp
 }
@@ -259,8 +263,9 @@ func answerAddrs(m *mdns.Msg) []netip.Addr {
 	return out
 }
 
-// remember records each answered address as looked up under name.
-func (s *Server) remember(name string, m *mdns.Msg) {
+// remember records each answered address as looked up under name by
+// process pid (0 when unknown).
+func (s *Server) remember(name string, pid int, m *mdns.Msg) {
 	if m.Rcode != mdns.RcodeSuccess {
 		return
 	}
@@ -276,7 +281,7 @@ func (s *Server) remember(name string, m *mdns.Msg) {
 			continue
 		}
 		if a, ok := netip.AddrFromSlice(ip); ok {
-			s.names.put(a.Unmap(), name, now, rr.Header().Ttl)
+			s.names.put(a.Unmap(), name, pid, now, rr.Header().Ttl)
 		}
 	}
 }

@@ -182,9 +182,24 @@ func canonical(name string) string {
 }
 
 // NameFor returns the name this session most recently resolved to addr,
-// while that memory lasts (at least the answer's TTL, see nameMemory).
+// while that memory lasts (at least the answer's TTL, see nameMemory). It
+// is a hint: an address answers for many names (a CDN's does), and the
+// last lookup of it may have been another process's, for another name.
 func (s *Server) NameFor(addr netip.Addr) (string, bool) {
-	return s.names.get(addr.Unmap().WithZone(""), s.now())
+	return s.names.get(addr.Unmap().WithZone(""), 0, s.now())
+}
+
+// NameForProcess returns the name process pid itself most recently
+// resolved to addr, while that memory lasts.
+func (s *Server) NameForProcess(addr netip.Addr, pid int) (string, bool) {
+	return s.names.get(addr.Unmap().WithZone(""), pid, s.now())
+}
+
+// Resolved reports whether this session's resolver answered name (lower
+// case, no trailing dot) with addr, while that memory lasts: any of the
+// names an address was looked up as, not only the last.
+func (s *Server) Resolved(name string, addr netip.Addr) bool {
+	return s.names.has(addr.Unmap().WithZone(""), name, s.now())
 }
 
 // ServeUDP answers queries arriving on pc until Close, then returns nil; it

@@ -30,6 +30,9 @@ type tunnel struct {
 	// opened only to answer each HTTP(S) request with a 403 that names the
 	// rule, so the agent reads why; nothing is ever dialled for it.
 	denied *event.Verdict
+	// connect is a transparent tunnel's connect event until it is decided:
+	// its first bytes name it (decideConnect).
+	connect *event.Event
 
 	scheme    string // "https" or "http" once the protocol is known
 	authority string // URL host of forwarded requests
@@ -152,13 +155,13 @@ func (t *tunnel) setPending(c net.Conn) bool {
 
 // hostMatches reports whether a request's Host (or :authority) names the
 // tunnel's destination. An empty Host is the tunnel's. With a port, it must
-// be the tunnel's. For a tunnel to a name (a CONNECT's, the SNI, the name
-// the session looked the address up as), the same name (case and a trailing
-// dot aside) or, for a name that is an address, the same address. For a
-// tunnel to an address without a name (transparent mode, no SNI), the
-// address itself or a name that the session's resolver (or a Resolve
-// override) answered with it: any other would be recorded and decided as a
-// host the request does not go to.
+// be the tunnel's. For a tunnel to a name (a CONNECT's, the SNI, a
+// transparent plain HTTP connection's first Host), the same name (case and
+// a trailing dot aside) or, for a name that is an address, the same
+// address. For a tunnel to an address without a name (transparent mode, no
+// SNI), the address itself or a name that the session's resolver (or a
+// Resolve override) answered with it: any other would be recorded and
+// decided as a host the request does not go to.
 func (p *Proxy) hostMatches(t *tunnel, hostport string) bool {
 	if hostport == "" {
 		return true
@@ -257,6 +260,10 @@ type tunnelConn struct {
 	// written while a handler gathers.
 	gmu      sync.Mutex
 	gathered *[]byte
+	// hello is the ClientHello at the head of r, once sniffHello read it.
+	hello    *chtls.ClientHello
+	helloErr error
+	sniffed  bool
 }
 
 func (c *tunnelConn) Read(b []byte) (int, error) {

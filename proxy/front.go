@@ -93,7 +93,7 @@ func (p *Proxy) serveFront(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		p.refuseAuth(w, r)
+		p.refuseAuth(w, r, fc)
 		return
 	}
 	if r.Method == http.MethodConnect {
@@ -115,16 +115,22 @@ func (p *Proxy) authenticate(values []string) (string, bool) {
 }
 
 // refuseAuth answers 407 and records the refusal as an event outside any
-// session.
-func (p *Proxy) refuseAuth(w http.ResponseWriter, r *http.Request) {
+// session, with the client's process when the ProcessFinder knows it
+// (asked for session ""): a session's program that asks without its
+// credentials first (libcurl does) is named.
+func (p *Proxy) refuseAuth(w http.ResponseWriter, r *http.Request, fc *frontConn) {
 	host, port, _ := targetOf(r)
 	via := "http"
 	if r.Method == http.MethodConnect {
 		via = "connect"
 	}
+	reason := "no valid session token in Proxy-Authorization"
+	if len(r.Header["Proxy-Authorization"]) == 0 {
+		reason = "no Proxy-Authorization: the client is asked for the session's credentials"
+	}
 	p.publish(&event.Event{
-		Time: p.now(), Kind: event.KindConnect,
-		Verdict: proxyVerdict(ruleProxyAuth, "no valid session token in Proxy-Authorization"),
+		Time: p.now(), Kind: event.KindConnect, Process: fc.process(p, ""),
+		Verdict: proxyVerdict(RuleProxyAuth, reason),
 		Connect: &event.Connect{Host: host, Port: port, Transport: event.TCP, Via: via},
 	})
 	w.Header().Set("Proxy-Authenticate", `Basic realm="chaperone"`)

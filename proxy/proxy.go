@@ -34,7 +34,8 @@ type DeciderFunc func(ctx context.Context, e *event.Event) event.Verdict
 func (f DeciderFunc) Decide(ctx context.Context, e *event.Event) event.Verdict { return f(ctx, e) }
 
 // ProcessFinder says which process owns a client connection: client is its
-// remote address, proxy the local address it reached.
+// remote address, proxy the local address it reached, session the session
+// the client named ("" when it named none: a request refused with 407).
 type ProcessFinder interface {
 	ProcessForConn(client, proxy netip.AddrPort, session string) (*event.Process, error)
 }
@@ -48,7 +49,8 @@ func (f ProcessFinderFunc) ProcessForConn(client, proxy netip.AddrPort, session 
 }
 
 // ResolverMemory says whether a session's resolver answered a name with an
-// address. A request on a tunnel to an address that has no name (a
+// address (for any process of the session, whatever it answered with the
+// address since). A request on a tunnel to an address that has no name (a
 // transparent connection to an IP, no SNI) may name that address in its
 // Host, or a name the resolver answered with it, and nothing else.
 type ResolverMemory interface {
@@ -129,7 +131,11 @@ type Options struct {
 // an explicit CONNECT, or a connection redirected in transparent mode.
 type Tunnel struct {
 	Session string
-	Host    string         // the name the client asked for; may be empty
+	// Host is the name the client asked for; may be empty. In
+	// transparent mode it is only the name the process looked the
+	// destination address up as: the connection's own ClientHello (SNI)
+	// or HTTP Host names it when it can (see ServeTransparent).
+	Host    string
 	Dst     netip.AddrPort // where the client was going, when known
 	Port    uint16         // the destination port; Dst's when zero
 	Process *event.Process
@@ -516,9 +522,15 @@ func proxyVerdict(rule, reason string) event.Verdict {
 	return event.Verdict{Action: event.Deny, Rule: rule, Reason: reason, DecidedBy: event.DecidedByRule}
 }
 
+// RuleProxyAuth is the rule of a 407: a request to the explicit proxy
+// without a session's token. Its event belongs to no session; libcurl
+// sends one on purpose (proxy auth "anyauth": ask first, then send the
+// credentials the challenge asks for), so a 407 followed by the client's
+// request with the token is a challenge answered, not a refusal.
+const RuleProxyAuth = "proxy_auth"
+
 // Rules the proxy applies by itself.
 const (
-	ruleProxyAuth       = "proxy_auth"
 	ruleDomainFronting  = "domain_fronting"
 	ruleMalformedHello  = "malformed_client_hello"
 	ruleUnknownSession  = "unknown_session"

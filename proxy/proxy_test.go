@@ -303,7 +303,7 @@ func TestProxyAuthRequired(t *testing.T) {
 		t.Errorf("upstreams received %d requests without a session", n)
 	}
 	for _, ev := range e.rec.all() {
-		if ev.Session != "" || ev.Verdict.Allowed() || ev.Verdict.Rule != ruleProxyAuth {
+		if ev.Session != "" || ev.Verdict.Allowed() || ev.Verdict.Rule != RuleProxyAuth {
 			t.Errorf("unexpected event %+v", ev)
 		}
 	}

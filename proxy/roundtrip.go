@@ -90,6 +90,7 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	}
 	if x.llm != nil {
 		x.wrapLLMResponse(res)
+		x.llm.reader.StampToolCalls(p.now) // a tool call's time bounds what it may have caused
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		p.refuseSwitch(&x.sw, out, res)

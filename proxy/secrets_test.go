@@ -165,6 +165,7 @@ func newSecretsEnv(t *testing.T, configure func(*Rewrites)) *secretsEnv {
 func (se *secretsEnv) do(t *testing.T, h2 bool, method, url string, header http.Header, body io.Reader) (int, string) {
 	t.Helper()
 	c, _ := se.client(h2)
+	c.Timeout = 5 * time.Minute // bodies of 20 MiB, scanned under the race detector on a busy machine
 	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)

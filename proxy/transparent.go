@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
 )
@@ -36,6 +38,15 @@ const ruleNoOrigin = "unknown_origin"
 // is; denied, nothing is dialled and HTTP(S) requests in it get the 403
 // that names the rule. A connection without an origin is closed, with an
 // event. ServeTransparent returns nil after Close.
+//
+// A redirected connection has no CONNECT line to name its host: its first
+// bytes do. The connect event is decided once they are seen (nothing is
+// dialled before), with the host the connection names itself: its
+// ClientHello's SNI, or the Host of a plain HTTP/1 request when that is a
+// name the session's resolver answered with the address (Names). Only a
+// connection that names nothing (TLS without SNI, other protocols) is
+// decided with the name its process looked the address up as (the
+// origin's Host), a hint, as an address answers for many names.
 func (p *Proxy) ServeTransparent(l net.Listener, origins OriginFinder) error {
 	p.mu.Lock()
 	if p.closed {
@@ -91,26 +102,79 @@ func (p *Proxy) serveTransparent(c net.Conn, origins OriginFinder) {
 	}
 	e := &event.Event{
 		Time: p.now(), Kind: event.KindConnect, Session: t.Session, Process: t.Process,
-		Connect: &event.Connect{Dst: t.Dst, Host: t.Host, Port: port, Transport: event.TCP, Via: "transparent"},
+		Connect: &event.Connect{Dst: t.Dst, Host: normalizeHost(t.Host), Port: port, Transport: event.TCP, Via: "transparent"},
+	}
+	tun := &tunnel{
+		session: t.Session,
+		process: t.Process,
+		port:    port,
+		dst:     t.Dst,
+		via:     "transparent",
 	}
 	if t.Dst.Addr().Unmap().IsUnspecified() {
 		// 0.0.0.0 and :: reach this machine's listeners, the proxy's
 		// own among them: refuse rather than loop.
 		e.Verdict = proxyVerdict(ruleNoOrigin, "unspecified destination address "+t.Dst.String())
-	} else {
-		e.Verdict = p.decide(context.Background(), e)
-	}
-	p.publish(e)
-	tun := &tunnel{
-		session: t.Session,
-		process: t.Process,
-		host:    normalizeHost(t.Host),
-		port:    port,
-		dst:     t.Dst,
-		via:     "transparent",
-	}
-	if !e.Verdict.Allowed() {
+		p.publish(e)
 		tun.denied = &e.Verdict
+	} else {
+		tun.connect = e // decided once the first bytes name the connection
 	}
 	p.serveTunnel(context.Background(), c, tun) // returns once an HTTP server has the connection
+}
+
+// decideConnect decides and publishes the connect event of a transparent
+// tunnel whose first bytes say it carries proto, named as
+// ServeTransparent says, and names the tunnel: by its SNI (intercept), or
+// by its first request's Host when that is a name resolved to the address.
+func (p *Proxy) decideConnect(ctx context.Context, tc *tunnelConn, proto protocol) {
+	t := tc.t
+	e := t.connect
+	t.connect = nil
+	switch proto {
+	case protoTLS:
+		if hello, err := p.sniffHello(tc); err == nil && hello.ServerName != "" {
+			e.Connect.Host = normalizeHost(hello.ServerName)
+		}
+	case protoHTTP:
+		if host, ok := p.requestHost(tc); ok {
+			if _, err := netip.ParseAddr(host); err == nil {
+				e.Connect.Host = "" // the address itself: no name
+			} else {
+				e.Connect.Host, t.host = host, host
+			}
+		}
+	}
+	e.Verdict = p.decide(ctx, e)
+	p.publish(e)
+	if !e.Verdict.Allowed() {
+		t.denied = &e.Verdict
+	}
+}
+
+// requestHost returns the host (without its port) of the tunnel's first
+// request, a plain HTTP/1.1 one in origin form, when it stands for the
+// tunnel's address (hostMatches): the address itself, or a name the
+// session's resolver answered with it. It waits at most PeekTimeout for
+// the rest of a header that is still arriving; false when there is no
+// such request, or its host is another.
+func (p *Proxy) requestHost(tc *tunnelConn) (string, bool) {
+	r := tc.r
+	tc.Conn.SetReadDeadline(time.Now().Add(p.peekTimeout))
+	defer tc.Conn.SetReadDeadline(time.Time{})
+	for r.Buffered() < r.Size() {
+		b, _ := r.Peek(r.Buffered())
+		if bytes.Contains(b, []byte("\r\n\r\n")) {
+			break
+		}
+		if _, err := r.Peek(len(b) + 1); err != nil {
+			break
+		}
+	}
+	req, _ := parsePlainRequest(r, context.Background())
+	if req == nil || req.URL.Host != "" || req.Host == "" || !p.hostMatches(tc.t, req.Host) {
+		return "", false
+	}
+	host, _ := splitHostPortLoose(req.Host)
+	return normalizeHost(host), true
 }

@@ -207,3 +207,112 @@ func TestPassthroughHost(t *testing.T) {
 		t.Errorf("tls event %+v, want allowed and not intercepted", ev.TLS)
 	}
 }
+
+// An address answers for many names, and the name a session (or the
+// process) last looked it up as is no connection's name: each connection
+// is named by its own SNI, or its plain HTTP request's Host when the
+// session resolved that name to the address; the remembered name only
+// stands for a connection that names nothing. SNI and Host must agree.
+func TestTransparentConnectionNamesItself(t *testing.T) {
+	const api, denied = "api.example.test", "denied.example.test"
+	var shared netip.Addr // the address both names resolve to
+	e := newTransparentEnv(t, envOptions{deny: []string{denied}, tune: func(o *Options) {
+		o.Names = ResolverMemoryFunc(func(session, host string, addr netip.Addr) bool {
+			return session == testSession && (host == api || host == denied) && addr == shared
+		})
+	}})
+	tlsUp := e.upstream(upstream.Options{Name: api, CA: e.upCA, Addr: "127.0.28.2:0"})
+	plainUp := e.upstream(upstream.Options{Name: "plain.example.test", Addr: "127.0.28.2:0"})
+	shared = tlsUp.Addr.Addr()
+	// Every connection comes from a process whose last lookup of the
+	// address was the denied name.
+	dial := func(t *testing.T, dst netip.AddrPort) net.Conn {
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		e.namesMu.Lock()
+		e.origins[c.LocalAddr().(*net.TCPAddr).AddrPort()] = Tunnel{Session: testSession, Host: denied, Dst: dst, Process: &event.Process{PID: 4343}}
+		e.namesMu.Unlock()
+		return c
+	}
+	plainGet := func(t *testing.T, c net.Conn, host string) int {
+		io.WriteString(c, "GET /plain HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	plainPort := itoa(plainUp.Addr.Port())
+	tests := []struct {
+		name        string
+		do          func(t *testing.T) int
+		status      int
+		connectHost string
+		allowed     bool
+	}{
+		{"TLS named by its SNI", func(t *testing.T) int {
+			status, _ := e.get(t, dial(t, tlsUp.Addr), api, tlsUp.Addr)
+			return status
+		}, 200, api, true},
+		{"TLS to the denied name", func(t *testing.T) int {
+			status, _ := e.get(t, dial(t, tlsUp.Addr), denied, tlsUp.Addr)
+			return status
+		}, http.StatusForbidden, denied, false},
+		{"plain HTTP named by its Host", func(t *testing.T) int {
+			return plainGet(t, dial(t, plainUp.Addr), api+":"+plainPort)
+		}, 200, api, true},
+		{"plain HTTP to the address", func(t *testing.T) int {
+			return plainGet(t, dial(t, plainUp.Addr), plainUp.Addr.String())
+		}, 200, "", true},
+		{"plain HTTP to a name not resolved to the address", func(t *testing.T) int {
+			return plainGet(t, dial(t, plainUp.Addr), "other.example.test:"+plainPort)
+		}, http.StatusForbidden, denied, false},
+		{"a connection that names nothing: the remembered name", func(t *testing.T) int {
+			c := dial(t, plainUp.Addr)
+			io.WriteString(c, "SSH-2.0-OpenSSH_9.6\r\n")
+			if _, err := c.Read(make([]byte, 1)); err == nil {
+				t.Error("a denied connection was passed through")
+			}
+			return 0
+		}, 0, denied, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(e.rec.kinds(event.KindConnect))
+			if got := tt.do(t); got != tt.status {
+				t.Errorf("status %d, want %d", got, tt.status)
+			}
+			// The connect event is published before anything is answered.
+			conns := e.rec.kinds(event.KindConnect)
+			if len(conns) != before+1 {
+				t.Fatalf("%d connect events, want 1", len(conns)-before)
+			}
+			if ev := conns[before]; ev.Connect.Host != tt.connectHost || ev.Verdict.Allowed() != tt.allowed || ev.Process.PID != 4343 {
+				t.Errorf("connect event: host %q, verdict %v, process %+v; want host %q, allowed %v", ev.Connect.Host, ev.Verdict, ev.Process, tt.connectHost, tt.allowed)
+			}
+		})
+	}
+	// Domain fronting stays refused: a request for another name inside a
+	// tunnel named by its SNI.
+	c := dial(t, tlsUp.Addr)
+	tc := stdtls.Client(c, &stdtls.Config{RootCAs: e.caPool, ServerName: api, NextProtos: []string{"http/1.1"}})
+	io.WriteString(tc, "GET /fronted HTTP/1.1\r\nHost: "+denied+":"+itoa(tlsUp.Addr.Port())+"\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("fronted request: %d, want 421", res.StatusCode)
+	}
+	for _, r := range append(tlsUp.Requests(), plainUp.Requests()...) {
+		if r.Path == "/fronted" || r.Host != api+":"+itoa(tlsUp.Addr.Port()) && r.Host != api+":"+plainPort && r.Host != plainUp.Addr.String() {
+			t.Errorf("upstream received %s for %s", r.Path, r.Host)
+		}
+	}
+}

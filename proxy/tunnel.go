@@ -58,11 +58,18 @@ func (p *Proxy) serveTunnel(ctx context.Context, c net.Conn, t *tunnel) (tc *tun
 		p.untrack(t)
 	}
 	if !p.track(t) || !p.sessions.Load().has(t.session) { // closed, or the session removed while the tunnel was set up
+		if t.connect != nil {
+			p.decideConnect(ctx, tc, protoClosed)
+		}
 		t.close()
 		return tc, false
 	}
 	tc.r = p.getSniffReader(c)
-	if p.serveProtocol(ctx, tc, p.classify(tc, p.peekTimeout)) {
+	proto := p.classify(tc, p.peekTimeout)
+	if t.connect != nil {
+		p.decideConnect(ctx, tc, proto)
+	}
+	if p.serveProtocol(ctx, tc, proto) {
 		return tc, true
 	}
 	t.close()
@@ -212,7 +219,7 @@ func isTimeout(err error) bool {
 func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) {
 	t := tc.t
 	tc.Conn.SetDeadline(time.Now().Add(p.handshakeTimeout))
-	hello, err := chtls.Sniff(tc.r)
+	hello, err := p.sniffHello(tc)
 	e := &event.Event{Time: p.now(), Kind: event.KindTLS, Session: t.session, Process: t.process, TLS: &event.TLS{}}
 	if err != nil {
 		e.Verdict = proxyVerdict(ruleMalformedHello, "ClientHello could not be read: "+err.Error())
@@ -252,6 +259,18 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) 
 	}
 	tc.Conn.SetDeadline(time.Time{})
 	return p.serveInnerConn(conn, tc)
+}
+
+// sniffHello reads the ClientHello at the head of the tunnel, once: the
+// connect event of a transparent tunnel is named by it before intercept
+// decides it. The deadline to read it is the handshake's.
+func (p *Proxy) sniffHello(tc *tunnelConn) (*chtls.ClientHello, error) {
+	if !tc.sniffed {
+		tc.Conn.SetReadDeadline(time.Now().Add(p.handshakeTimeout))
+		tc.hello, tc.helloErr = chtls.Sniff(tc.r)
+		tc.sniffed = true
+	}
+	return tc.hello, tc.helloErr
 }
 
 // serveInnerConn serves c (tc, or TLS over it) on a goroutine of its own:

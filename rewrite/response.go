@@ -7,6 +7,7 @@ import (
 	"mime"
 	"slices"
 	"strings"
+	"time"
 )
 
 // maxParseBytes bounds what ResponseReader keeps to parse: a non-streamed body,
@@ -14,7 +15,14 @@ import (
 const maxParseBytes = 8 << 20
 
 // ToolCall is a tool the model asked to call.
-type ToolCall struct{ ID, Name string }
+type ToolCall struct {
+	ID, Name string
+	// Seen is when the response named the call, by the clock given to
+	// StampToolCalls: in a stream, before the end of the event that
+	// names it is handed on; in a JSON body, at its end. Zero without a
+	// clock.
+	Seen time.Time
+}
 
 // ResponseInfo is what a response says about the call. Token counts are as the
 // provider reports them: Anthropic and Bedrock count cache reads and writes
@@ -24,7 +32,14 @@ type ResponseInfo struct {
 	Model                                                           string
 	InputTokens, OutputTokens, CacheReadTokens, CacheCreationTokens int64
 	FinishReasons                                                   []string // in order seen, one per choice or candidate
-	ToolCalls                                                       []ToolCall
+	// ToolCalls are the tools the model asked for, in order, each once:
+	// Anthropic's tool_use, server_tool_use and mcp_tool_use blocks; Chat
+	// Completions' tool_calls (function and custom) and function_call;
+	// the Responses API's function_call, custom_tool_call,
+	// local_shell_call, shell_call, apply_patch_call, computer_call and
+	// mcp_call items; Gemini's functionCall parts; Bedrock Converse's
+	// toolUse blocks (not streamed).
+	ToolCalls []ToolCall
 }
 
 type bodyKind int
@@ -59,6 +74,12 @@ type ResponseReader struct {
 	held  *heldDelta // a delta event waiting for the rest of a placeholder
 	info  ResponseInfo
 	tools map[string]bool
+	now   func() time.Time // stamps tool calls; nil: no stamps
+
+	// A reader of WebSocket messages (WSAnswer): events are bare
+	// messages, not SSE, and heldEnd is where emitHeld's event ended.
+	bare    bool
+	heldEnd int
 }
 
 // NewResponseReader passes an LLM API response through as it arrives (SSE or
@@ -82,8 +103,9 @@ type ResponseReader struct {
 //     "CTED:…]") is restored; otherwise the held event goes out unchanged
 //     first. Text deltas are Anthropic's text_delta, input_json_delta and
 //     thinking_delta, OpenAI chat's delta.content and tool call arguments,
-//     Responses' output_text, function_call_arguments, reasoning and refusal
-//     deltas, and Gemini's parts[].text. An event whose text changes is
+//     Responses' output_text, function_call_arguments,
+//     custom_tool_call_input, reasoning and refusal deltas, and Gemini's
+//     parts[].text. An event whose text changes is
 //     re-serialised (its JSON keys then come out sorted); all others pass
 //     byte for byte.
 //
@@ -115,6 +137,11 @@ func classify(api API, contentType string) bodyKind {
 	}
 	return kindText
 }
+
+// StampToolCalls makes each tool call record, in Seen, when now says the
+// response named it: what the agent runs for a call starts after that.
+// Call it before the first Read.
+func (r *ResponseReader) StampToolCalls(now func() time.Time) { r.now = now }
 
 // Read implements io.Reader.
 func (r *ResponseReader) Read(p []byte) (int, error) {
@@ -242,7 +269,11 @@ func (r *ResponseReader) addTool(id, name string) {
 		}
 		r.tools[id] = true
 	}
-	r.info.ToolCalls = append(r.info.ToolCalls, ToolCall{ID: id, Name: name})
+	tc := ToolCall{ID: id, Name: name}
+	if r.now != nil {
+		tc.Seen = r.now()
+	}
+	r.info.ToolCalls = append(r.info.ToolCalls, tc)
 }
 
 func (r *ResponseReader) addFinish(reason string) {
@@ -380,23 +411,42 @@ func (r *ResponseReader) anthropicMessage(m *anthropicMessage) {
 	r.anthropicUsage(m.Usage)
 }
 
+// chatToolCall is an entry of a Chat Completions message's tool_calls: a
+// function ({"type":"function","function":{"name":…}}) or a custom
+// (freeform) tool ({"type":"custom","custom":{"name":…}}).
 type chatToolCall struct {
 	ID       string `json:"id"`
 	Function struct {
 		Name string `json:"name"`
 	} `json:"function"`
+	Custom struct {
+		Name string `json:"name"`
+	} `json:"custom"`
+}
+
+func (c *chatToolCall) name() string {
+	if c.Function.Name != "" {
+		return c.Function.Name
+	}
+	return c.Custom.Name
+}
+
+// chatMessage is what a Chat Completions choice says of tools: its
+// tool_calls, or the function_call of the older functions API (no id,
+// and its name only in the first delta).
+type chatMessage struct {
+	ToolCalls    []chatToolCall `json:"tool_calls"`
+	FunctionCall *struct {
+		Name string `json:"name"`
+	} `json:"function_call"`
 }
 
 type chatChunk struct {
 	Model   string `json:"model"`
 	Choices []struct {
-		FinishReason string `json:"finish_reason"`
-		Delta        *struct {
-			ToolCalls []chatToolCall `json:"tool_calls"`
-		} `json:"delta"`
-		Message *struct {
-			ToolCalls []chatToolCall `json:"tool_calls"`
-		} `json:"message"`
+		FinishReason string       `json:"finish_reason"`
+		Delta        *chatMessage `json:"delta"`
+		Message      *chatMessage `json:"message"`
 	} `json:"choices"`
 	Usage *struct {
 		PromptTokens        int64 `json:"prompt_tokens"`
@@ -414,15 +464,18 @@ func (r *ResponseReader) parseChat(b []byte) {
 	}
 	r.setModel(c.Model)
 	for _, ch := range c.Choices {
-		var calls []chatToolCall
-		if ch.Delta != nil {
-			calls = ch.Delta.ToolCalls
-		} else if ch.Message != nil {
-			calls = ch.Message.ToolCalls
+		m := ch.Delta
+		if m == nil {
+			m = ch.Message
 		}
-		for _, tc := range calls {
-			if tc.ID != "" { // later deltas of a call carry only arguments
-				r.addTool(tc.ID, tc.Function.Name)
+		if m != nil {
+			for _, tc := range m.ToolCalls {
+				if tc.ID != "" { // later deltas of a call carry only arguments
+					r.addTool(tc.ID, tc.name())
+				}
+			}
+			if f := m.FunctionCall; f != nil && f.Name != "" {
+				r.addTool("", f.Name)
 			}
 		}
 		r.addFinish(ch.FinishReason)
@@ -435,10 +488,40 @@ func (r *ResponseReader) parseChat(b []byte) {
 	}
 }
 
+// respItem is a Responses output item, as much of it as names a tool call.
 type respItem struct {
 	Type   string `json:"type"`
+	ID     string `json:"id"`
 	CallID string `json:"call_id"`
 	Name   string `json:"name"`
+}
+
+// toolCall returns the tool call an output item is, if it is one: a
+// function_call or custom_tool_call (a freeform tool: Codex's shell and
+// apply_patch), the built-in tools the client runs (local_shell_call,
+// shell_call, apply_patch_call, computer_call), named after their tool,
+// or an mcp_call of a remote MCP server. Its ID is the call_id the
+// client's *_output item answers, else the item's id.
+func (it *respItem) toolCall() (ToolCall, bool) {
+	name := it.Name
+	switch it.Type {
+	case "function_call", "custom_tool_call", "mcp_call":
+	case "local_shell_call":
+		name = "local_shell"
+	case "shell_call":
+		name = "shell"
+	case "apply_patch_call":
+		name = "apply_patch"
+	case "computer_call":
+		name = "computer"
+	default:
+		return ToolCall{}, false
+	}
+	id := it.CallID
+	if id == "" {
+		id = it.ID
+	}
+	return ToolCall{ID: id, Name: name}, true
 }
 
 type respObject struct {
@@ -479,8 +562,13 @@ func (r *ResponseReader) parseResponses(b []byte) {
 		final := ev.Type == "response.completed" || ev.Type == "response.incomplete" ||
 			ev.Type == "response.failed" || ev.Type == "response.cancelled"
 		r.responseObject(ev.Response, final)
-	case ev.Item != nil && ev.Item.Type == "function_call":
-		r.addTool(ev.Item.CallID, ev.Item.Name)
+	case ev.Item != nil:
+		// An item is announced (output_item.added) and finished
+		// (output_item.done) with its id both times; one without an id
+		// is left to the final response's output, where it is once.
+		if tc, ok := ev.Item.toolCall(); ok && tc.ID != "" {
+			r.addTool(tc.ID, tc.Name)
+		}
 	}
 }
 
@@ -492,8 +580,8 @@ func (r *ResponseReader) responseObject(o *respObject, final bool) {
 		return
 	}
 	for _, it := range o.Output {
-		if it.Type == "function_call" {
-			r.addTool(it.CallID, it.Name)
+		if tc, ok := it.toolCall(); ok {
+			r.addTool(tc.ID, tc.Name)
 		}
 	}
 	if o.IncompleteDetails != nil && o.IncompleteDetails.Reason != "" {

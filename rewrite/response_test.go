@@ -86,7 +86,7 @@ func streamCases() []streamCase {
 		{
 			file: "anthropic.sse", api: API{Anthropic, OpMessages}, ct: "text/event-stream; charset=utf-8",
 			info: ResponseInfo{Model: "claude-sonnet-4-5-20250929", InputTokens: 25, OutputTokens: 89, CacheReadTokens: 2000, CacheCreationTokens: 100,
-				FinishReasons: []string{"tool_use"}, ToolCalls: []ToolCall{{"toolu_01A", "Bash"}}},
+				FinishReasons: []string{"tool_use"}, ToolCalls: []ToolCall{{ID: "toolu_01A", Name: "Bash"}}},
 			text: map[string]string{
 				"b0": "Your key is " + secret + ". See [README] and " + secret + ", [",
 				"b1": `{"command": "echo ` + jsonEsc(secret) + ` [REDACTED:unknown-rule:0000]"}`,
@@ -95,7 +95,7 @@ func streamCases() []streamCase {
 		{
 			file: "openai-chat.sse", api: API{OpenAI, OpChatCompletions}, ct: "text/event-stream",
 			info: ResponseInfo{Model: "gpt-4.1-2025-04-14", InputTokens: 120, OutputTokens: 30, CacheReadTokens: 64,
-				FinishReasons: []string{"tool_calls"}, ToolCalls: []ToolCall{{"call_abc", "shell"}}},
+				FinishReasons: []string{"tool_calls"}, ToolCalls: []ToolCall{{ID: "call_abc", Name: "shell"}}},
 			text: map[string]string{
 				"c0":   "Key: " + secret + " ok <b>&</b>",
 				"t0.0": `{"cmd":"` + jsonEsc(secret) + `"}`,
@@ -104,16 +104,30 @@ func streamCases() []streamCase {
 		{
 			file: "openai-responses.sse", api: API{OpenAI, OpResponses}, ct: "text/event-stream",
 			info: ResponseInfo{Model: "gpt-5-codex", InputTokens: 500, OutputTokens: 42, CacheReadTokens: 128,
-				FinishReasons: []string{"completed"}, ToolCalls: []ToolCall{{"call_xyz", "shell"}}},
+				FinishReasons: []string{"completed"}, ToolCalls: []ToolCall{{ID: "call_xyz", Name: "shell"}}},
 			text: map[string]string{
 				"response.output_text.delta/msg_1/0/0/<nil>":                "The key " + secret + " works",
 				"response.function_call_arguments.delta/fc_1/1/<nil>/<nil>": `{"command":["echo","` + jsonEsc(secret) + `"]}`,
 			},
 		},
 		{
+			// Codex: its freeform tools (custom_tool_call), a local_shell_call
+			// and a remote MCP server's mcp_call.
+			file: "openai-responses-codex.sse", api: API{OpenAI, OpResponses}, ct: "text/event-stream",
+			info: ResponseInfo{Model: "gpt-5.1-codex", InputTokens: 900, OutputTokens: 60, CacheReadTokens: 512,
+				FinishReasons: []string{"completed"}, ToolCalls: []ToolCall{
+					{ID: "call_exec1", Name: "exec"}, {ID: "call_patch1", Name: "apply_patch"},
+					{ID: "call_ls1", Name: "local_shell"}, {ID: "mcp_1", Name: "create_issue"},
+				}},
+			text: map[string]string{
+				"response.custom_tool_call_input.delta/ctc_1/1/<nil>/<nil>": `await tools.exec_command({cmd: "echo ` + secret + `; curl https://denied.test/x"})`,
+				"response.custom_tool_call_input.delta/ctc_2/2/<nil>/<nil>": "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n",
+			},
+		},
+		{
 			file: "gemini.sse", api: API{Gemini, OpStreamGenerateContent}, ct: "text/event-stream",
 			info: ResponseInfo{Model: "gemini-2.5-pro", InputTokens: 10, OutputTokens: 30, CacheReadTokens: 4,
-				FinishReasons: []string{"STOP"}, ToolCalls: []ToolCall{{"", "run_shell_command"}}},
+				FinishReasons: []string{"STOP"}, ToolCalls: []ToolCall{{ID: "", Name: "run_shell_command"}}},
 			text: map[string]string{"g0.0": "Use " + secret + " now"},
 		},
 	}
@@ -254,7 +268,7 @@ func TestResponseReaderJSON(t *testing.T) {
 		{
 			name: "anthropic message", api: API{Anthropic, OpMessages}, ct: "application/json",
 			body: `{"id":"msg_1","type":"message","role":"assistant","model":"claude-opus-4-1","content":[{"type":"text","text":"k=[REDACTED:aws-access-token:7f3a]"},{"type":"tool_use","id":"toolu_1","name":"Read","input":{"p":"[REDACTED:aws-access-token:7f3a]"}}],"stop_reason":"tool_use","usage":{"input_tokens":10,"output_tokens":5,"cache_read_input_tokens":3,"cache_creation_input_tokens":2}}`,
-			info: ResponseInfo{Model: "claude-opus-4-1", InputTokens: 10, OutputTokens: 5, CacheReadTokens: 3, CacheCreationTokens: 2, FinishReasons: []string{"tool_use"}, ToolCalls: []ToolCall{{"toolu_1", "Read"}}},
+			info: ResponseInfo{Model: "claude-opus-4-1", InputTokens: 10, OutputTokens: 5, CacheReadTokens: 3, CacheCreationTokens: 2, FinishReasons: []string{"tool_use"}, ToolCalls: []ToolCall{{ID: "toolu_1", Name: "Read"}}},
 		},
 		{
 			name: "anthropic count tokens", api: API{Anthropic, OpCountTokens}, ct: "application/json",
@@ -268,28 +282,28 @@ func TestResponseReaderJSON(t *testing.T) {
 		{
 			name: "openai chat", api: API{OpenAI, OpChatCompletions}, ct: "application/json",
 			body: `{"id":"c","object":"chat.completion","model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"[REDACTED:aws-access-token:7f3a]","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"},{"index":1,"message":{"content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":12,"prompt_tokens_details":{"cached_tokens":0}}}`,
-			info: ResponseInfo{Model: "gpt-4o-2024-08-06", InputTokens: 9, OutputTokens: 12, FinishReasons: []string{"tool_calls", "stop"}, ToolCalls: []ToolCall{{"call_1", "f"}}},
+			info: ResponseInfo{Model: "gpt-4o-2024-08-06", InputTokens: 9, OutputTokens: 12, FinishReasons: []string{"tool_calls", "stop"}, ToolCalls: []ToolCall{{ID: "call_1", Name: "f"}}},
 		},
 		{
 			name: "responses", api: API{OpenAI, OpResponses}, ct: "application/json",
 			body: `{"id":"resp_1","object":"response","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"model":"o3","output":[{"type":"function_call","call_id":"call_9","name":"g","arguments":"{}"},{"type":"message","content":[{"type":"output_text","text":"[REDACTED:aws-access-token:7f3a]"}]}],"usage":{"input_tokens":7,"output_tokens":8,"input_tokens_details":{"cached_tokens":2}}}`,
-			info: ResponseInfo{Model: "o3", InputTokens: 7, OutputTokens: 8, CacheReadTokens: 2, FinishReasons: []string{"max_output_tokens"}, ToolCalls: []ToolCall{{"call_9", "g"}}},
+			info: ResponseInfo{Model: "o3", InputTokens: 7, OutputTokens: 8, CacheReadTokens: 2, FinishReasons: []string{"max_output_tokens"}, ToolCalls: []ToolCall{{ID: "call_9", Name: "g"}}},
 		},
 		{
 			name: "gemini", api: API{Gemini, OpGenerateContent}, ct: "application/json; charset=UTF-8",
 			body: `{"candidates":[{"content":{"parts":[{"text":"[REDACTED:aws-access-token:7f3a]"},{"functionCall":{"id":"fc1","name":"ls","args":{}}}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":6,"cachedContentTokenCount":1},"modelVersion":"gemini-2.0-flash"}`,
-			info: ResponseInfo{Model: "gemini-2.0-flash", InputTokens: 4, OutputTokens: 6, CacheReadTokens: 1, FinishReasons: []string{"STOP"}, ToolCalls: []ToolCall{{"fc1", "ls"}}},
+			info: ResponseInfo{Model: "gemini-2.0-flash", InputTokens: 4, OutputTokens: 6, CacheReadTokens: 1, FinishReasons: []string{"STOP"}, ToolCalls: []ToolCall{{ID: "fc1", Name: "ls"}}},
 		},
 		{
 			name: "gemini streamed array", api: API{Gemini, OpStreamGenerateContent}, ct: "application/json",
 			body: "[{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a [REDACTED:aws-access-token:7f3a]\"}]}}],\"usageMetadata\":{\"promptTokenCount\":4,\"candidatesTokenCount\":1},\"modelVersion\":\"gemini-2.5-flash\"}\r\n,\r\n" +
 				"{\"candidates\":[{\"content\":{\"parts\":[{\"functionCall\":{\"name\":\"ls\",\"args\":{}}}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":4,\"candidatesTokenCount\":9,\"thoughtsTokenCount\":3},\"modelVersion\":\"gemini-2.5-flash\"}]",
-			info: ResponseInfo{Model: "gemini-2.5-flash", InputTokens: 4, OutputTokens: 12, FinishReasons: []string{"STOP"}, ToolCalls: []ToolCall{{"", "ls"}}},
+			info: ResponseInfo{Model: "gemini-2.5-flash", InputTokens: 4, OutputTokens: 12, FinishReasons: []string{"STOP"}, ToolCalls: []ToolCall{{ID: "", Name: "ls"}}},
 		},
 		{
 			name: "bedrock converse", api: API{Bedrock, OpConverse}, ct: "application/json",
 			body: `{"output":{"message":{"role":"assistant","content":[{"text":"[REDACTED:aws-access-token:7f3a]"},{"toolUse":{"toolUseId":"tooluse_1","name":"bash","input":{}}}]}},"stopReason":"tool_use","usage":{"inputTokens":30,"outputTokens":40,"totalTokens":70,"cacheReadInputTokens":5,"cacheWriteInputTokens":6},"metrics":{"latencyMs":100}}`,
-			info: ResponseInfo{InputTokens: 30, OutputTokens: 40, CacheReadTokens: 5, CacheCreationTokens: 6, FinishReasons: []string{"tool_use"}, ToolCalls: []ToolCall{{"tooluse_1", "bash"}}},
+			info: ResponseInfo{InputTokens: 30, OutputTokens: 40, CacheReadTokens: 5, CacheCreationTokens: 6, FinishReasons: []string{"tool_use"}, ToolCalls: []ToolCall{{ID: "tooluse_1", Name: "bash"}}},
 		},
 		{
 			name: "error body", api: API{Anthropic, OpMessages}, ct: "application/json",
@@ -540,4 +554,142 @@ func BenchmarkResponseReader(b *testing.B) {
 	b.Run("json/baseline-io-copy", func(b *testing.B) { run(b, body, plain) })
 	b.Run("json/passthrough", func(b *testing.B) { run(b, body, reader("application/json", nil)) })
 	b.Run("json/restoring", func(b *testing.B) { run(b, body, reader("application/json", restoreFn)) })
+}
+
+func sseBody(events ...string) string {
+	var b strings.Builder
+	for _, e := range events {
+		b.WriteString("data: " + e + "\n\n")
+	}
+	return b.String()
+}
+
+// Every form of tool call each API has is found, streamed and not, each
+// call once, in order.
+func TestResponseReaderToolCalls(t *testing.T) {
+	tests := []struct {
+		name string
+		api  API
+		ct   string
+		body string
+		want []ToolCall
+	}{
+		{
+			name: "responses: every item that is a tool call", api: API{OpenAI, OpResponses}, ct: "application/json",
+			body: `{"id":"resp_1","object":"response","status":"completed","model":"gpt-5","output":[` +
+				`{"type":"reasoning","id":"rs_1","summary":[]},` +
+				`{"type":"function_call","id":"fc_1","call_id":"call_f","name":"shell","arguments":"{\"command\":[\"ls\"]}"},` +
+				`{"type":"custom_tool_call","id":"ctc_1","call_id":"call_c","name":"apply_patch","input":"*** Begin Patch"},` +
+				`{"type":"local_shell_call","id":"lsh_1","call_id":"call_l","status":"completed","action":{"type":"exec","command":["ls"]}},` +
+				`{"type":"shell_call","id":"sh_1","call_id":"call_s","action":{"commands":["ls"]},"status":"completed"},` +
+				`{"type":"apply_patch_call","id":"ap_1","call_id":"call_a","operation":{"type":"create_file","path":"a","diff":"+x"},"status":"completed"},` +
+				`{"type":"computer_call","id":"cu_1","call_id":"call_u","action":{"type":"click","x":1,"y":2},"status":"completed"},` +
+				`{"type":"mcp_call","id":"mcp_1","server_label":"gh","name":"create_issue","arguments":"{}"},` +
+				`{"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","query":"q"}},` +
+				`{"type":"message","id":"msg_1","role":"assistant","content":[{"type":"output_text","text":"done"}]}]}`,
+			want: []ToolCall{{ID: "call_f", Name: "shell"}, {ID: "call_c", Name: "apply_patch"}, {ID: "call_l", Name: "local_shell"},
+				{ID: "call_s", Name: "shell"}, {ID: "call_a", Name: "apply_patch"}, {ID: "call_u", Name: "computer"}, {ID: "mcp_1", Name: "create_issue"}},
+		},
+		{
+			// As Codex's own test servers answer: the items, then a
+			// response.completed whose response has no output.
+			name: "responses streamed, no output at the end", api: API{OpenAI, OpResponses}, ct: "text/event-stream",
+			body: sseBody(
+				`{"type":"response.output_item.added","output_index":0,"item":{"id":"ctc_1","type":"custom_tool_call","status":"in_progress","call_id":"call_1","name":"exec","input":""}}`,
+				`{"type":"response.custom_tool_call_input.delta","output_index":0,"item_id":"ctc_1","delta":"cat .env"}`,
+				`{"type":"response.output_item.done","output_index":0,"item":{"id":"ctc_1","type":"custom_tool_call","status":"completed","call_id":"call_1","name":"exec","input":"cat .env"}}`,
+				`{"type":"response.output_item.done","output_index":1,"item":{"id":"fc_2","type":"function_call","call_id":"call_2","name":"shell_command","arguments":"{}"}}`,
+				`{"type":"response.completed","response":{"id":"resp_1"}}`),
+			want: []ToolCall{{ID: "call_1", Name: "exec"}, {ID: "call_2", Name: "shell_command"}},
+		},
+		{
+			name: "chat: function, custom and the older function_call", api: API{OpenAI, OpChatCompletions}, ct: "application/json",
+			body: `{"id":"c","object":"chat.completion","model":"gpt-5","choices":[` +
+				`{"index":0,"message":{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"call_2","type":"custom","custom":{"name":"exec","input":"ls"}}]},"finish_reason":"tool_calls"},` +
+				`{"index":1,"message":{"role":"assistant","function_call":{"name":"old","arguments":"{}"}},"finish_reason":"function_call"}]}`,
+			want: []ToolCall{{ID: "call_1", Name: "f"}, {ID: "call_2", Name: "exec"}, {Name: "old"}},
+		},
+		{
+			name: "chat streamed custom tool", api: API{OpenAI, OpChatCompletions}, ct: "text/event-stream",
+			body: sseBody(
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_c","type":"custom","custom":{"name":"exec","input":""}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"custom":{"input":"cat .env"}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"function_call":{"name":"old","arguments":""}}}]}`,
+				`{"choices":[{"index":0,"delta":{"function_call":{"arguments":"{}"}}}]}`,
+				`[DONE]`),
+			want: []ToolCall{{ID: "call_c", Name: "exec"}, {Name: "old"}},
+		},
+		{
+			name: "anthropic: client, server and MCP tools", api: API{Anthropic, OpMessages}, ct: "text/event-stream",
+			body: sseBody(
+				`{"type":"message_start","message":{"type":"message","model":"claude","content":[]}}`,
+				`{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}}`,
+				`{"type":"content_block_start","index":1,"content_block":{"type":"mcp_tool_use","id":"mcptoolu_1","name":"echo","server_name":"s","input":{}}}`,
+				`{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_1","name":"Bash","input":{}}}`,
+				`{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"command\":\"ls\"}"}}`,
+				`{"type":"message_stop"}`),
+			want: []ToolCall{{ID: "srvtoolu_1", Name: "web_search"}, {ID: "mcptoolu_1", Name: "echo"}, {ID: "toolu_1", Name: "Bash"}},
+		},
+		{
+			name: "gemini streamed function calls", api: API{Gemini, OpStreamGenerateContent}, ct: "text/event-stream",
+			body: sseBody(
+				`{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"run_shell_command","args":{"command":"ls"}}},{"functionCall":{"id":"g2","name":"read_file","args":{}}}]}}]}`,
+				`{"candidates":[{"content":{"role":"model","parts":[{"text":""}]},"finishReason":"STOP"}]}`),
+			want: []ToolCall{{Name: "run_shell_command"}, {ID: "g2", Name: "read_file"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, restore := range []func(string) (string, bool){nil, restoreFn} {
+				for _, sp := range splitters() {
+					_, info := readAll(t, tt.api, tt.ct, sp.wrap(strings.NewReader(tt.body)), restore)
+					if d := cmp.Diff(tt.want, info.ToolCalls); d != "" {
+						t.Fatalf("%s, restoring %v: tool calls (-want +got):\n%s", sp.name, restore != nil, d)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A stamped call has the time the event that names it was read, before
+// the end of the event is handed on: the client acts on whole events.
+func TestResponseReaderStampsToolCalls(t *testing.T) {
+	body := sseBody(
+		`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"Bash","input":{}}}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}}`)
+	for _, restore := range []func(string) (string, bool){nil, restoreFn} {
+		rr := NewResponseReader(API{Anthropic, OpMessages}, "text/event-stream", io.NopCloser(iotest.OneByteReader(strings.NewReader(body))), restore)
+		var clock time.Time
+		var got []byte
+		seen := map[string]int{} // call id → bytes handed on when it was stamped
+		rr.StampToolCalls(func() time.Time {
+			clock = clock.Add(time.Second)
+			return clock
+		})
+		buf := make([]byte, 1)
+		for {
+			n, err := rr.Read(buf)
+			got = append(got, buf[:n]...)
+			for _, tc := range rr.Info().ToolCalls {
+				if _, ok := seen[tc.ID]; !ok {
+					seen[tc.ID] = len(got)
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		calls := rr.Info().ToolCalls
+		if len(calls) != 2 || !calls[0].Seen.Equal(time.Time{}.Add(time.Second)) || !calls[1].Seen.Equal(time.Time{}.Add(2*time.Second)) {
+			t.Errorf("restoring %v: calls %+v, want stamped 1s and 2s", restore != nil, calls)
+		}
+		for id, at := range seen {
+			i := strings.Index(string(got), id)
+			end := i + strings.Index(string(got[i:]), "\n\n") + 2 // the end of the event naming it
+			if i < 0 || at > end {
+				t.Errorf("restoring %v: %s was recorded %d bytes in, after its event ended at %d", restore != nil, id, at, end)
+			}
+		}
+	}
 }

@@ -63,6 +63,11 @@ type Record struct {
 	FinishReasons       []string         `json:"finish_reasons,omitempty"`
 	ToolCalls           []event.ToolCall `json:"tool_calls,omitempty"`
 	Restored            int              `json:"restored,omitempty"`
+	// An llm request made over WebSocket (event.LLM's WebSocket, WSMessage,
+	// WSUnparsed; its changes in Rewrite).
+	WebSocket  bool   `json:"websocket,omitempty"`
+	WSMessage  string `json:"ws_message,omitempty"`
+	WSUnparsed int    `json:"ws_unparsed,omitempty"`
 
 	// dns
 	Name    string   `json:"name,omitempty"`
@@ -163,6 +168,10 @@ func recordOf(e *event.Event, p *Process) Record {
 			r.InputTokens, r.OutputTokens = l.InputTokens, l.OutputTokens
 			r.CacheReadTokens, r.CacheCreationTokens = l.CacheReadTokens, l.CacheCreationTokens
 			r.Restored = l.Restored
+			r.WebSocket, r.WSMessage, r.WSUnparsed = l.WebSocket, l.WSMessage, l.WSUnparsed
+			if !l.Rewrite.Empty() {
+				r.Rewrite = l.Rewrite
+			}
 		}
 	case event.KindDNS:
 		if d := e.DNS; d != nil {
@@ -225,7 +234,8 @@ func (r Record) Event() *event.Event {
 		e.LLM = &event.LLM{Provider: r.Provider, Model: r.Model, Path: r.Path, Operation: r.Operation, Stream: r.Stream,
 			Status: r.Status, ResponseModel: r.ResponseModel, FinishReasons: r.FinishReasons, ToolCalls: r.ToolCalls,
 			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
-			CacheReadTokens: r.CacheReadTokens, CacheCreationTokens: r.CacheCreationTokens, Restored: r.Restored}
+			CacheReadTokens: r.CacheReadTokens, CacheCreationTokens: r.CacheCreationTokens, Restored: r.Restored,
+			WebSocket: r.WebSocket, WSMessage: r.WSMessage, WSUnparsed: r.WSUnparsed, Rewrite: r.Rewrite}
 	case event.KindDNS:
 		d := &event.DNS{Name: r.Name, Type: r.QType, Rcode: r.Rcode}
 		for _, s := range r.Answers {

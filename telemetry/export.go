@@ -25,7 +25,8 @@ type ExportOptions struct {
 	// http/protobuf, the OpenTelemetry default.
 	Protocol string
 	// Endpoint is, for http/protobuf, the traces URL
-	// (http://collector:4318/v1/traces) or a host:port to which /v1/traces is
+	// (http://collector:4318/v1/traces), or a base URL without a path
+	// (http://collector:4318) or a host:port, to which /v1/traces is
 	// added; for grpc, a host:port or a URL (http:// means insecure).
 	Endpoint string
 	// Headers are sent with every export (e.g. a backend's API key). Their
@@ -71,12 +72,12 @@ func ExportOptionsFromEnv(getenv func(string) string) (ExportOptions, bool) {
 		o.Protocol = ProtocolHTTPProtobuf
 	}
 	if ep := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")); ep != "" {
-		o.Endpoint = ep // used as is, by the specification
+		o.Endpoint = ep // the traces URL: used as is, unless it has no path (httpTracesURL)
 	} else if ep := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT")); ep != "" {
 		o.Endpoint = ep
 		if o.Protocol == ProtocolHTTPProtobuf {
 			// The base endpoint gets the signal's path appended.
-			o.Endpoint = strings.TrimRight(ep, "/") + "/v1/traces"
+			o.Endpoint = strings.TrimRight(ep, "/") + tracesPath
 		}
 	} else {
 		return ExportOptions{}, false
@@ -184,19 +185,28 @@ func NewExporter(ctx context.Context, o ExportOptions) (sdktrace.SpanExporter, e
 	}
 }
 
-// httpTracesURL makes a full traces URL of endpoint: a host:port gets a
-// scheme (http when insecure) and the /v1/traces path.
+// tracesPath is the OTLP/HTTP path of traces.
+const tracesPath = "/v1/traces"
+
+// httpTracesURL makes a full traces URL of endpoint, reading a base
+// endpoint as the OpenTelemetry specification does: a host:port gets a
+// scheme (http when insecure); a URL without a path, or with "/" alone,
+// gets /v1/traces; a URL with any other path is the traces URL already and
+// is used as given.
 func httpTracesURL(endpoint string, insecure bool) (string, error) {
 	if !strings.Contains(endpoint, "://") {
 		scheme := "https://"
 		if insecure {
 			scheme = "http://"
 		}
-		endpoint = scheme + strings.TrimRight(endpoint, "/") + "/v1/traces"
+		endpoint = scheme + endpoint
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return "", fmt.Errorf("telemetry: otlp endpoint %q is not an http(s) URL", redactURL(endpoint))
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path, u.RawPath = tracesPath, ""
 	}
 	return u.String(), nil
 }

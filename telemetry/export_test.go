@@ -365,3 +365,76 @@ func FuzzParseHeaders(f *testing.F) {
 		}
 	})
 }
+
+// pathRecorder is an OTLP/HTTP receiver on 127.0.28.1 that accepts an
+// export on any path and records the paths it was sent to.
+func pathRecorder(t *testing.T) (*httptest.Server, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var paths []string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(out)
+	}))
+	ln, err := net.Listen("tcp", "127.0.28.1:0")
+	if err != nil {
+		t.Skipf("127.0.28.1 is not available: %v", err)
+	}
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Compact(slices.Sorted(slices.Values(paths)))
+	}
+}
+
+// Every form of the endpoint reaches the collector's traces path: a base
+// URL (with no path, or "/") gets /v1/traces, a URL with a path is the
+// traces URL, as the OpenTelemetry specification reads them; the same for
+// --otlp-endpoint (ExportOptions.Endpoint) and the variables.
+func TestExportEndpointPath(t *testing.T) {
+	tests := []struct {
+		name     string
+		endpoint string            // as --otlp-endpoint gives it; "%s" is the receiver's host:port
+		env      map[string]string // else, as the variables give it
+		want     string
+	}{
+		{name: "flag, base URL", endpoint: "http://%s", want: "/v1/traces"},
+		{name: "flag, base URL with /", endpoint: "http://%s/", want: "/v1/traces"},
+		{name: "flag, traces URL", endpoint: "http://%s/v1/traces", want: "/v1/traces"},
+		{name: "flag, URL with another path", endpoint: "http://%s/otlp/traces", want: "/otlp/traces"},
+		{name: "flag, host:port", endpoint: "%s", want: "/v1/traces"},
+		{name: "base variable", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://%s"}, want: "/v1/traces"},
+		{name: "base variable with a path", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://%s/prefix/"}, want: "/prefix/v1/traces"},
+		{name: "traces variable, base URL", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://%s"}, want: "/v1/traces"},
+		{name: "traces variable, full URL", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://%s/custom"}, want: "/custom"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, paths := pathRecorder(t)
+			host := strings.TrimPrefix(srv.URL, "http://")
+			env := map[string]string{}
+			for k, v := range tt.env {
+				env[k] = strings.ReplaceAll(v, "%s", host)
+			}
+			o, _ := ExportOptionsFromEnv(mapEnv(env))
+			if tt.endpoint != "" {
+				o.Endpoint = strings.ReplaceAll(tt.endpoint, "%s", host)
+				o.Insecure = true // what a host:port needs to be sent without TLS
+			}
+			o.Timeout = 5 * time.Second
+			exportSession(t, o)
+			if d := cmp.Diff([]string{tt.want}, paths()); d != "" {
+				t.Errorf("paths the collector was sent to (-want +got):\n%s", d)
+			}
+		})
+	}
+}

@@ -603,10 +603,14 @@ func (t *Tracer) onLLM(s *sessionTrace, e *event.Event) {
 		}
 		_, ts := t.tracer.Start(chatCtx, "execute_tool "+tc.Name,
 			trace.WithTimestamp(end), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(tattrs...))
+		called := tc.Time
+		if called.IsZero() || called.Before(e.Time) {
+			called = e.Time // unknown (a replay): from the request's start
+		}
 		s.tools.calls = append(s.tools.calls, &toolCall{
 			id: tc.ID, name: tc.Name, kind: classifyTool(tc.Name),
 			sc: ts.SpanContext(), span: ts,
-			from: e.Time, answered: end, until: end.Add(t.window),
+			called: called, answered: end, until: end.Add(t.window),
 			callerPID: pidOf(e),
 		})
 	}

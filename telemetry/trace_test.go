@@ -399,7 +399,7 @@ func TestClassifyTool(t *testing.T) {
 func TestToolLinker(t *testing.T) {
 	mk := func(id, name string, fromSec int) *toolCall {
 		from := time.Duration(fromSec) * time.Second
-		return &toolCall{id: id, name: name, kind: classifyTool(name), from: at(from), answered: at(from + time.Second),
+		return &toolCall{id: id, name: name, kind: classifyTool(name), called: at(from), answered: at(from + time.Second),
 			until: at(from + 61*time.Second), callerPID: 100}
 	}
 	tests := []struct {
@@ -411,11 +411,19 @@ func TestToolLinker(t *testing.T) {
 		how     string
 	}{
 		{"exec matches bash", []*toolCall{mk("b", "Bash", 0), mk("r", "Read", 1)}, nil,
-			action{kind: event.KindExec, pid: 400, t: at(5 * time.Second)}, "b", "kind"},
+			action{kind: event.KindExec, pid: 400, lineage: []int{100}, t: at(5 * time.Second)}, "b", "kind"},
+		{"exec of a grandchild of the agent", []*toolCall{mk("b", "Bash", 0)}, nil,
+			action{kind: event.KindExec, pid: 401, lineage: []int{400, 100, 1}, t: at(5 * time.Second)}, "b", "kind"},
+		{"exec in another process tree", []*toolCall{mk("b", "Bash", 0)}, nil,
+			action{kind: event.KindExec, pid: 500, lineage: []int{1}, t: at(5 * time.Second)}, "", ""},
+		{"exec in another process tree, no recent either", []*toolCall{mk("r", "Read", 0)}, nil,
+			action{kind: event.KindExec, pid: 500, lineage: []int{1}, t: at(5 * time.Second)}, "", ""},
+		{"exec before the call was named", []*toolCall{mk("b", "Bash", 10)}, nil,
+			action{kind: event.KindExec, pid: 400, lineage: []int{100}, t: at(9 * time.Second)}, "", ""},
 		{"file matches read", []*toolCall{mk("r", "Read", 0), mk("b", "Bash", 1)}, nil,
 			action{kind: event.KindFile, pid: 100, t: at(5 * time.Second)}, "r", "kind"},
 		{"most recent matching", []*toolCall{mk("b1", "Bash", 0), mk("b2", "Bash", 2)}, nil,
-			action{kind: event.KindExec, pid: 400, t: at(5 * time.Second)}, "b2", "kind"},
+			action{kind: event.KindExec, pid: 400, lineage: []int{100}, t: at(5 * time.Second)}, "b2", "kind"},
 		{"connect matches fetch", []*toolCall{mk("w", "WebFetch", 0), mk("b", "Bash", 1)}, nil,
 			action{kind: event.KindConnect, pid: 100, t: at(5 * time.Second)}, "w", "kind"},
 		{"fallback to recent for a child", []*toolCall{mk("b", "Bash", 0)}, nil,
@@ -423,9 +431,11 @@ func TestToolLinker(t *testing.T) {
 		{"no fallback for the caller", []*toolCall{mk("b", "Bash", 0)}, nil,
 			action{kind: event.KindConnect, pid: 100, t: at(5 * time.Second)}, "", ""},
 		{"before the call", []*toolCall{mk("b", "Bash", 10)}, nil,
-			action{kind: event.KindExec, pid: 400, t: at(5 * time.Second)}, "", ""},
+			action{kind: event.KindExec, pid: 400, lineage: []int{100}, t: at(5 * time.Second)}, "", ""},
+		{"a connection before the call", []*toolCall{mk("w", "WebFetch", 10)}, nil,
+			action{kind: event.KindConnect, pid: 100, t: at(9 * time.Second)}, "", ""},
 		{"after the window", []*toolCall{mk("b", "Bash", 0)}, nil,
-			action{kind: event.KindExec, pid: 400, t: at(90 * time.Second)}, "", ""},
+			action{kind: event.KindExec, pid: 400, lineage: []int{100}, t: at(90 * time.Second)}, "", ""},
 		{"lineage wins", []*toolCall{mk("b", "Bash", 0), mk("r", "Read", 1)}, map[int]string{400: "b"},
 			action{kind: event.KindFile, pid: 401, lineage: []int{400, 100}, t: at(5 * time.Second)}, "b", "lineage"},
 		{"lineage outlives the window", []*toolCall{mk("b", "Bash", 0)}, map[int]string{400: "b"},
@@ -566,6 +576,55 @@ func TestTracerLinksActionsBeforeTheirCall(t *testing.T) {
 	}
 	if !linked {
 		t.Error("the exec that came before its call's llm event is not linked to the call")
+	}
+}
+
+// Only the processes the tool ran are linked to its call: the agent's own
+// helper (Claude Code's git, started while the request that asked for the
+// tool was in flight) and a process of another tree of the session are
+// not, although they are execs in the call's window.
+func TestTracerLinksOnlyTheToolsProcesses(t *testing.T) {
+	sess := &event.Session{ID: "s9", Agent: "claude", RootPID: 5}
+	agent := &event.Process{PID: 10, PPID: 5, Exe: "/usr/bin/claude", Lineage: []int{5}}
+	proc := func(pid, ppid int, exe string, lineage ...int) *event.Process {
+		return &event.Process{PID: pid, PPID: ppid, Exe: exe, Lineage: lineage}
+	}
+	git := proc(11, 10, "/usr/bin/git", 10, 5)
+	bash := proc(12, 10, "/bin/bash", 10, 5)
+	curl := proc(13, 12, "/usr/bin/curl", 12, 10, 5)
+	daemon := proc(20, 5, "/usr/bin/sleep", 5)
+	exec := func(ms int, p *event.Process) *event.Event {
+		return &event.Event{Time: at(time.Duration(ms) * time.Millisecond), Kind: event.KindExec, Session: "s9", Verdict: allow(), Process: p,
+			Exec: &event.Exec{Path: p.Exe, Argv: []string{p.Exe}}}
+	}
+	events := []*event.Event{
+		{Time: at(0), Kind: event.KindSessionStart, Session: "s9", Verdict: allow(), SessionInfo: sess},
+		exec(2000, git), // the request began at 1s; the answer named Bash at 3s
+		exec(3500, bash),
+		exec(3600, curl),
+		exec(3700, daemon),
+		{Time: at(1 * time.Second), Kind: event.KindLLM, Session: "s9", Verdict: allow(), Process: agent,
+			LLM: &event.LLM{Provider: "anthropic", Model: "m", Status: 200, ToolCalls: []event.ToolCall{{ID: "toolu_9", Name: "Bash", Time: at(3 * time.Second)}}}},
+		{Time: at(5 * time.Second), Kind: event.KindSessionEnd, Session: "s9", Verdict: allow(), SessionInfo: sess},
+	}
+	spans := record(t, false, events)
+	tool := spans["execute_tool Bash"]
+	if tool == nil {
+		t.Fatalf("spans %v", keys(spans))
+	}
+	got := map[string]bool{}
+	for _, name := range []string{"process git", "process bash", "process curl", "process sleep"} {
+		sp := spans[name]
+		if sp == nil {
+			t.Fatalf("no span %q in %v", name, keys(spans))
+		}
+		for _, l := range sp.Links() {
+			got[name] = got[name] || l.SpanContext.SpanID() == tool.SpanContext().SpanID()
+		}
+	}
+	want := map[string]bool{"process bash": true, "process curl": true}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("processes linked to the Bash call (-want +got):\n%s", d)
 	}
 }
 

@@ -20,16 +20,24 @@ import (
 //  1. lineage: the action's process, or one of its ancestors, was started
 //     by an exec already linked to a call → that call ("lineage");
 //  2. kind: among the session's calls whose window holds the action's time
-//     (from the LLM request's start to 60 s after its answer), the most
-//     recent whose tool kind matches the action's → that call ("kind").
-//     Tools named like bash/shell/run/exec/command/terminal match exec
-//     events; fetch/http/web/url/curl/browse/download match connect, dns,
-//     tls and http events; read/write/edit/file/glob/grep/ls/view/patch
-//     match file events;
+//     (from when the answer named the call, as it streamed by, to 60 s
+//     after the answer ended), the most recent whose tool kind matches the
+//     action's → that call ("kind"). Tools named like
+//     bash/shell/run/exec/command/terminal match exec events;
+//     fetch/http/web/url/curl/browse/download match connect, dns, tls and
+//     http events; read/write/edit/file/glob/grep/ls/view/patch match file
+//     events;
 //  3. recent: otherwise the most recent call in its window, unless the
 //     action comes from the process that made the LLM call (the agent's own
 //     traffic and files are not its tools' doing unless the kind matches)
 //     → that call ("recent").
+//
+// A process (an exec event) is linked by 2 or 3 only when it descends from
+// the process that made the LLM call, which runs the tools, and started
+// after the answer named the call: an agent's own helpers (Claude Code's
+// git, run while its request is in flight) and other process trees of the
+// session are not a tool's doing. Without the time the call was named (a
+// replay of the audit log), the window opens at the request's start.
 //
 // An action linked by 1 or 2 is reliable; 3 is a guess, and the attribute
 // chaperone.tool.match says which rule linked it.
@@ -90,7 +98,7 @@ type toolCall struct {
 	kind      toolKind
 	sc        trace.SpanContext
 	span      trace.Span
-	from      time.Time // the LLM request's start: earlier actions are not its
+	called    time.Time // when the answer named it (else the request's start): earlier actions are not its
 	answered  time.Time // when the answer ended: the span starts here
 	until     time.Time
 	callerPID int
@@ -131,8 +139,11 @@ func (l *toolLinker) link(a action) (*toolCall, string) {
 	}
 	var fallback *toolCall
 	for _, c := range slices.Backward(l.calls) {
-		if a.t.Before(c.from) || a.t.After(c.until) {
+		if a.t.Before(c.called) || a.t.After(c.until) {
 			continue
+		}
+		if a.kind == event.KindExec && c.callerPID != 0 && !slices.Contains(a.lineage, c.callerPID) {
+			continue // not started by the agent that runs the call's tools
 		}
 		if c.kind == want {
 			return c, "kind"

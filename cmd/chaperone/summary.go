@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/proxy"
 )
 
 // summary counts what a session did, for the lines printed when it ends.
@@ -17,6 +18,11 @@ type summary struct {
 	done chan struct{}
 
 	hosts map[string]*hostCount
+	// challenged counts, by host, the proxy's 407s (proxy_auth) since the
+	// last connection to the host with the session's credentials: libcurl
+	// asks without them first (git's http.proxyAuthMethod anyauth), then
+	// again with them. Those the client did not follow up are refusals.
+	challenged map[string]int
 }
 
 // hostCount is what a session did with one host.
@@ -24,11 +30,23 @@ type hostCount struct {
 	requests       int // http requests, allowed or not
 	deniedRequests int
 	deniedConnects int // connections (CONNECT, TLS) refused
-	rules          []string
+	// deniedLookups counts refused DNS queries for it by type: a lookup
+	// asks for A and AAAA at once, so the most of one type is the number
+	// of lookups (lookups()).
+	deniedLookups map[string]int
+	rules         []string
+}
+
+func (h *hostCount) lookups() int {
+	n := 0
+	for _, c := range h.deniedLookups {
+		n = max(n, c)
+	}
+	return n
 }
 
 func newSummary(sub *event.Subscription) *summary {
-	s := &summary{sub: sub, done: make(chan struct{}), hosts: map[string]*hostCount{}}
+	s := &summary{sub: sub, done: make(chan struct{}), hosts: map[string]*hostCount{}, challenged: map[string]int{}}
 	go s.run()
 	return s
 }
@@ -60,6 +78,13 @@ func (s *summary) add(e *event.Event) {
 		if name == "" && e.Connect.Dst.IsValid() {
 			name = e.Connect.Dst.Addr().String()
 		}
+		switch {
+		case e.Session == "" && e.Verdict.Rule == proxy.RuleProxyAuth:
+			s.challenged[name]++
+			return // counted at the end if no request with credentials follows
+		case e.Session != "":
+			delete(s.challenged, name) // asked again, with the credentials
+		}
 		h = s.host(name)
 		if denied {
 			h.deniedConnects++
@@ -76,6 +101,12 @@ func (s *summary) add(e *event.Event) {
 		if h.deniedConnects == 0 {
 			h.deniedConnects++
 		}
+	case e.DNS != nil && denied:
+		h = s.host(e.DNS.Name)
+		if h.deniedLookups == nil {
+			h.deniedLookups = map[string]int{}
+		}
+		h.deniedLookups[e.DNS.Type]++
 	default:
 		return
 	}
@@ -96,10 +127,18 @@ func contains(list []string, s string) bool {
 func (s *summary) print(w io.Writer, ss *session, code int) {
 	names := make([]string, 0, len(s.hosts))
 	requests, denied := 0, 0
+	for n, c := range s.challenged {
+		h := s.host(n)
+		h.deniedConnects += c
+		if !contains(h.rules, proxy.RuleProxyAuth) {
+			h.rules = append(h.rules, proxy.RuleProxyAuth)
+		}
+	}
+	clear(s.challenged)
 	for n, h := range s.hosts {
 		names = append(names, n)
 		requests += h.requests
-		denied += h.deniedRequests
+		denied += h.deniedRequests + h.lookups()
 		if h.deniedRequests == 0 {
 			denied += h.deniedConnects
 		}
@@ -115,6 +154,9 @@ func (s *summary) print(w io.Writer, ss *session, code int) {
 		}
 		if h.deniedConnects > 0 {
 			line += ", connection denied"
+		}
+		if h.lookups() > 0 {
+			line += ", name lookup denied"
 		}
 		if len(h.rules) > 0 {
 			line += " (rule " + strings.Join(h.rules, ", ") + ")"

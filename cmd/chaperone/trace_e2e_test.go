@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,8 +29,19 @@ type otlpReceiver struct {
 }
 
 func newOTLPReceiver(t *testing.T) *otlpReceiver {
+	r, err := startOTLPReceiver("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// startOTLPReceiver starts a receiver on addr (127.0.0.1, any port, when
+// empty), opening its listener in the calling thread's namespace.
+func startOTLPReceiver(addr string) (*otlpReceiver, error) {
 	r := &otlpReceiver{}
-	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var body io.Reader = req.Body
 		if req.Header.Get("Content-Encoding") == "gzip" {
 			zr, err := gzip.NewReader(req.Body)
@@ -56,8 +68,17 @@ func newOTLPReceiver(t *testing.T) *otlpReceiver {
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.Write(out)
 	}))
-	t.Cleanup(r.Close)
-	return r
+	if addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			r.Server.Listener.Close()
+			return nil, err
+		}
+		r.Server.Listener.Close()
+		r.Server.Listener = ln
+	}
+	r.Start()
+	return r, nil
 }
 
 func attr(s *tracepb.Span, key string) *commonpb.AnyValue {
@@ -84,7 +105,7 @@ func TestSessionTrace(t *testing.T) {
 		"--resolve", "api.anthropic.com:"+ant.Addr.Addr().String(),
 		"--resolve", "api.e2e.test:"+w.api.Addr.Addr().String(),
 		"--log", w.log, "--",
-		"sh", "-c", `"$1" anthropic "$2" "list the files; my token is $4" >/dev/null && ls >/dev/null && curl -sS "$3/x?token=$4" >/dev/null &&
+		"sh", "-c", `"$1" anthropic "$2" "list the files; my token is $4" "ls >/dev/null" >/dev/null && ls -d . >/dev/null && curl -sS "$3/x?token=$4" >/dev/null &&
 python3 -c 'import os, urllib.request; urllib.request.urlopen(os.environ["API"] + "/py").read()'`,
 		"sh", sdkAgent, fmt.Sprintf("https://api.anthropic.com:%d/", ant.Addr.Port()), w.api.URL, tok)
 	mustSucceed(t, r)
@@ -138,9 +159,21 @@ python3 -c 'import os, urllib.request; urllib.request.urlopen(os.environ["API"] 
 		}
 		s = parent
 	}
-	// The span of the process that exec'd ls (named after its program at
-	// first sight, which may be the shell it forked from) links the call.
-	var lsLinked bool
+	// The span of the process that exec'd the agent's ls (named after its
+	// program at first sight, which may be the shell it forked from) links
+	// the call; the ls the session's shell ran after the agent had exited
+	// is not the tool's. Process spans nest by lineage: the agent's ls is
+	// under the agent's span.
+	underAgent := func(s *tracepb.Span) bool {
+		for hops := 0; s != nil && hops < 8; hops++ {
+			if strings.HasPrefix(s.Name, "process sdkagent") {
+				return true
+			}
+			s = byID[hex.EncodeToString(s.ParentSpanId)]
+		}
+		return false
+	}
+	var agentLs, shellLs, sawShellLs bool
 	for _, s := range spans {
 		execsLs := false
 		for _, ev := range s.Events {
@@ -151,13 +184,19 @@ python3 -c 'import os, urllib.request; urllib.request.urlopen(os.environ["API"] 
 		if !execsLs {
 			continue
 		}
+		linked := false
 		for _, l := range s.Links {
-			lsLinked = lsLinked || hex.EncodeToString(l.SpanId) == hex.EncodeToString(tool.SpanId)
+			linked = linked || hex.EncodeToString(l.SpanId) == hex.EncodeToString(tool.SpanId)
+		}
+		if underAgent(s) {
+			agentLs = agentLs || linked
+		} else {
+			sawShellLs, shellLs = true, shellLs || linked
 		}
 	}
-	if ok, _ := canMediateFiles(); ok && !lsLinked {
+	if ok, _ := canMediateFiles(); ok && (!agentLs || !sawShellLs || shellLs) {
 		// Execs are events only where they are mediated.
-		t.Error("the ls that followed the bash tool call is not linked to it")
+		t.Errorf("ls linked to the bash call: the agent's %v, want true; the shell's %v (seen %v), want false", agentLs, shellLs, sawShellLs)
 	}
 	// Both GETs: curl's, with its query value redacted, and python3's, each
 	// under its own process.

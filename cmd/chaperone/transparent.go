@@ -198,19 +198,18 @@ func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error
 		// Gone already: keep what the kernel saw at connect().
 		proc = &event.Process{PID: int(o.PID), UID: int(o.UID), Argv: []string{o.Comm}}
 	}
-	// The name the session looked this address up as, if it did.
-	host, _ := ts.dns.NameFor(o.Dst.Addr().Unmap())
+	// The name the process itself looked this address up as, if it did:
+	// a hint, for a connection that does not name its host (no SNI, no
+	// HTTP); another process's lookup is not this connection's name.
+	host, _ := ts.dns.NameForProcess(o.Dst.Addr().Unmap(), int(o.PID))
 	return proxy.Tunnel{Session: ts.id, Host: host, Dst: o.Dst, Process: proc, Via: "transparent"}, nil
 }
 
 // Resolved implements proxy.ResolverMemory for the session: its resolver
-// answered host with addr (the name it last answered with that address).
+// answered host with addr (for any process of the session, whatever it
+// answered with the address since).
 func (ts *transparentSession) Resolved(session, host string, addr netip.Addr) bool {
-	if session != ts.id {
-		return false
-	}
-	name, ok := ts.dns.NameFor(addr.Unmap())
-	return ok && name == host
+	return session == ts.id && ts.dns.Resolved(host, addr)
 }
 
 // sessionNames is the proxy's ResolverMemory in run: the transparent
@@ -277,7 +276,7 @@ func (ts *transparentSession) publishRefusal(rf redirect.Refusal) {
 	c := &event.Connect{Transport: event.Transport(rf.ProtocolName()), Via: "transparent"}
 	if rf.Dst.IsValid() {
 		c.Dst, c.Port = rf.Dst, rf.Dst.Port()
-		c.Host, _ = ts.dns.NameFor(rf.Dst.Addr().Unmap())
+		c.Host, _ = ts.dns.NameForProcess(rf.Dst.Addr().Unmap(), int(rf.PID))
 	}
 	ts.publish(&event.Event{
 		Time: ts.now(), Kind: event.KindConnect, Session: ts.id, Process: proc,

@@ -2,15 +2,19 @@
 // APIs: it sends one prompt with the official Anthropic or OpenAI Go SDK,
 // streamed, and prints the text of the answer and the tools it asked for.
 // It goes wherever its environment says (HTTPS_PROXY, SSL_CERT_FILE), as
-// any agent would.
+// any agent would. With TOOL_COMMAND, it then runs each tool the answer
+// asked for as an agent runs its shell tool: sh -c TOOL_COMMAND, a child of
+// its own, its output on stderr.
 //
-//	sdkagent anthropic|openai BASE_URL PROMPT
+//	sdkagent anthropic|openai BASE_URL PROMPT [TOOL_COMMAND]
+//	sdkagent responses-ws WSS_URL PROMPT   (ws.go)
 package main
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go"
@@ -20,16 +24,27 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 4 {
-		fmt.Fprintln(os.Stderr, "usage: sdkagent anthropic|openai BASE_URL PROMPT")
+	if len(os.Args) != 4 && len(os.Args) != 5 {
+		fmt.Fprintln(os.Stderr, "usage: sdkagent anthropic|openai BASE_URL PROMPT [TOOL_COMMAND]")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
 	case "anthropic":
-		err = askAnthropic(os.Args[2], os.Args[3])
+		var tools int
+		if tools, err = askAnthropic(os.Args[2], os.Args[3]); err == nil && len(os.Args) == 5 {
+			for range tools {
+				cmd := exec.Command("sh", "-c", os.Args[4])
+				cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+				if err = cmd.Run(); err != nil {
+					break
+				}
+			}
+		}
 	case "openai":
 		err = askOpenAI(os.Args[2], os.Args[3])
+	case "responses-ws":
+		err = askResponsesWS(os.Args[2], os.Args[3])
 	default:
 		err = fmt.Errorf("unknown provider %q", os.Args[1])
 	}
@@ -39,7 +54,8 @@ func main() {
 	}
 }
 
-func askAnthropic(base, prompt string) error {
+// askAnthropic asks and returns how many tools the answer asked for.
+func askAnthropic(base, prompt string) (tools int, err error) {
 	c := anthropic.NewClient(anthropicoption.WithBaseURL(base), anthropicoption.WithAPIKey("test-key"), anthropicoption.WithMaxRetries(0))
 	stream := c.Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{
 		Model:     "claude-e2e",
@@ -52,11 +68,11 @@ func askAnthropic(base, prompt string) error {
 	var msg anthropic.Message
 	for stream.Next() {
 		if err := msg.Accumulate(stream.Current()); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	for _, b := range msg.Content {
 		switch b.Type {
@@ -64,10 +80,11 @@ func askAnthropic(base, prompt string) error {
 			fmt.Println("text:", b.Text)
 		case "tool_use":
 			fmt.Printf("tool: %s %s\n", b.Name, strings.TrimSpace(string(b.Input)))
+			tools++
 		}
 	}
 	fmt.Printf("usage: in=%d out=%d stop=%s\n", msg.Usage.InputTokens, msg.Usage.OutputTokens, msg.StopReason)
-	return nil
+	return tools, nil
 }
 
 func askOpenAI(base, prompt string) error {
