@@ -24,9 +24,9 @@ import (
 
 // The loopback addresses of the nested-sandbox tests' servers.
 const (
-	nestedAPI   = "127.0.31.2"
-	nestedExfil = "127.0.31.3"
-	nestedDNS   = "127.0.31.9"
+	nestedAPI   = "127.0.27.2"
+	nestedExfil = "127.0.27.3"
+	nestedDNS   = "127.0.27.9"
 )
 
 // nestedWorld is a world whose directory every user can reach (the agent
