@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,17 +75,36 @@ func (p *pdeath) end() error {
 	return p.cmd.Wait()
 }
 
-// endThreads ends n OS threads, as file mediation's namespace work does:
-// goroutines that lock their thread and return without unlocking it. It
-// returns the threads' ids.
+// onEndingThread runs f on an OS thread that ends when f returns, as the
+// threads file mediation enters namespaces with: f's goroutine locks its
+// thread and returns without unlocking it. f is told the thread's id.
+// Never the main thread, which Go keeps (wedged) rather than end.
+func onEndingThread(f func(tid int)) {
+	for {
+		ran := make(chan bool)
+		go func() {
+			runtime.LockOSThread() // never unlocked when f runs
+			tid := unix.Gettid()
+			if tid == unix.Getpid() {
+				runtime.UnlockOSThread()
+				ran <- false
+				return
+			}
+			f(tid)
+			ran <- true
+		}()
+		if <-ran {
+			return
+		}
+	}
+}
+
+// endThreads ends n OS threads and returns their ids.
 func endThreads(n int) []int {
 	tids := make([]int, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() {
-			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-			tids[i] = unix.Gettid()
-		})
+		wg.Go(func() { onEndingThread(func(tid int) { tids[i] = tid }) })
 	}
 	wg.Wait()
 	return tids
@@ -122,12 +142,11 @@ func TestStartOnOwnThread(t *testing.T) {
 		var tid int
 		p := startPdeath(t, func(cmd *exec.Cmd) error {
 			started := make(chan error, 1)
-			go func() {
-				runtime.LockOSThread() // never unlocked
-				tid = unix.Gettid()
+			go onEndingThread(func(t int) {
+				tid = t
 				started <- cmd.Start()
 				<-release // until the child is ready
-			}()
+			})
 			return <-started
 		})
 		close(release)
@@ -136,8 +155,12 @@ func TestStartOnOwnThread(t *testing.T) {
 			t.Fatalf("the child outlived the thread that started it: %v", p.end())
 		}
 		err := p.cmd.Wait()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.Sys().(unix.WaitStatus).Signal() != unix.SIGKILL {
+		var killed bool
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+			ws, ok := ee.Sys().(syscall.WaitStatus)
+			killed = ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+		}
+		if !killed {
 			t.Errorf("the child exited with %v, want its parent-death signal (SIGKILL)", err)
 		}
 	})
