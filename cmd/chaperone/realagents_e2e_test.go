@@ -69,6 +69,10 @@ type realAgent struct {
 	// sandboxed runs the agent's own sandbox, which must be able to
 	// create its namespaces (issue 27, defect 4).
 	sandboxed bool
+	// user runs the agent as this user (--user) when set, with HOME the
+	// user's own (nobody's does not exist) and homeVar, the agent's
+	// variable for its state directory, in the test's home.
+	user, homeVar string
 	// noWebSocket has the fake refuse the Responses API's WebSocket, so
 	// that Codex speaks HTTPS.
 	noWebSocket bool
@@ -109,7 +113,11 @@ func realAgents() []realAgent {
 			env:  codexEnv(),
 		},
 		{
+			// bubblewrap as an ordinary user, as people run it: a uid-0
+			// agent, without capabilities, is refused a uid map in its
+			// user namespace (docs/files.md).
 			name: "codex-sandbox", bin: "codex", host: "api.openai.com", sandboxed: true, oneMode: true,
+			user: "nobody", homeVar: "CODEX_HOME",
 			args: []string{"exec", "--skip-git-repo-check", "--sandbox", "workspace-write",
 				"-c", "sandbox_workspace_write.network_access=true", agentPrompt},
 			env: codexEnv(),
@@ -200,7 +208,16 @@ func newAgentWorld(t *testing.T) *agentWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	aw := &agentWorld{t: t, ns: ns, dir: t.TempDir(), llm: upstream.NewScriptedLLM(agentCommand), servers: map[string]*upstream.Server{}}
+	// Not t.TempDir: an agent run as another user must reach it.
+	dir, err := os.MkdirTemp("", "chaperone-agents-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	aw := &agentWorld{t: t, ns: ns, dir: dir, llm: upstream.NewScriptedLLM(agentCommand), servers: map[string]*upstream.Server{}}
 	ca, err := upstream.NewCA("agents-upstream")
 	if err != nil {
 		t.Fatal(err)
@@ -270,9 +287,18 @@ func (aw *agentWorld) run(a realAgent, mode, work string) result {
 	// helper its sandbox runs in under CODEX_HOME (~/.codex) only outside
 	// the temporary directory.
 	tmp := filepath.Join(aw.dir, "tmp")
-	for _, d := range []string{filepath.Join(aw.dir, "home"), tmp} {
+	home := filepath.Join(aw.dir, "home")
+	state := filepath.Join(home, "."+a.agent()) // for homeVar
+	for _, d := range []string{home, state, tmp} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			aw.t.Fatal(err)
+		}
+	}
+	if a.user != "" {
+		// Its home, temporary directory and working tree are its own.
+		args := []string{"-R", a.user, home, tmp, work}
+		if out, err := exec.Command("chown", args...).CombinedOutput(); err != nil {
+			aw.t.Fatalf("chown %q: %v\n%s", args, err, out)
 		}
 	}
 	bin, err := filepath.Abs(filepath.Join(agentsDir, "node_modules", ".bin", a.bin))
@@ -285,13 +311,20 @@ func (aw *agentWorld) run(a realAgent, mode, work string) result {
 		"--deny-host", "denied.test",
 		// The full signal URL, which the exporter uses as it is.
 		"--otlp-endpoint", aw.otlp.URL + "/v1/traces",
-		"--log", aw.log,
-		"--", bin}
+		"--log", aw.log}
+	if a.user != "" {
+		args = append(args, "--user", a.user)
+	}
+	args = append(args, "--", bin)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/bin/sh", append(args, a.args...)...)
 	cmd.Dir = work
-	cmd.Env = append(baseEnv(aw.dir), append(a.env, "TMPDIR="+tmp)...)
+	env := append(a.env, "TMPDIR="+tmp)
+	if a.homeVar != "" {
+		env = append(env, a.homeVar+"="+state)
+	}
+	cmd.Env = append(baseEnv(aw.dir), env...)
 	// The agents' own update checks and telemetry stay on: what they
 	// contact is part of what the test sees.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true}
@@ -444,6 +477,8 @@ func testRealAgent(t *testing.T, a realAgent, mode string) {
 		t.Errorf("the refusal of denied.test (%s) is attributed to %+v, want curl", denial.Kind, denial.Process)
 	case len(denial.Process.Lineage) < 3 || denial.Process.Lineage[len(denial.Process.Lineage)-1] != "curl":
 		t.Errorf("curl's lineage %q, want the agent, its shell and curl", denial.Process.Lineage)
+	case a.sandboxed && !slices.Contains(denial.Process.Lineage, "bwrap"):
+		t.Errorf("curl's lineage %q, want bwrap in it: the agent's own sandbox did not run the command", denial.Process.Lineage)
 	default:
 		t.Logf("denied.test refused (%s) for curl, lineage %q", denial.Kind, denial.Process.Lineage)
 	}
