@@ -13,14 +13,14 @@ import (
 // kind, verdict and decided_by are always present; the rest are omitted when
 // empty. Field names never change once released.
 type Record struct {
-	Time      time.Time     `json:"time"` // UTC
-	Session   string        `json:"session"`
-	Kind      event.Kind    `json:"kind"`
-	Verdict   event.Action  `json:"verdict"`
-	Rule      string        `json:"rule,omitempty"`
-	DecidedBy event.Decider `json:"decided_by"`
-	Reason    string        `json:"reason,omitempty"`
-	Process   *Process      `json:"process,omitempty"`
+	Time      time.Time       `json:"time"` // UTC
+	Session   string          `json:"session"`
+	Kind      event.Kind      `json:"kind"`
+	Verdict   event.Action    `json:"verdict"`
+	Rule      string          `json:"rule,omitempty"`
+	DecidedBy event.DecidedBy `json:"decided_by"`
+	Reason    string          `json:"reason,omitempty"`
+	Process   *Process        `json:"process,omitempty"`
 
 	// connect (host and port), http (host)
 	Dst       string `json:"dst,omitempty"` // "ip:port"

@@ -13,7 +13,6 @@ import (
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/ask"
-	"github.com/chaperone-dev/chaperone/proxy"
 )
 
 // askDir is where running sessions keep their control sockets.
@@ -22,7 +21,7 @@ func askDir(stateDir string) string { return filepath.Join(stateDir, "ask") }
 // asking holds every ask verdict of decider for a person, through the
 // broker: what reaches the proxy is never ask.
 type asking struct {
-	decider proxy.Decider
+	decider event.Decider
 	broker  *ask.Broker
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/policy"
-	"github.com/chaperone-dev/chaperone/proxy"
 )
 
 // livePolicy decides with the policy file as it is now: a reload (SIGHUP,
@@ -22,7 +21,7 @@ import (
 // not load keeps the old policy, and says why.
 type livePolicy struct {
 	path    string
-	deny    proxy.Decider // deny_hosts, decided first
+	deny    event.Decider // deny_hosts, decided first
 	log     *slog.Logger
 	stderr  io.Writer
 	getenv  func(string) string
@@ -40,11 +39,11 @@ type livePolicy struct {
 
 type loadedPolicy struct {
 	pol   *policy.Policy
-	d     proxy.Decider
+	d     event.Decider
 	close func() error
 }
 
-func newLivePolicy(ctx context.Context, path string, deny proxy.Decider, log *slog.Logger, stderr io.Writer, getenv, task func(string) string) (*livePolicy, error) {
+func newLivePolicy(ctx context.Context, path string, deny event.Decider, log *slog.Logger, stderr io.Writer, getenv, task func(string) string) (*livePolicy, error) {
 	l := &livePolicy{path: path, deny: deny, log: log, stderr: stderr, getenv: getenv, task: task}
 	if _, err := l.load(ctx); err != nil {
 		return nil, err
@@ -52,7 +51,7 @@ func newLivePolicy(ctx context.Context, path string, deny proxy.Decider, log *sl
 	return l, nil
 }
 
-// Decide implements proxy.Decider with the current policy.
+// Decide implements event.Decider with the current policy.
 func (l *livePolicy) Decide(ctx context.Context, e *event.Event) event.Verdict {
 	return l.cur.Load().d.Decide(ctx, e)
 }

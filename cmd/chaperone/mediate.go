@@ -16,7 +16,6 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/fileexec"
 	"github.com/chaperone-dev/chaperone/internal/privdrop"
-	"github.com/chaperone-dev/chaperone/proxy"
 )
 
 // mediationOptions is what file and exec mediation need from the session.
@@ -36,7 +35,7 @@ type mediationOptions struct {
 	// fileInSession, when set, is inSession for file opens and execs.
 	fileInSession func(pid int) bool
 	process       func(pid int) (*event.Process, error)
-	decider       proxy.Decider
+	decider       event.Decider
 	publish       func(*event.Event)
 	log           *slog.Logger
 	stderr        io.Writer

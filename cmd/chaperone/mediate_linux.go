@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/fileexec"
 	"github.com/chaperone-dev/chaperone/fileexec/execs"
 	"github.com/chaperone-dev/chaperone/policy"
@@ -35,7 +36,7 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		Session:   o.session,
 		InSession: inSession,
 		Process:   o.process,
-		Decide:    o.decide,
+		Decider:   event.DeciderFunc(o.decide),
 		Publish:   o.publish,
 		Logger:    o.log,
 		Ignore:    ignoredPath,
@@ -71,7 +72,7 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		Session:   o.session,
 		InSession: inSession, // the filter is the session's: its mount namespace says it at once
 		Process:   o.process,
-		Decide:    o.decide,
+		Decider:   event.DeciderFunc(o.decide),
 		Publish:   o.publish,
 		Logger:    o.log,
 		Other: func(ctx context.Context, n execs.Notification) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/policy"
-	"github.com/chaperone-dev/chaperone/proxy"
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
@@ -97,7 +96,7 @@ func newPolicyCommand(e env) *cobra.Command {
 
 // replay decides every record of r with d and prints one line each: the
 // recorded verdict, the new one and who decided it.
-func replay(ctx context.Context, w io.Writer, r io.Reader, d proxy.Decider) error {
+func replay(ctx context.Context, w io.Writer, r io.Reader, d event.Decider) error {
 	n, changed := 0, 0
 	err := telemetry.ReadRecords(r, telemetry.Filter{}, func(rec telemetry.Record) error {
 		if rec.Kind == event.KindSessionStart || rec.Kind == event.KindSessionEnd {
@@ -130,7 +129,7 @@ func replay(ctx context.Context, w io.Writer, r io.Reader, d proxy.Decider) erro
 // newPolicyDecider builds the engine for p: its judge (whose requests never
 // go through a session) and its plugins. deny, when set, decides first
 // (the configuration's deny_hosts).
-func newPolicyDecider(ctx context.Context, p *policy.Policy, deny proxy.Decider, log *slog.Logger, getenv func(string) string, task func(string) string) (proxy.Decider, func() error, error) {
+func newPolicyDecider(ctx context.Context, p *policy.Policy, deny event.Decider, log *slog.Logger, getenv func(string) string, task func(string) string) (event.Decider, func() error, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
@@ -164,7 +163,7 @@ func newPolicyDecider(ctx context.Context, p *policy.Policy, deny proxy.Decider,
 // engineDecider decides by deny (deny_hosts, when set) and then the
 // policy's engine.
 type engineDecider struct {
-	deny proxy.Decider
+	deny event.Decider
 	eng  *policy.Engine
 }
 

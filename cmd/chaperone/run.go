@@ -174,7 +174,7 @@ func runSession(ctx context.Context, o sessionOptions) (code int, err error) {
 	if err != nil {
 		return 0, usageError{err}
 	}
-	var decider proxy.Decider
+	var decider event.Decider
 	var currentPolicy func() *policy.Policy
 	tasks := &taskBoard{}
 	sessionID := newID(6)
@@ -816,7 +816,7 @@ const ruleAuditLog = "audit_log"
 // auditGuard fails closed when the audit log cannot be written: an action
 // whose decision cannot be recorded is denied.
 type auditGuard struct {
-	decider proxy.Decider
+	decider event.Decider
 	audit   interface{ Err() error }
 	ready   <-chan struct{} // closed once the session's start is recorded; nil: ready
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/chaperone-dev/chaperone/certs"
 	"github.com/chaperone-dev/chaperone/config"
 	"github.com/chaperone-dev/chaperone/event"
-	"github.com/chaperone-dev/chaperone/proxy"
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
@@ -93,7 +92,7 @@ func TestResolver(t *testing.T) {
 }
 
 func TestAuditGuardFailsClosed(t *testing.T) {
-	allow := proxy.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
+	allow := event.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
 		return event.Verdict{Action: event.Allow}
 	})
 	a, err := telemetry.OpenAuditLog("/dev/full")

@@ -26,7 +26,7 @@ const cgroupParentName = "chaperone"
 // transparentOptions is what a transparent session needs beyond its id.
 type transparentOptions struct {
 	procs     *attribution.Table
-	decider   dns.Decider
+	decider   event.Decider
 	publish   func(*event.Event)
 	static    map[string][]netip.Addr // --resolve names, answered by the session's resolver
 	upstreams []netip.AddrPort        // where its resolver forwards the rest

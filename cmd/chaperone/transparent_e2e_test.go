@@ -420,7 +420,7 @@ func TestAutoModeChoosesTransparentWhenPrivileged(t *testing.T) {
 // sessions to forward to: tests never ask the machine's resolver.
 func fakeDNSUpstream(t *testing.T) netip.AddrPort {
 	t.Helper()
-	srv, err := dns.New(dns.Options{Decider: dns.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
+	srv, err := dns.New(dns.Options{Decider: event.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
 		return event.Verdict{Action: event.Allow}
 	})})
 	if err != nil {
