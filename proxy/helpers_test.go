@@ -120,6 +120,8 @@ type envOptions struct {
 	servers func(p *Proxy)
 	// listener wraps the proxy's listener.
 	listener func(net.Listener) net.Listener
+	// addr is the proxy's listen address; 127.0.0.1:0 when empty.
+	addr string
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -181,7 +183,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 		o.servers(p)
 	}
 	p.AddSession(testSession, testToken)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := o.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -263,6 +263,7 @@ plugins:
   - name: pyplugin
     command: [python3, %q]
     on: [file]
+    timeout: 30s # python's start alone may take seconds on a busy machine
 ask:
   timeout: 30s
 default: allow

@@ -1,23 +1,13 @@
 package secrets
 
 import (
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/hmac"
-	crand "crypto/rand"
-	"crypto/rsa"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/chaperone-dev/chaperone/internal/secretcorpus"
 )
 
 // A sample of the labeled corpus. For a positive, core is the part of the
@@ -30,6 +20,35 @@ type sample struct {
 	core   string
 }
 
+// secretGen makes fake secrets in the shapes of real ones, from a seed:
+// secretcorpus.Secrets, which the corpus of whole request bodies
+// (rewrite/corpus_test.go) shares.
+type secretGen struct{ *secretcorpus.Secrets }
+
+func newSecretGen(_ testing.TB, seed uint64) *secretGen {
+	return &secretGen{secretcorpus.NewSecrets(seed)}
+}
+
+func (g *secretGen) make(kind string) string { return g.Make(kind) }
+
+// secret returns a fake secret of the named kind, and the core a finding
+// must contain. A kind may name layouts after it, applied in order
+// ("pem-rsa|lineno|escaped": see layOut).
+func (g *secretGen) secret(kind string) (string, string) { return g.Secret(kind) }
+
+func (g *secretGen) pemRSA(pkcs8 bool) string { return g.PEMRSA(pkcs8) }
+
+func (g *secretGen) fillNegative(body string) string { return g.FillNegative(body) }
+
+func (g *secretGen) str(n int, chars string) string { return g.Str(n, chars) }
+
+func (g *secretGen) uuid() string { return g.UUID() }
+
+// layOut lays a PEM key (or any multi-line secret) out as an agent's tools
+// show it (secretcorpus.LayOut).
+func layOut(s, how string) string { return secretcorpus.LayOut(s, how) }
+
+// Alphabets of the fake secrets.
 const (
 	alnum  = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 	upper  = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -39,223 +58,6 @@ const (
 	b64c   = alnum + "+/"
 	b64u   = alnum + "_-"
 )
-
-// secretGen makes fake secrets in the shapes of real ones, from a fixed seed.
-type secretGen struct {
-	r    *rand.Rand
-	rsa  []*rsa.PrivateKey
-	used int
-}
-
-func newSecretGen(t testing.TB, seed uint64) *secretGen {
-	t.Helper()
-	g := &secretGen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
-	for range 2 {
-		k, err := rsa.GenerateKey(crand.Reader, 2048)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.rsa = append(g.rsa, k)
-	}
-	return g
-}
-
-func (g *secretGen) str(n int, chars string) string {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = chars[g.r.IntN(len(chars))]
-	}
-	return string(b)
-}
-
-func (g *secretGen) uuid() string {
-	h := g.str(32, hexd)
-	return h[:8] + "-" + h[8:12] + "-4" + h[13:16] + "-a" + h[17:20] + "-" + h[20:]
-}
-
-func (g *secretGen) pemRSA(pkcs8 bool) string {
-	k := g.rsa[g.used%len(g.rsa)]
-	g.used++
-	if pkcs8 {
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			panic(err)
-		}
-		return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}))
-}
-
-// secret returns a fake secret of the named shape, and the core a finding
-// must contain.
-func (g *secretGen) secret(kind string) (string, string) {
-	s := g.make(kind)
-	switch kind {
-	case "gcpsa", "pem-rsa", "pem-ec", "pem-ed25519", "pem-openssh", "pem-escaped":
-		core := strings.TrimSuffix(strings.TrimSuffix(s, "\n"), `\n`)
-		return s, core
-	}
-	return s, s
-}
-
-func (g *secretGen) make(kind string) string {
-	switch kind {
-	case "akia":
-		return "AKIA" + g.str(16, upper+"234567")
-	case "awssecret":
-		for {
-			s := g.str(40, b64c)
-			if strings.ContainsAny(s, digits+"/+") {
-				return s
-			}
-		}
-	case "ghp":
-		return "ghp_" + g.str(36, alnum)
-	case "ghpat":
-		return "github_pat_" + g.str(22, alnum) + "_" + g.str(59, alnum)
-	case "gho":
-		return "gho_" + g.str(36, alnum)
-	case "xoxb":
-		return "xoxb-" + g.str(11, digits) + "-" + g.str(12, digits) + "-" + g.str(24, alnum)
-	case "slackhook":
-		return "https://hooks.slack.com/services/T" + g.str(8, upper+digits) + "/B" + g.str(8, upper+digits) + "/" + g.str(24, alnum)
-	case "stripe":
-		return "sk_" + "live_" + g.str(24+g.r.IntN(76), alnum)
-	case "openai":
-		return "sk-proj-" + g.str(74, b64u) + "T3BlbkFJ" + g.str(73, b64u) + g.str(1, alnum)
-	case "anthropic":
-		return "sk-ant-api03-" + g.str(93, b64u) + "AA"
-	case "gcpsa":
-		k := g.pemRSA(true)
-		return strings.ReplaceAll(k, "\n", `\n`)
-	case "pem-rsa":
-		return g.pemRSA(false)
-	case "pem-ec":
-		k, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
-		if err != nil {
-			panic(err)
-		}
-		der, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			panic(err)
-		}
-		return string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
-	case "pem-ed25519":
-		_, k, err := ed25519.GenerateKey(crand.Reader)
-		if err != nil {
-			panic(err)
-		}
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			panic(err)
-		}
-		return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
-	case "pem-openssh":
-		body := "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW" + g.str(330, b64c) + "=="
-		var b strings.Builder
-		b.WriteString("-----BEGIN OPENSSH PRIVATE KEY-----\n")
-		for len(body) > 70 {
-			b.WriteString(body[:70] + "\n")
-			body = body[70:]
-		}
-		b.WriteString(body + "\n-----END OPENSSH PRIVATE KEY-----\n")
-		return b.String()
-	case "pem-escaped":
-		return strings.ReplaceAll(g.make("pem-ec"), "\n", `\n`)
-	case "jwt":
-		enc := base64.RawURLEncoding
-		head := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
-		claims, _ := json.Marshal(map[string]any{"sub": g.uuid(), "iat": 1714650000 + g.r.IntN(1e6), "scope": "read write"})
-		body := head + "." + enc.EncodeToString(claims)
-		m := hmac.New(sha256.New, []byte(g.str(32, alnum)))
-		m.Write([]byte(body))
-		return body + "." + enc.EncodeToString(m.Sum(nil))
-	case "dbpass":
-		return g.str(10+g.r.IntN(10), alnum+"!%^*_-")
-	case "envval":
-		return g.str(24+g.r.IntN(16), alnum)
-	case "glpat":
-		return "glpat-" + g.str(20, alnum)
-	case "npm":
-		return "npm_" + g.str(36, alnum)
-	case "aiza":
-		return "AIza" + g.str(35, alnum+"_-")
-	case "sendgrid":
-		return "SG." + g.str(22, b64u) + "." + g.str(43, b64u)
-	case "twilio":
-		return "SK" + g.str(32, hexd)
-	case "hf":
-		return "hf_" + g.str(34, upper+lower)
-	case "dop":
-		return "dop_v1_" + g.str(64, hexd)
-	case "shpat":
-		return "shpat_" + g.str(32, hexd)
-	case "linear":
-		return "lin_api_" + g.str(40, alnum)
-	case "pypi":
-		return "pypi-AgEIcHlwaS5vcmc" + g.str(60, b64u)
-	case "age":
-		return "AGE-SECRET-KEY-1" + g.str(58, "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L")
-	case "doppler":
-		return "dp.pt." + g.str(43, alnum)
-	case "databricks":
-		return "dapi" + g.str(32, hexd)
-	case "glsa":
-		return "glsa_" + g.str(32, alnum) + "_" + g.str(8, hexd)
-	case "hvs":
-		return "hvs." + g.str(95, b64u)
-	case "pplx":
-		return "pplx-" + g.str(48, alnum)
-	case "pmak":
-		return "PMAK-" + g.str(24, hexd) + "-" + g.str(34, hexd)
-	case "pulumi":
-		return "pul-" + g.str(40, hexd)
-	case "sentry":
-		return "sntryu_" + g.str(64, hexd)
-	case "heroku":
-		return "HRKU-AA" + g.str(58, b64u)
-	case "pscale":
-		return "pscale_tkn_" + g.str(43, alnum)
-	case "generic":
-		return g.str(32, alnum)
-	}
-	panic("unknown secret kind " + kind)
-}
-
-// fillNegative replaces the {{uuid}}-style tokens of a negative record;
-// other {{...}} text stays as it is.
-func (g *secretGen) fillNegative(body string) string {
-	var b strings.Builder
-	for {
-		i := strings.Index(body, "{{")
-		if i < 0 {
-			b.WriteString(body)
-			return b.String()
-		}
-		j := strings.Index(body[i:], "}}")
-		b.WriteString(body[:i])
-		tok := body[i+2 : i+j]
-		body = body[i+j+2:]
-		kind, arg, _ := strings.Cut(tok, ":")
-		n, _ := strconv.Atoi(arg)
-		switch kind {
-		case "uuid":
-			b.WriteString(g.uuid())
-		case "sha1":
-			b.WriteString(g.str(40, hexd))
-		case "sha256":
-			b.WriteString(g.str(64, hexd))
-		case "md5":
-			b.WriteString(g.str(32, hexd))
-		case "hex":
-			b.WriteString(g.str(n, hexd))
-		case "b64":
-			b.WriteString(g.str(n, b64c))
-		default: // not ours, e.g. ${{ secrets.X }}: keep it
-			b.WriteString("{{" + tok + "}}")
-		}
-	}
-}
 
 type record struct{ header, body string }
 
