@@ -2,6 +2,7 @@
 GO       ?= go
 BIN      ?= bin/chaperone
 NODE_E2E := cmd/chaperone/testdata/node
+AGENTS_E2E := cmd/chaperone/testdata/agents
 
 .PHONY: build test test-deps lint demo generate generate-check fuzz bench clean
 
@@ -17,11 +18,19 @@ test: lint test-deps
 	$(GO) test -count=1 -timeout 10m ./proxy
 
 # The Node end-to-end client needs undici (fetch honours HTTPS_PROXY only
-# through it); installed from the lock file when npm is present.
+# through it), and TestRealAgents the real agent CLIs (Claude Code, Codex,
+# Gemini CLI) at pinned versions; both installed from their lock files when
+# npm is present. The agents (about 900 MB) are installed again only when
+# their lock file changed; a failed install fails the target, and their
+# suite skips only when the registry cannot be reached.
 test-deps:
 	@if command -v npm >/dev/null 2>&1; then \
 		npm ci --prefix $(NODE_E2E) --no-audit --no-fund --silent; \
-	else echo "npm not found: the Node end-to-end test will skip"; fi
+		if [ $(AGENTS_E2E)/node_modules/.package-lock.json -nt $(AGENTS_E2E)/package-lock.json ]; then :; \
+		elif npm ping --silent >/dev/null 2>&1; then \
+			npm ci --prefix $(AGENTS_E2E) --no-audit --no-fund --silent; \
+		else echo "the npm registry cannot be reached: TestRealAgents will skip"; fi; \
+	else echo "npm not found: the Node end-to-end tests will skip"; fi
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

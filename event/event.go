@@ -187,8 +187,10 @@ func (r *Changes) Empty() bool {
 	return r == nil || len(r.Redacted) == 0 && len(r.Credentials) == 0 && len(r.Headers) == 0
 }
 
-// LLM is an HTTP request recognised as a call to an LLM API. The fields
-// after Stream are known once the response has ended.
+// LLM is an HTTP request recognised as a call to an LLM API, or a client
+// message of a WebSocket connection to one that carries a request
+// (WebSocket). The fields after Stream are known once the response has
+// ended.
 type LLM struct {
 	Provider  string // "openai", "anthropic", "azure-openai", "gemini", "bedrock"
 	Model     string // the model asked for
@@ -208,6 +210,19 @@ type LLM struct {
 	ToolCalls           []ToolCall // tools the model asked to run
 	// Restored counts the placeholders put back in the answer.
 	Restored int
+
+	// Over WebSocket (Responses over WebSocket, the Realtime API, Gemini
+	// Live), Path is the connection's and Status its 101. WSMessage is
+	// the message's type ("response.create", "session.update",
+	// "clientContent"; empty when it has none); WSUnparsed counts the
+	// connection's messages, either way, passed on without being
+	// understood (not JSON, binary, not of the API's shape) since its
+	// previous llm event; Rewrite is what was changed in the message (an
+	// HTTP call's changes are on its http event).
+	WebSocket  bool
+	WSMessage  string
+	WSUnparsed int
+	Rewrite    *Changes
 }
 
 // ToolCall is a tool the model asked the agent to run.

@@ -260,6 +260,12 @@ func Fields() []Field {
 		of(llm("finish_reasons", "finish_reasons", InLog, "", ""), lp, func(l *LLM) *[]string { return &l.FinishReasons }),
 		of(llm("tool_calls", "tool_calls", InLog, "", ""), lp, func(l *LLM) *[]ToolCall { return &l.ToolCalls }),
 		of(llm("restored", "restored", InLog, "", ""), lp, func(l *LLM) *int { return &l.Restored }),
+		// Over WebSocket: the connection's client messages that carry a
+		// request, and what was changed in each.
+		of(llm("websocket", "websocket", InLog, "", ""), lp, func(l *LLM) *bool { return &l.WebSocket }),
+		of(llm("ws_message", "ws_message", InLog, "", ""), lp, func(l *LLM) *string { return &l.WSMessage }),
+		of(llm("ws_unparsed", "ws_unparsed", InLog, "", ""), lp, func(l *LLM) *int { return &l.WSUnparsed }),
+		of(llm("rewrite", "rewrite", InLog, "", ""), lp, func(l *LLM) **Changes { return &l.Rewrite }),
 	)
 	file, fp := pay(KindFile, "file"), func(e *Event) **File { return &e.File }
 	fs = append(fs,

@@ -73,9 +73,16 @@
 // known length, which leaves with the handler's return, so nothing is
 // held.
 // Requests that ask to switch protocols (WebSocket) go through
-// httputil.ReverseProxy.
+// httputil.ReverseProxy, except, in a session with rewrites, an upgrade to
+// an LLM API's WebSocket: serveSocket makes both handshakes and runs
+// proxy/internal/ws's relay with the LLM handler (websocket_llm.go), which
+// decides and redacts each client message as an llm event (a refused one
+// closes the connection with 1008 and the reason) and restores the
+// placeholders of the server's.
 //
-// This package imports event, tls and the standard library; it must not
+// This package imports event, tls, rewrite, proxy/internal/ws (the
+// WebSocket message layer, which imports nothing of the project) and the
+// standard library; it must not
 // import cmd, certs, redirect, internal/upstream or any package above it.
 // Policy, attribution and rewriting reach it through the Decider,
 // ProcessFinder and Publish options.

@@ -53,6 +53,7 @@ type exchange struct {
 	ch      *event.Changes   // what was changed
 	found   []secretAt       // the secrets found in the request, and where
 	stream  *bodyScan        // the body, too large to hold, checked as it is sent
+	socket  socketHandler    // an upgrade to WebSocket whose messages are inspected
 
 	sharedHeader bool // the request's header map is the event's
 }
@@ -69,9 +70,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *tunnel) {
 	x.sw = statusWriter{ResponseWriter: w, p: p, ev: &x.ev}
 	abort := false
 	if _, ok := r.Header["Upgrade"]; ok {
-		// Protocol switches (WebSocket) are rare and long: ReverseProxy's
-		// upgrade handling serves them.
-		p.serveUpgrade(x, r)
+		if x.socket != nil { // a WebSocket whose messages are inspected
+			abort = p.serveSocket(x, r, x.socket)
+		} else {
+			// Protocol switches (WebSocket) are rare and long:
+			// ReverseProxy's upgrade handling serves them.
+			p.serveUpgrade(x, r)
+		}
 	} else {
 		abort = p.roundTrip(x, r)
 	}
@@ -195,12 +200,17 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, x *exch
 	}
 	if p.rewrites != nil {
 		if rw := p.rewrites(t.session); rw != nil && r.Header["Upgrade"] != nil {
-			// A protocol switch is not rewritten, and its frames are not
-			// read; its header and query are searched all the same.
+			// A protocol switch's header and query are searched. One to an
+			// LLM API over WebSocket is rewritten as an LLM call is, and
+			// its messages inspected (websocket_llm.go); any other is not
+			// rewritten, and its frames are not read.
 			x.rw = rw
-			x.scanHead(r, rewrite.API{}, false)
+			api, isLLM := p.llmSocketFor(x, r)
+			x.scanHead(r, api, isLLM)
 			x.http.Secrets = x.secretIDs()
-			x.rw = nil
+			if !isLLM {
+				x.rw = nil
+			}
 		} else if x.rw = rw; rw != nil && !p.prepare(w, r, x) {
 			return false
 		}

@@ -69,6 +69,10 @@ type llmCall struct {
 	llm      event.LLM
 	reader   *rewrite.ResponseReader
 	restored int
+	// checked says the body's secrets are accounted for: replaced by the
+	// redactor, or, where it could not replace them, in the exchange's
+	// found.
+	checked bool
 }
 
 // rewriteParam reports whether the rule of v asks for the rewrite param.
@@ -130,9 +134,43 @@ func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request, x *exchange) boo
 			return false
 		}
 	}
-	x.scanBody(x.plain, r.Host)
+	switch {
+	case x.llm == nil:
+		x.scanBody(x.plain, r.Host)
+	case !x.llm.checked:
+		x.scanPrompt("not redacted")
+	}
 	x.http.Secrets = x.secretIDs()
 	return true
+}
+
+// scanPrompt looks for the secrets of an LLM call's body that was not
+// redacted, as the redactor would see them: in its strings, decoded, JSON
+// inside them included (not in its JSON as sent, where the escapes of a
+// string, and keys next to values that are no secret, such as
+// "prompt_cache_key", would be taken for secrets that are not there).
+// how says why the body was not redacted.
+func (x *exchange) scanPrompt(how string) {
+	var r rewrite.Redactor
+	switch rw := x.rw; {
+	case rw.Redactor != nil:
+		r = rw.Redactor
+	case rw.Scanner != nil:
+		r = rewrite.RedactorFunc(func(s string, found func(start, end int, rule, placeholder string)) {
+			for _, f := range rw.Scanner.ScanString(s) {
+				found(f.Start, f.End, f.RuleID, "")
+			}
+		})
+	default:
+		return
+	}
+	for _, s := range rewrite.FindBodySecrets(x.plain, r) {
+		where := "the LLM request body"
+		if s.Pointer != "" {
+			where += " at " + s.Pointer
+		}
+		x.found = append(x.found, secretAt{s.RuleID, where + ", " + how})
+	}
 }
 
 // streamBody sets the body (raw, read already, then rest) to be checked
@@ -194,6 +232,9 @@ func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, chec
 		return true
 	}
 	out, ids := rewrite.RedactBody(x.plain, red)
+	if x.llm != nil {
+		x.llm.checked = true
+	}
 	if len(ids) == 0 {
 		return true
 	}
@@ -203,7 +244,10 @@ func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, chec
 	}
 	if checkSigned && strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256") {
 		if x.llm != nil && x.rw.RewriteParams != nil && x.rw.RewriteParams(x.llm.ev.Verdict.Rule)["on_signed"] == "allow" {
-			return true // the rule lets signed requests go unchanged
+			// The rule lets signed requests go unchanged: their secrets
+			// stay, and count as such.
+			x.scanPrompt("signed, not redacted")
+			return true
 		}
 		p.refuse(w, &x.ev, http.StatusForbidden, proxyVerdict(ruleRedactFailed,
 			"the request is signed (SigV4) and carries secrets that cannot be removed without breaking the signature"))
@@ -260,7 +304,7 @@ func (p *Proxy) applyRewrites(w http.ResponseWriter, r *http.Request, x *exchang
 			x.changes().Credentials = injected
 		}
 	}
-	if len(rw.IdentityPresets) > 0 && (x.llm != nil || rw.IdentityHost != nil && rw.IdentityHost(host)) {
+	if len(rw.IdentityPresets) > 0 && (x.llm != nil || x.socket != nil || rw.IdentityHost != nil && rw.IdentityHost(host)) {
 		id := rw.Identity
 		if x.ev.Process != nil {
 			id.Lineage = x.ev.Process.LineageNames

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -403,4 +404,88 @@ func contains(l []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// fakePEM is a PEM private key whose body is random (no rule checks it).
+func fakePEM(t *testing.T) string {
+	var b strings.Builder
+	b.WriteString("-----BEGIN RSA PRIVATE KEY-----\n")
+	raw := make([]byte, 48)
+	for range 10 {
+		rand.Read(raw)
+		b.WriteString(base64.StdEncoding.EncodeToString(raw) + "\n")
+	}
+	b.WriteString("-----END RSA PRIVATE KEY-----\n")
+	return b.String()
+}
+
+// mustJSON is v as encoding/json writes it.
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// An LLM call's http.secrets are what the redactor saw in its strings,
+// decoded, JSON in them included, and left: a private key inside a tool
+// call's arguments and quoted escaped in prose, next to a prompt cache
+// key, is redacted and the call goes through, with nothing in
+// http.secrets.
+func TestLLMSecretsAsTheRedactorSees(t *testing.T) {
+	re := newRewriteEnv(t, nil)
+	inArgs, inOutput, inProse := fakePEM(t), fakePEM(t), fakePEM(t)
+	body := mustJSON(t, map[string]any{
+		"model": "gpt-test", "stream": false, "prompt_cache_key": "0b5e2c1c-5d7e-4c55-9a4f-0b3f5c0de0a1",
+		"messages": []any{
+			// Escaped once in the prose, twice in the body as sent.
+			map[string]any{"role": "user", "content": "the key file reads " + mustJSON(t, inProse)},
+			map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"id": "call_1", "type": "function",
+				"function": map[string]any{"name": "write", "arguments": mustJSON(t, map[string]string{"path": "k.pem", "content": inArgs})}}}},
+			map[string]any{"role": "tool", "tool_call_id": "call_1", "content": mustJSON(t, map[string]string{"output": inOutput})},
+		},
+	})
+	status, answer := re.post(t, "https://"+hostPort(re.oai)+"/v1/chat/completions", nil, []byte(body))
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, answer)
+	}
+	sent := re.oai.Requests()[0].Body
+	for name, pem := range map[string]string{"tool call arguments": inArgs, "tool output": inOutput} {
+		for _, line := range strings.Split(pem, "\n")[1:11] {
+			if bytes.Contains(sent, []byte(line)) {
+				t.Fatalf("a line of the private key in the %s reached the LLM API", name)
+			}
+		}
+	}
+	if !json.Valid(sent) || !bytes.Contains(sent, []byte(`"prompt_cache_key":"0b5e2c1c-5d7e-4c55-9a4f-0b3f5c0de0a1"`)) {
+		t.Errorf("the body sent is not JSON, or lost its prompt cache key")
+	}
+	h := re.rec.wait(t, "http event", func(e *event.Event) bool { return e.Kind == event.KindHTTP })
+	if len(h.HTTP.Secrets) != 0 {
+		t.Errorf("http.secrets = %v, want none: the prompt was redacted", h.HTTP.Secrets)
+	}
+	if h.HTTP.Rewrite == nil || h.HTTP.Rewrite.Redacted["private-key"] < 2 {
+		t.Errorf("http event rewrite = %+v, want 2 private keys redacted or more", h.HTTP.Rewrite)
+	}
+}
+
+// A prompt that the policy lets go unredacted counts, and the refusal says
+// where the secret is: in the LLM request body, not redacted; never that
+// it is outside a prompt.
+func TestLLMUnredactedPromptRefusal(t *testing.T) {
+	src := bytes.Replace(policy.DefaultPolicyYAML(), []byte("rules:\n"), []byte("rules:\n  - name: llm-as-is\n    on: llm\n    action: allow\n"), 1)
+	re := newRewriteEnvPolicy(t, src, nil)
+	status, answer := re.post(t, "https://"+hostPort(re.llm)+"/v1/messages", nil, anthropicBody(t, false, "token "+fakeToken(t)))
+	if status != http.StatusForbidden {
+		t.Fatalf("status %d: %s", status, answer)
+	}
+	want := "denied by rule no-secrets-to-other-hosts: the request carries a secret where it would not be redacted (github-pat in the LLM request body at /messages/0/content/0/text, not redacted)"
+	if !strings.Contains(answer, want) {
+		t.Errorf("answer %q, want it to hold %q", answer, want)
+	}
+	if n := len(re.llm.Requests()); n != 0 {
+		t.Errorf("the LLM API got %d requests", n)
+	}
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // MaxTaskBytes bounds Request.Task.
@@ -148,32 +150,25 @@ func RewriteStrings(body []byte, fn func(s string) (string, bool)) (out []byte, 
 	if !json.Valid(body) {
 		return nil, false, errors.New("rewrite: rewrite strings: body is not valid JSON")
 	}
-	last := 0 // body[last:] has not been copied to out yet
-	for i := 0; ; {
-		j := bytes.IndexByte(body[i:], '"')
-		if j < 0 {
-			break
+	if len(body) == 0 {
+		return body, false, nil
+	}
+	b := unsafe.String(&body[0], len(body)) // read only; fn gets copies
+	last := 0                               // body[last:] has not been copied to out yet
+	forStrings(b, func(start, end int, key bool) {
+		if key {
+			return
 		}
-		start := i + j
-		end := stringEnd(body, start)
-		i = end
-		k := end
-		for k < len(body) && isSpace(body[k]) {
-			k++
-		}
-		if k < len(body) && body[k] == ':' {
-			continue // a key
-		}
-		raw := body[start+1 : end-1]
+		raw := b[start+1 : end-1]
 		var s string
-		if bytes.IndexByte(raw, '\\') >= 0 {
-			s = unescape(raw)
+		if strings.IndexByte(raw, '\\') >= 0 {
+			s = unescape(raw, nil)
 		} else {
-			s = string(raw)
+			s = strings.Clone(raw)
 		}
 		ns, ok := fn(s)
 		if !ok || ns == s {
-			continue
+			return
 		}
 		if out == nil {
 			out = make([]byte, 0, len(body)+len(body)/16+len(ns))
@@ -183,21 +178,41 @@ func RewriteStrings(body []byte, fn func(s string) (string, bool)) (out []byte, 
 		out = appendEscaped(out, ns)
 		out = append(out, '"')
 		last = end
-	}
+	})
 	if out == nil {
 		return body, false, nil
 	}
 	return append(out, body[last:]...), true, nil
 }
 
+// forStrings calls fn on each string of b, a valid JSON text, in order,
+// object keys included (key says which): b[start] is its opening quote and
+// b[end-1] its closing one.
+func forStrings(b string, fn func(start, end int, key bool)) {
+	for i := 0; ; {
+		j := strings.IndexByte(b[i:], '"')
+		if j < 0 {
+			return
+		}
+		start := i + j
+		end := stringEnd(b, start)
+		i = end
+		k := end
+		for k < len(b) && isSpace(b[k]) {
+			k++
+		}
+		fn(start, end, k < len(b) && b[k] == ':')
+	}
+}
+
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // stringEnd returns the index just past the closing quote of the JSON string
 // that opens at b[start]; b is valid JSON.
-func stringEnd(b []byte, start int) int {
+func stringEnd(b string, start int) int {
 	i := start + 1
 	for {
-		j := bytes.IndexByte(b[i:], '"')
+		j := strings.IndexByte(b[i:], '"')
 		if j < 0 {
 			return len(b)
 		}
@@ -213,19 +228,76 @@ func stringEnd(b []byte, start int) int {
 	}
 }
 
-// unescape decodes the body of a valid JSON string. Unlike encoding/json it
-// keeps invalid UTF-8 bytes as they are.
-func unescape(raw []byte) string {
-	b := make([]byte, 0, len(raw))
+// escape is one escape sequence of an escaped text: raw[r0:r1] decodes to
+// dec[d0:d1].
+type escape struct{ r0, r1, d0, d1 int }
+
+// escapes maps positions between an escaped text and its decoding: its
+// escape sequences in order; between them the two advance together.
+type escapes []escape
+
+// toRaw returns the position in the escaped text of position d of the
+// decoding. A position inside the bytes an escape decodes to goes to the
+// escape's start, or with ceil to its end.
+func (m escapes) toRaw(d int, ceil bool) int {
+	i := sort.Search(len(m), func(i int) bool { return m[i].d0 > d }) - 1
+	if i < 0 {
+		return d
+	}
+	switch e := m[i]; {
+	case d >= e.d1:
+		return e.r1 + d - e.d1
+	case d == e.d0 || !ceil:
+		return e.r0
+	default:
+		return e.r1
+	}
+}
+
+// toDec returns the position in the decoding of position r of the escaped
+// text; one inside an escape sequence goes to the start of what it decodes
+// to, or with ceil to its end.
+func (m escapes) toDec(r int, ceil bool) int {
+	i := sort.Search(len(m), func(i int) bool { return m[i].r0 > r }) - 1
+	if i < 0 {
+		return r
+	}
+	switch e := m[i]; {
+	case r >= e.r1:
+		return e.d1 + r - e.r1
+	case r == e.r0 || !ceil:
+		return e.d0
+	default:
+		return e.d1
+	}
+}
+
+// unescape resolves the JSON escapes of raw (\" \\ \/ \b \f \n \r \t
+// \uXXXX, a surrogate pair as one rune, an unpaired surrogate as U+FFFD) and
+// keeps every other byte, invalid UTF-8 and a backslash before anything else
+// included: of a valid JSON string's inside it is the value. With m, it
+// appends each escape resolved to *m.
+func unescape(raw string, m *escapes) string {
+	b := appendUnescaped(make([]byte, 0, len(raw)), raw, m)
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not used again
+}
+
+// appendUnescaped appends unescape(raw) to b; the escapes it appends to m
+// (if not nil) count from where it began to append.
+func appendUnescaped(b []byte, raw string, m *escapes) []byte {
+	base := len(b)
 	for i := 0; i < len(raw); {
-		j := bytes.IndexByte(raw[i:], '\\')
+		j := strings.IndexByte(raw[i:], '\\')
 		if j < 0 || i+j+1 >= len(raw) {
 			b = append(b, raw[i:]...)
 			break
 		}
 		b = append(b, raw[i:i+j]...)
+		r0, d0 := i+j, len(b)
 		i += j + 2
 		switch raw[i-1] {
+		case '"', '\\', '/':
+			b = append(b, raw[i-1])
 		case 'b':
 			b = append(b, '\b')
 		case 'f':
@@ -256,14 +328,18 @@ func unescape(raw []byte) string {
 				}
 			}
 			b = utf8.AppendRune(b, r)
-		default: // '"', '\\', '/'
-			b = append(b, raw[i-1])
+		default: // not an escape: kept
+			b = append(b, raw[i-2:i]...)
+			continue
+		}
+		if m != nil {
+			*m = append(*m, escape{r0, i, d0 - base, len(b) - base})
 		}
 	}
-	return string(b)
+	return b
 }
 
-func hex4(b []byte) (rune, bool) {
+func hex4(b string) (rune, bool) {
 	if len(b) < 4 {
 		return 0, false
 	}

@@ -1,8 +1,11 @@
 // Package rewrite owns what Chaperone reads and changes in the bodies of LLM
 // API calls: recognising a call by host and path (DetectAPI), reading a
 // request for its model, streaming flag and the agent's current task
-// (Inspect), rewriting the string values of a JSON body in place so that the
-// caller can redact secrets (RewriteStrings), undoing and redoing
+// (Inspect), rewriting the string values of a JSON body in place
+// (RewriteStrings), replacing a request body's secrets with placeholders,
+// in its strings, in JSON inside them and in escaped text, and wherever
+// else a secret found once occurs (RedactBody, with a Redactor such as
+// rewrite/secrets'), undoing and redoing
 // Content-Encoding, stacked codings included, whole or as a stream (Decode,
 // Encoding.Encode, Encoding.NewReader), checking a body too large to hold
 // as it streams, window by window, giving out only what has been checked

@@ -75,6 +75,11 @@ type ResponseReader struct {
 	info  ResponseInfo
 	tools map[string]bool
 	now   func() time.Time // stamps tool calls; nil: no stamps
+
+	// A reader of WebSocket messages (WSAnswer): events are bare
+	// messages, not SSE, and heldEnd is where emitHeld's event ended.
+	bare    bool
+	heldEnd int
 }
 
 // NewResponseReader passes an LLM API response through as it arrives (SSE or

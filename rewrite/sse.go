@@ -210,11 +210,18 @@ func (r *ResponseReader) rewriteEvent(dst, raw, name, data []byte) []byte {
 	if !changed {
 		return appendRestored(dst, raw, r.restore, true)
 	}
-	return appendEvent(dst, raw, doc)
+	return r.appendEvent(dst, raw, doc)
 }
 
-// emitHeld appends the held delta event, with its held text.
+// emitHeld appends the held delta event, with its held text, and notes
+// where it ends (heldEnd) for a reader of messages.
 func (r *ResponseReader) emitHeld(dst []byte) []byte {
+	dst = r.appendHeld(dst)
+	r.heldEnd = len(dst)
+	return dst
+}
+
+func (r *ResponseReader) appendHeld(dst []byte) []byte {
 	h := r.held
 	r.held = nil
 	text := append(h.prefix, h.tail...)
@@ -222,12 +229,13 @@ func (r *ResponseReader) emitHeld(dst []byte) []byte {
 		return appendRestored(dst, h.raw, r.restore, true)
 	}
 	h.slot.parent[h.slot.field] = string(text)
-	return appendEvent(dst, h.raw, h.doc)
+	return r.appendEvent(dst, h.raw, h.doc)
 }
 
 // appendEvent appends raw with its data lines replaced by doc, serialised on
-// one line that ends as the first data line did.
-func appendEvent(dst, raw []byte, doc map[string]any) []byte {
+// one line that ends as the first data line did; for a reader of messages
+// (bare), doc alone.
+func (r *ResponseReader) appendEvent(dst, raw []byte, doc map[string]any) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -235,6 +243,9 @@ func appendEvent(dst, raw []byte, doc map[string]any) []byte {
 		return append(dst, raw...)
 	}
 	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if r.bare {
+		return append(dst, data...)
+	}
 	wrote := false
 	for len(raw) > 0 {
 		line := raw
@@ -309,17 +320,32 @@ func (r *ResponseReader) deltaSlots(data []byte) (map[string]any, []slot) {
 				}
 			}
 		}
-	case OpResponses:
+	case OpResponses, OpRealtime:
 		typ, _ := doc["type"].(string)
 		key := fmt.Sprint(typ, "/", doc["item_id"], "/", doc["output_index"], "/", doc["content_index"], "/", doc["summary_index"])
 		switch typ {
 		case "response.output_text.delta", "response.refusal.delta",
-			"response.reasoning_text.delta", "response.reasoning_summary_text.delta":
+			"response.reasoning_text.delta", "response.reasoning_summary_text.delta",
+			// the Realtime API's (its beta names too): text, and what the
+			// model said aloud
+			"response.text.delta", "response.output_audio_transcript.delta", "response.audio_transcript.delta":
 			add(key, doc, "delta", false)
 		case "response.function_call_arguments.delta":
 			add(key, doc, "delta", true)
 		case "response.custom_tool_call_input.delta":
 			add(key, doc, "delta", false) // a freeform tool's input is text, not JSON
+		}
+	case OpBidiGenerateContent: // Gemini Live's serverContent
+		sc, _ := doc["serverContent"].(map[string]any)
+		turn, _ := sc["modelTurn"].(map[string]any)
+		parts, _ := turn["parts"].([]any)
+		for pi, p := range parts {
+			if pm, _ := p.(map[string]any); pm != nil {
+				add(fmt.Sprintf("g%d", pi), pm, "text", false)
+			}
+		}
+		if ot, _ := sc["outputTranscription"].(map[string]any); ot != nil {
+			add("ot", ot, "text", false)
 		}
 	case OpGenerateContent, OpStreamGenerateContent:
 		cands, _ := doc["candidates"].([]any)

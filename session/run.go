@@ -263,7 +263,7 @@ func runChild(ctx context.Context, cmd *exec.Cmd, forward []os.Signal, started f
 // plus the session's: the trust variables, the proxy variables when the
 // session uses the explicit proxy, and extra (credential placeholders).
 func childEnv(base []string, s *Session, explicitProxy bool, extra, hide []string) []string {
-	drop := map[string]bool{"NO_PROXY": true, "no_proxy": true, "CHAPERONE_SESSION": true}
+	drop := map[string]bool{"NO_PROXY": true, "no_proxy": true, "GIT_HTTP_PROXY_AUTHMETHOD": explicitProxy, "CHAPERONE_SESSION": true}
 	for _, k := range hide {
 		drop[k] = true
 	}
@@ -289,7 +289,11 @@ func childEnv(base []string, s *Session, explicitProxy bool, extra, hide []strin
 		for _, k := range proxyVars {
 			env = append(env, k+"="+s.proxyURL)
 		}
-		env = append(env, "NO_PROXY=", "no_proxy=")
+		// git asks the proxy without credentials first unless told
+		// its method (http.proxyAuthMethod, "anyauth"), and each such
+		// CONNECT is challenged and logged as refused: basic is what
+		// the proxy takes.
+		env = append(env, "NO_PROXY=", "no_proxy=", "GIT_HTTP_PROXY_AUTHMETHOD=basic")
 	}
 	env = append(env, "CHAPERONE_SESSION="+s.id)
 	env = append(env, extra...)

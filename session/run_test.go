@@ -41,6 +41,9 @@ func TestChildEnv(t *testing.T) {
 			t.Errorf("%s (-want +got):\n%s", k, diff)
 		}
 	}
+	if diff := cmp.Diff([]string{"basic"}, get("GIT_HTTP_PROXY_AUTHMETHOD")); diff != "" {
+		t.Errorf("GIT_HTTP_PROXY_AUTHMETHOD (-want +got):\n%s", diff)
+	}
 	for _, k := range certs.TrustEnvNames() {
 		if diff := cmp.Diff([]string{s.bundle}, get(k)); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", k, diff)

@@ -112,6 +112,9 @@ func appendRecordProc(b []byte, r *Record, procJSON []byte) (_ []byte, ok bool) 
 		b = append(b, ']')
 	}
 	b = appendIntField(b, "restored", int64(r.Restored))
+	b = appendBoolField(b, "websocket", r.WebSocket)
+	b = appendStringField(b, "ws_message", r.WSMessage)
+	b = appendIntField(b, "ws_unparsed", int64(r.WSUnparsed))
 
 	b = appendStringField(b, "name", r.Name)
 	b = appendStringField(b, "qtype", r.QType)

@@ -101,7 +101,7 @@ func randomRecord(rng *rand.Rand, pool []string) Record {
 		Method: s(), URL: s(), Status: int(i64()), Proto: s(), Upgrade: s(), Secrets: l(), Error: s(),
 		Provider: s(), Model: s(), Path: s(), Operation: s(), Stream: rng.IntN(2) == 0, ResponseModel: s(),
 		InputTokens: i64(), OutputTokens: i64(), CacheReadTokens: i64(), CacheCreationTokens: i64(),
-		FinishReasons: l(), Restored: int(i64()),
+		FinishReasons: l(), Restored: int(i64()), WebSocket: rng.IntN(2) == 0, WSMessage: s(), WSUnparsed: int(i64()),
 		Name: s(), QType: s(), Answers: l(), Rcode: s(),
 		Access: s(),
 		Argv:   l(), Cwd: s(), Digest: s(),

@@ -137,6 +137,9 @@ func what(r Record) string {
 		}
 	case event.KindLLM:
 		add(r.Provider, r.Model, r.Path)
+		if r.WebSocket {
+			add("ws", r.WSMessage)
+		}
 	case event.KindDNS:
 		add(r.Name, r.QType)
 		if len(r.Answers) > 0 {

@@ -63,6 +63,11 @@ type Record struct {
 	FinishReasons       []string         `json:"finish_reasons,omitempty"`
 	ToolCalls           []event.ToolCall `json:"tool_calls,omitempty"`
 	Restored            int              `json:"restored,omitempty"`
+	// An llm request made over WebSocket (event.LLM's WebSocket, WSMessage,
+	// WSUnparsed; its changes in Rewrite).
+	WebSocket  bool   `json:"websocket,omitempty"`
+	WSMessage  string `json:"ws_message,omitempty"`
+	WSUnparsed int    `json:"ws_unparsed,omitempty"`
 
 	// dns
 	Name    string   `json:"name,omitempty"`

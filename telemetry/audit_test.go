@@ -48,6 +48,10 @@ func sampleEvents() []*event.Event {
 			Provider: "anthropic", Model: "claude-sonnet-4", Path: "/v1/messages", Operation: "messages", Stream: true,
 			Status: 200, ResponseModel: "claude-sonnet-4-20250514", InputTokens: 12, OutputTokens: 34, CacheReadTokens: 5, CacheCreationTokens: 6,
 			FinishReasons: []string{"tool_use"}, ToolCalls: []event.ToolCall{{ID: "toolu_1", Name: "bash"}}, Restored: 1}},
+		{Time: t0, Kind: event.KindLLM, Session: "7f3a9c01", Process: proc(), Verdict: event.Verdict{Action: event.Rewrite, Rule: "redact", DecidedBy: event.DecidedByRule}, LLM: &event.LLM{
+			Provider: "openai", Model: "gpt-5-codex", Path: "/v1/responses", Operation: "responses", Stream: true, Status: 101,
+			InputTokens: 12, OutputTokens: 34, FinishReasons: []string{"completed"}, Restored: 1,
+			WebSocket: true, WSMessage: "response.create", WSUnparsed: 2, Rewrite: &event.Changes{Redacted: map[string]int{"github-pat": 1}}}},
 		{Time: t0, Kind: event.KindDNS, Session: "7f3a9c01", Process: proc(), Verdict: allow, DNS: &event.DNS{
 			Name: "api.example.com", Type: "A", Answers: []netip.Addr{netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("::1")}, Rcode: "NOERROR"}},
 		{Time: t0, Kind: event.KindFile, Session: "7f3a9c01", Process: proc(), Verdict: event.Verdict{Action: event.Ask, DecidedBy: event.DecidedByHuman}, File: &event.File{
@@ -474,15 +478,16 @@ func TestReadRecordsFilter(t *testing.T) {
 	}
 	a.Flush()
 	data := buf.String() + "\n  \n" // blank lines are skipped
+	n := len(sampleEvents())        // one session_end, later than the rest, per session
 
 	tests := []struct {
 		name string
 		f    Filter
 		want int
 	}{
-		{"all", Filter{}, 30},
-		{"session", Filter{Session: "s2"}, 10},
-		{"session prefix", Filter{Session: "s"}, 20},
+		{"all", Filter{}, 3 * n},
+		{"session", Filter{Session: "s2"}, n},
+		{"session prefix", Filter{Session: "s"}, 2 * n},
 		{"kind", Filter{Kinds: []event.Kind{event.KindConnect}}, 6},
 		{"kinds", Filter{Kinds: []event.Kind{event.KindConnect, event.KindHTTP}}, 9},
 		{"session and kind", Filter{Session: "s1", Kinds: []event.Kind{event.KindConnect}}, 2},
@@ -490,8 +495,8 @@ func TestReadRecordsFilter(t *testing.T) {
 		{"verdicts", Filter{Verdicts: []event.Action{event.Deny, event.Ask}}, 6},
 		{"verdict and kind", Filter{Verdicts: []event.Action{event.Allow}, Kinds: []event.Kind{event.KindConnect}}, 3},
 		{"since", Filter{Since: t0.Add(time.Second)}, 3},
-		{"since is inclusive", Filter{Since: t0}, 30},
-		{"until", Filter{Until: t0}, 27},
+		{"since is inclusive", Filter{Since: t0}, 3 * n},
+		{"until", Filter{Until: t0}, 3*n - 3},
 		{"until before all", Filter{Until: t0.Add(-time.Nanosecond)}, 0},
 		{"since and until", Filter{Since: t0.Add(time.Second), Until: t0.Add(2 * time.Minute), Session: "t"}, 1},
 		{"no match", Filter{Session: "nope"}, 0},
@@ -514,7 +519,7 @@ func TestReadRecordsFilter(t *testing.T) {
 	}
 
 	stop := errors.New("stop")
-	n := 0
+	n = 0
 	err := ReadRecords(strings.NewReader(data), Filter{}, func(Record) error { n++; return stop })
 	if !errors.Is(err, stop) || n != 1 {
 		t.Errorf("fn's error: got %v after %d calls, want stop after 1", err, n)
@@ -646,8 +651,9 @@ func TestFollowWaitsForFileAndReportsBadLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := <-errc
-	if err == nil || !strings.Contains(err.Error(), "line 11") {
-		t.Errorf("Follow = %v, want an error naming line 11", err)
+	bad := fmt.Sprintf("line %d", len(sampleEvents())+1)
+	if err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("Follow = %v, want an error naming %s", err, bad)
 	}
 	if n != 1 {
 		t.Errorf("fn called %d times, want 1 (one tls record)", n)
@@ -666,10 +672,11 @@ func TestFormatRecord(t *testing.T) {
 		{ev[3], "13:04:05.123 7f3a9c01 tls           allow   api.example.com alpn=h2,http/1.1 tls1.3 intercepted  curl[1234]\n"},
 		{ev[4], "13:04:05.123 7f3a9c01 http          allow   GET https://api.example.com/v1/x?a=1&b=2 upgrade=websocket → 200  curl[1234]\n"},
 		{ev[5], "13:04:05.123 7f3a9c01 llm           rewrite anthropic claude-sonnet-4 /v1/messages  curl[1234]  redact (by rule)\n"},
-		{ev[6], "13:04:05.123 7f3a9c01 dns           allow   api.example.com A → 127.0.0.2,::1  curl[1234]\n"},
-		{ev[7], "13:04:05.123 7f3a9c01 file          ask     read /home/u/.ssh/id_ed25519  curl[1234]\n"},
-		{ev[8], "13:04:05.123 7f3a9c01 exec          allow   /usr/bin/git push  curl[1234]\n"},
-		{ev[9], "13:05:05.123 7f3a9c01 session_end   allow   claude exit=0 after 61.234s\n"},
+		{ev[6], "13:04:05.123 7f3a9c01 llm           rewrite openai gpt-5-codex /v1/responses ws response.create  curl[1234]  redact (by rule)\n"},
+		{ev[7], "13:04:05.123 7f3a9c01 dns           allow   api.example.com A → 127.0.0.2,::1  curl[1234]\n"},
+		{ev[8], "13:04:05.123 7f3a9c01 file          ask     read /home/u/.ssh/id_ed25519  curl[1234]\n"},
+		{ev[9], "13:04:05.123 7f3a9c01 exec          allow   /usr/bin/git push  curl[1234]\n"},
+		{ev[10], "13:05:05.123 7f3a9c01 session_end   allow   claude exit=0 after 61.234s\n"},
 		{&event.Event{Time: t0, Kind: event.KindHTTP, Session: "abc", Verdict: event.Verdict{Action: event.Allow}, HTTP: &event.HTTP{Method: "GET", URL: "https://x/big", Status: 200, Error: "client closed the connection after 5 bytes of the body"}},
 			"13:04:05.123 abc http          allow   GET https://x/big → 200 (client closed the connection after 5 bytes of the body)\n"},
 		{&event.Event{Time: t0, Kind: event.KindHTTP, Session: "abc", HTTP: &event.HTTP{Method: "GET", URL: "https://x/\x1b[2J"}},

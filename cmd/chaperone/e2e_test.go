@@ -390,6 +390,13 @@ func TestGitLsRemote(t *testing.T) {
 	if !found {
 		t.Error("audit log has no http record of /project.git/info/refs")
 	}
+	// git offers the session's credentials with its first CONNECT, never
+	// waiting to be challenged: a challenge would be a refusal in the log.
+	for _, rec := range w.records() {
+		if rec.Verdict != event.Allow {
+			t.Errorf("refused: %s %s (%s: %s)", rec.Kind, rec.Host, rec.Rule, rec.Reason)
+		}
+	}
 }
 
 func TestDeniedHost(t *testing.T) {

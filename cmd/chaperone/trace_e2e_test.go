@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -29,8 +30,19 @@ type otlpReceiver struct {
 }
 
 func newOTLPReceiver(t *testing.T) *otlpReceiver {
+	r, err := startOTLPReceiver("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// startOTLPReceiver starts a receiver on addr (127.0.0.1, any port, when
+// empty), opening its listener in the calling thread's namespace.
+func startOTLPReceiver(addr string) (*otlpReceiver, error) {
 	r := &otlpReceiver{}
-	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var body io.Reader = req.Body
 		if req.Header.Get("Content-Encoding") == "gzip" {
 			zr, err := gzip.NewReader(req.Body)
@@ -57,8 +69,17 @@ func newOTLPReceiver(t *testing.T) *otlpReceiver {
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.Write(out)
 	}))
-	t.Cleanup(r.Close)
-	return r
+	if addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			r.Server.Listener.Close()
+			return nil, err
+		}
+		r.Server.Listener.Close()
+		r.Server.Listener = ln
+	}
+	r.Start()
+	return r, nil
 }
 
 func attr(s *tracepb.Span, key string) *commonpb.AnyValue {

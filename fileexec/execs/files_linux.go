@@ -74,14 +74,30 @@ type files struct {
 	mu      sync.Mutex
 	max     int
 	m       map[fileKey]*fileInfo
-	loaders map[string]bool // digests of the system's loaders
+	reading map[fileKey]*fileRead // reads in flight: one per version
+	loaders map[string]bool       // digests of the system's loaders
 	fs      map[uint64]identityCheck
 	reals   map[realKey]string
+	// read reads a file (c.read); a test counts the reads.
+	read func(fd int) (*fileInfo, error)
+}
+
+// fileRead is a read in flight, which later askers for the same version
+// wait for: an exec that a signal interrupts is notified again, each time
+// for the same file, and a large program (Claude Code's is 373 MB) must
+// not be hashed once per notification.
+type fileRead struct {
+	done    chan struct{}
+	info    *fileInfo
+	err     error
+	waiters int // askers waiting for it; guarded by files.mu
 }
 
 func newFiles(max int) *files {
-	return &files{max: max, m: make(map[fileKey]*fileInfo), loaders: make(map[string]bool), fs: make(map[uint64]identityCheck),
-		reals: make(map[realKey]string)}
+	c := &files{max: max, m: make(map[fileKey]*fileInfo), reading: make(map[fileKey]*fileRead), loaders: make(map[string]bool),
+		fs: make(map[uint64]identityCheck), reals: make(map[realKey]string)}
+	c.read = c.readFile
+	return c
 }
 
 // errNotRegular is an exec of something that is not a regular file: the
@@ -102,16 +118,44 @@ func (c *files) of(fd int) (*fileInfo, fileKey, uint64, error) {
 	k := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 	c.mu.Lock()
 	info, ok := c.m[k]
+	r := c.reading[k]
+	if !ok && r == nil {
+		r = &fileRead{done: make(chan struct{})}
+		c.reading[k] = r
+		c.mu.Unlock()
+		r.info, r.err = c.readVersion(fd, st.Dev, k)
+		c.mu.Lock()
+		delete(c.reading, k)
+		close(r.done)
+	} else if !ok {
+		r.waiters++
+	}
 	c.mu.Unlock()
 	if ok {
 		return info, k, uint64(st.Nlink), nil
 	}
-	info, err := c.read(fd)
+	<-r.done
+	if r.err == nil {
+		return r.info, k, uint64(st.Nlink), nil
+	}
+	// The reader's error may be its own descriptor's: read this one.
+	info, err := c.readVersion(fd, st.Dev, k)
 	if err != nil {
 		return nil, k, 0, err
 	}
-	info.identity = c.identity(fd, st.Dev)
+	return info, k, uint64(st.Nlink), nil
+}
+
+// readVersion reads fd, version k of a file on device dev, and caches
+// what it found.
+func (c *files) readVersion(fd int, dev uint64, k fileKey) (*fileInfo, error) {
+	info, err := c.read(fd)
+	if err != nil {
+		return nil, err
+	}
+	info.identity = c.identity(fd, dev)
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	info.knownLoader = c.loaders[info.digest]
 	if len(c.m) >= c.max {
 		for old := range c.m {
@@ -120,12 +164,11 @@ func (c *files) of(fd int) (*fileInfo, fileKey, uint64, error) {
 		}
 	}
 	c.m[k] = info
-	c.mu.Unlock()
-	return info, k, uint64(st.Nlink), nil
+	return info, nil
 }
 
-// read hashes the file and recognises its format.
-func (c *files) read(fd int) (*fileInfo, error) {
+// readFile hashes the file and recognises its format.
+func (c *files) readFile(fd int) (*fileInfo, error) {
 	rf, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
 		return nil, err

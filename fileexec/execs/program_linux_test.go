@@ -5,7 +5,9 @@ package execs
 import (
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -206,5 +208,61 @@ func TestProcPath(t *testing.T) {
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("procPath(%q) = %q, %v; want %q, %v", tt.name, got, ok, tt.want, tt.ok)
 		}
+	}
+}
+
+// Askers for a file whose read is in flight wait for it: a file version is
+// read once however many execs of it are notified at once.
+func TestFilesReadOnce(t *testing.T) {
+	c := newFiles(fileCache)
+	release := make(chan struct{})
+	var reads atomic.Int32
+	c.read = func(fd int) (*fileInfo, error) {
+		reads.Add(1)
+		<-release
+		return c.readFile(fd)
+	}
+	fd, err := unix.Open("/bin/sh", unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	const askers = 8
+	digests := make(chan string, askers)
+	for range askers {
+		go func() {
+			info, _, _, err := c.of(fd)
+			if err != nil {
+				t.Error(err)
+				digests <- ""
+				return
+			}
+			digests <- info.digest
+		}()
+	}
+	// Every asker but the reader waits for the read in flight.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		waiting := 0
+		for _, r := range c.reading {
+			waiting = r.waiters
+		}
+		c.mu.Unlock()
+		if waiting == askers-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d askers wait for the read in flight and %d reads started, want %d waiting and one read", waiting, reads.Load(), askers-1)
+		}
+	}
+	close(release)
+	first := <-digests
+	for range askers - 1 {
+		if d := <-digests; d != first || d == "" {
+			t.Errorf("digests %q and %q of one file", first, d)
+		}
+	}
+	if n := reads.Load(); n != 1 {
+		t.Errorf("the file was read %d times, want once", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -29,6 +30,11 @@ type Options struct {
 	Addr string
 	// CA signs the server's certificate. Nil means plain HTTP.
 	CA *CA
+	// AnyName makes the server answer TLS for whatever name the client's
+	// SNI asks, with a certificate the CA mints for that name on first
+	// use: one server standing in for every host a program may contact.
+	// Without SNI it presents Name's certificate.
+	AnyName bool
 	// HTTP1Only stops the server offering HTTP/2: over TLS, h2 is left out of
 	// ALPN; over plain HTTP, prior-knowledge h2c is refused.
 	HTTP1Only bool
@@ -117,6 +123,9 @@ func Start(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("upstream: start %s: %w", name, err)
 		}
 		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if opts.AnyName {
+			tlsConf.GetCertificate = leavesByName(opts.CA, &cert)
+		}
 		protos.SetHTTP2(!opts.HTTP1Only)
 	} else {
 		protos.SetUnencryptedHTTP2(!opts.HTTP1Only)
@@ -160,6 +169,30 @@ func Start(opts Options) (*Server, error) {
 		}
 	}()
 	return s, nil
+}
+
+// leavesByName returns a GetCertificate that mints a leaf for each SNI
+// name on first use, and def without SNI.
+func leavesByName(ca *CA, def *tls.Certificate) func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	var mu sync.Mutex
+	leaves := map[string]*tls.Certificate{}
+	return func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		name := strings.ToLower(hello.ServerName)
+		if name == "" {
+			return def, nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if c, ok := leaves[name]; ok {
+			return c, nil
+		}
+		c, err := ca.Leaf(name)
+		if err != nil {
+			return nil, fmt.Errorf("upstream: certificate for %s: %w", name, err)
+		}
+		leaves[name] = &c
+		return &c, nil
+	}
 }
 
 // record wraps next so that every request is recorded before next runs.

@@ -541,3 +541,29 @@ func TestStartDefaults(t *testing.T) {
 		t.Errorf("body = %q, want %q", body, want)
 	}
 }
+
+// A server for any name presents a certificate for each name a client asks
+// by SNI, and its own without SNI.
+func TestAnyName(t *testing.T) {
+	ca := newCA(t)
+	s := start(t, Options{Name: "elsewhere.example.test", Addr: "127.0.30.5:0", CA: ca, AnyName: true})
+	for _, tt := range []struct{ sni, wantCN string }{
+		{"telemetry.example.com", "telemetry.example.com"},
+		{"Updates.Example.NET", "updates.example.net"},
+		{"telemetry.example.com", "telemetry.example.com"},
+		{"", "elsewhere.example.test"},
+	} {
+		conf := &tls.Config{RootCAs: ca.Pool, ServerName: tt.sni}
+		if tt.sni == "" {
+			conf.ServerName = s.Addr.Addr().String()
+		}
+		c, err := tls.Dial("tcp", s.Addr.String(), conf)
+		if err != nil {
+			t.Fatalf("sni %q: %v", tt.sni, err)
+		}
+		if cn := c.ConnectionState().PeerCertificates[0].Subject.CommonName; cn != tt.wantCN {
+			t.Errorf("sni %q: certificate for %q, want %q", tt.sni, cn, tt.wantCN)
+		}
+		c.Close()
+	}
+}

@@ -5,19 +5,31 @@
 // It owns the detectors and their engine. The detectors are gitleaks' default
 // rule set (github.com/zricethezav/gitleaks/v8/config: keywords, regexes,
 // secret groups, entropy thresholds, allowlists) plus our own for what
-// gitleaks misses: an AWS secret access key near its key id or after its name
+// gitleaks misses: an AWS secret access key near its key id (in the same
+// JSON object; never near a documentation key id) or after its name
 // (aws-secret-access-key), the password of a database URL (database-url),
-// NAME=value lines whose name says secret (env-secret), PEM private keys also
-// in their "\n"-escaped JSON form (private-key, replacing gitleaks' rule of
-// that id) and the private key of a GCP service-account JSON
-// (gcp-service-account). Rules scoped to file paths are not used: a prompt
-// has no path.
+// environment variables whose name says secret, on .env and shell lines,
+// set inline in a command or as name/value pairs (env-secret), keys of
+// config files and code, flags and query parameters whose name says secret
+// (named-secret), passwords given with their user to curl or in a URL
+// (basic-auth), every value of a Kubernetes Secret's data and stringData
+// (kubernetes-secret), Azure Storage account keys (azure-storage-account-key),
+// PEM private keys whole in every layout agents' tools show them (private-key,
+// replacing gitleaks' rule of that id) and the private key of a GCP
+// service-account JSON (gcp-service-account). Rules scoped to file paths are
+// not used: a prompt has no path. A value of gitleaks' rules ends at any byte
+// that could not have been its token's last (a keyword assignment's also
+// at an escaped quote, ',', '&', ')' and the like); placeholders
+// (change-me, ${VAR}, <…>) are never the value of a rule that goes by
+// names. A text that is wholly base64 is also searched decoded, and is a
+// secret when what it decodes to holds one.
 //
 // The engine makes one pass of an Aho-Corasick automaton over the text for
 // every rule's keywords (ASCII case-insensitive) and runs a rule's regex only
 // where one of its keywords occurs: anchored at the keyword when every match
-// starts there, otherwise in a window around it sized from the regex. Rules
-// without keywords run on the whole text.
+// starts there, otherwise in a window around it sized from the regex; a rule
+// matched by hand (private keys, names that say secret) runs its matcher at
+// the keyword. Rules without keywords run on the whole text.
 //
 // Guarantees:
 //   - A Scanner is built once and is safe for concurrent use; Scan returns
@@ -29,7 +41,8 @@
 //     HMAC-SHA256 of the secret under the session key (4 digits, more when
 //     two secrets of the session would share one); Lookup restores only the
 //     placeholders that Redactor made. Redact allocates nothing when the text
-//     holds no secret.
+//     holds no secret (but for a text that is wholly the base64 of text,
+//     which is decoded).
 //   - A Known set belongs to one session (each Redactor has one) and is
 //     safe for concurrent use: the secret values the session has shown,
 //     found again in later texts also encoded (base64 at each alignment,

@@ -16,9 +16,14 @@ import (
 
 // Known-value limits.
 const (
-	// MinKnownLen is the shortest value a Known set takes: shorter ones,
-	// and their encodings, would match too much that is not them.
+	// MinKnownLen is the shortest value a Known set finds encoded:
+	// shorter ones' encodings would match too much that is not them.
 	MinKnownLen = 12
+	// MinPlainLen is the shortest value a Known set takes; one shorter
+	// than MinKnownLen (a password) is found as it is only, and only
+	// the last maxShort such values are kept.
+	MinPlainLen = 8
+	maxShort    = 16
 	// DefaultKnownValues is how many values NewRedactor's set holds.
 	DefaultKnownValues = 1024
 	// StreamOverlap is the context a scan of a stream keeps between its
@@ -68,7 +73,9 @@ type KnownMatch struct {
 //
 // It holds at most a limit of values; past it, the oldest learned value
 // is forgotten (brokered credentials never are). Values shorter than
-// MinKnownLen or longer than MaxKnownLen are not taken. It is safe for
+// MinPlainLen or longer than MaxKnownLen are not taken; those shorter than
+// MinKnownLen (a password) are found only as they are (or percent- or
+// JSON-escaped), and only the last maxShort of them are kept. It is safe for
 // concurrent use: a search reads an immutable index, which each change
 // replaces. It never logs or returns a value.
 type Known struct {
@@ -109,7 +116,7 @@ func (k *Known) AddCredential(name, value string) bool {
 }
 
 func (k *Known) add(v knownValue) bool {
-	if len(v.value) < MinKnownLen || len(v.value) > MaxKnownLen {
+	if len(v.value) < MinPlainLen || len(v.value) > MaxKnownLen {
 		return false
 	}
 	k.mu.Lock()
@@ -123,7 +130,10 @@ func (k *Known) add(v knownValue) bool {
 		v.value = strings.Clone(v.value) // not a window into a request's bytes
 		k.vals = append(k.vals, v)
 		if len(k.vals) > k.limit {
-			k.evict()
+			k.evict(func(knownValue) bool { return true })
+		}
+		if len(v.value) < MinKnownLen && k.shorts() > maxShort {
+			k.evict(func(kv knownValue) bool { return len(kv.value) < MinKnownLen })
 		}
 		k.byVal = make(map[string]int, len(k.vals))
 		for i, kv := range k.vals {
@@ -134,14 +144,25 @@ func (k *Known) add(v knownValue) bool {
 	return true
 }
 
-// evict forgets the oldest learned value.
-func (k *Known) evict() {
+// evict forgets the oldest learned value that which accepts.
+func (k *Known) evict(which func(knownValue) bool) {
 	for i, v := range k.vals {
-		if v.cred == "" {
+		if v.cred == "" && which(v) {
 			k.vals = append(k.vals[:i], k.vals[i+1:]...)
 			return
 		}
 	}
+}
+
+// shorts is how many values are shorter than MinKnownLen.
+func (k *Known) shorts() int {
+	n := 0
+	for _, v := range k.vals {
+		if len(v.value) < MinKnownLen {
+			n++
+		}
+	}
+	return n
 }
 
 // Find returns the occurrences of known values and their encodings in
@@ -152,7 +173,7 @@ func (k *Known) Find(text string) []KnownMatch {
 		return nil
 	}
 	ix := k.snap.Load()
-	if ix == nil || len(text) < ix.minLen {
+	if ix == nil || len(text) < min(ix.minLen, ix.shortMin) {
 		return nil
 	}
 	ms := ix.find(text, "", nil, nil)
@@ -204,13 +225,15 @@ func dedupeMatches(ms []KnownMatch) []KnownMatch {
 // index holds each pattern's 8 bytes at each such offset. A bit set of
 // their hashes turns most probes away before the map is consulted.
 type knownIndex struct {
-	vals   []knownValue
-	pats   []knownPattern
-	grams  map[uint64][]gramRef
-	filter []uint64
-	shift  uint // 64 - the filter's bits, for the hash
-	stride int
-	minLen int
+	vals     []knownValue
+	short    []int32 // values shorter than MinKnownLen: found plain, by strings.Index
+	pats     []knownPattern
+	grams    map[uint64][]gramRef
+	filter   []uint64
+	shift    uint // 64 - the filter's bits, for the hash
+	stride   int
+	minLen   int // of pats
+	shortMin int // of short
 }
 
 type knownPattern struct {
@@ -227,7 +250,7 @@ type gramRef struct {
 const gramLen = 8
 
 func buildKnownIndex(vals []knownValue) *knownIndex {
-	ix := &knownIndex{vals: vals, grams: map[uint64][]gramRef{}, minLen: 1 << 30}
+	ix := &knownIndex{vals: vals, grams: map[uint64][]gramRef{}, minLen: 1 << 30, shortMin: 1 << 30}
 	seen := map[string]bool{}
 	add := func(text string, val int, enc string) {
 		if len(text) < MinKnownLen || seen[text] {
@@ -238,6 +261,11 @@ func buildKnownIndex(vals []knownValue) *knownIndex {
 		ix.minLen = min(ix.minLen, len(text))
 	}
 	for i, v := range vals {
+		if len(v.value) < MinKnownLen {
+			ix.short = append(ix.short, int32(i))
+			ix.shortMin = min(ix.shortMin, len(v.value))
+			continue
+		}
 		b := []byte(v.value)
 		add(v.value, i, EncPlain)
 		h := hex.EncodeToString(b)
@@ -252,7 +280,7 @@ func buildKnownIndex(vals []knownValue) *knownIndex {
 			add(base64.RawURLEncoding.EncodeToString(b[k:k+n]), i, EncBase64URL)
 		}
 	}
-	ix.stride = ix.minLen - gramLen + 1
+	ix.stride = max(1, ix.minLen-gramLen+1)
 	n := 0
 	for pi, p := range ix.pats {
 		for off := 0; off < ix.stride && off+gramLen <= len(p.text); off++ {
@@ -285,6 +313,21 @@ func (ix *knownIndex) hash(g uint64) uint64 { return (g * 0x9E3779B97F4A7C15) >>
 // find appends the matches in text to ms; a text decoded from the one
 // searched has its positions mapped back by orig (nil: none).
 func (ix *knownIndex) find(text, how string, orig func(int) int, ms []KnownMatch) []KnownMatch {
+	for _, vi := range ix.short {
+		v := &ix.vals[vi]
+		for i := 0; ; {
+			j := strings.Index(text[i:], v.value)
+			if j < 0 {
+				break
+			}
+			km := KnownMatch{RuleID: v.rule, Credential: v.cred, Encoding: EncPlain + how, Start: i + j, End: i + j + len(v.value), value: v.value}
+			if orig != nil {
+				km.Start, km.End = orig(km.Start), orig(km.End)
+			}
+			ms = append(ms, km)
+			i += j + len(v.value)
+		}
+	}
 	if len(text) < ix.minLen {
 		return ms
 	}

@@ -346,3 +346,36 @@ func BenchmarkKnownFind(b *testing.B) {
 		})
 	}
 }
+
+// A value shorter than MinKnownLen (a password) is found as it is, also
+// JSON-escaped, never encoded; only the last maxShort such values are kept.
+func TestKnownShortValues(t *testing.T) {
+	k := NewKnown(100)
+	pw := "hunter2!x" // 9 bytes
+	if !k.Add("password", pw) {
+		t.Fatal("a 9-byte value was not taken")
+	}
+	for _, tt := range []struct {
+		text string
+		want int
+	}{
+		{"the password is " + pw + ", twice: " + pw, 2},
+		{`{"a":"\u0068unter2!x"}`, 1},
+		{base64.StdEncoding.EncodeToString([]byte(pw)), 0},
+		{hex.EncodeToString([]byte(pw)), 0},
+		{"hunter2!", 0},
+	} {
+		if got := k.Find(tt.text); len(got) != tt.want {
+			t.Errorf("%q: %d matches, want %d", tt.text, len(got), tt.want)
+		}
+	}
+	for i := range maxShort {
+		k.Add("password", fmt.Sprintf("short-%03d", i))
+	}
+	if len(k.Find(pw)) != 0 || len(k.Find("short-000")) != 1 {
+		t.Errorf("past %d short values, the oldest is not the one forgotten", maxShort)
+	}
+	if k.Len() != maxShort {
+		t.Errorf("%d values, want %d", k.Len(), maxShort)
+	}
+}

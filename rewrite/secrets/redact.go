@@ -61,41 +61,15 @@ func (r *Redactor) Known() *Known { return r.known }
 // restored). The secrets found join Known. When nothing is found, out is v
 // and ids is nil, and nothing is allocated.
 func (r *Redactor) Redact(v string) (out string, ids []string) {
-	fs := r.s.ScanString(v)
-	km := r.known.Find(v)
-	if len(fs) == 0 && len(km) == 0 {
+	rs := r.replacements(v)
+	if len(rs) == 0 {
 		return v, nil
-	}
-	if len(fs) > 0 {
-		fs = everyOccurrence(v, fs)
-	}
-	type repl struct {
-		start, end int
-		id, ph     string
-	}
-	rs := make([]repl, 0, len(fs)+len(km))
-	for _, f := range fs {
-		secret := v[f.Start:f.End]
-		rs = append(rs, repl{f.Start, f.End, f.RuleID, r.placeholder(f.RuleID, secret, true)})
-		r.known.Add(f.RuleID, secret)
-	}
-	for _, m := range km {
-		if overlapsAny(fs, m.Start, m.End) {
-			continue
-		}
-		rs = append(rs, repl{m.Start, m.End, m.RuleID, r.placeholder(m.RuleID, m.value, m.Credential == "")})
-	}
-	if len(km) > 0 {
-		slices.SortStableFunc(rs, func(x, y repl) int { return x.start - y.start })
 	}
 	var b strings.Builder
 	b.Grow(len(v))
 	ids = make([]string, 0, len(rs))
 	last := 0
 	for _, x := range rs {
-		if x.start < last {
-			continue // overlaps one replaced already
-		}
 		b.WriteString(v[last:x.start])
 		b.WriteString(x.ph)
 		ids = append(ids, x.id)
@@ -103,6 +77,73 @@ func (r *Redactor) Redact(v string) (out string, ids []string) {
 	}
 	b.WriteString(v[last:])
 	return b.String(), ids
+}
+
+// FindSecrets calls found for each replacement Redact would make in v, in
+// order: v[start:end] is replaced by placeholder, for rule. It learns what
+// Redact learns. It lets a caller that reads v as a view of another text
+// (a JSON string's inside, decoded) put the placeholders back where their
+// bytes came from.
+func (r *Redactor) FindSecrets(v string, found func(start, end int, rule, placeholder string)) {
+	for _, x := range r.replacements(v) {
+		found(x.start, x.end, x.id, x.ph)
+	}
+}
+
+type replacement struct {
+	start, end int
+	id, ph     string
+}
+
+// replacements returns what Redact replaces in v, sorted and not
+// overlapping; nil, without allocating, when there is nothing.
+func (r *Redactor) replacements(v string) []replacement {
+	fs := r.s.ScanString(v)
+	km := r.known.Find(v)
+	if len(fs) == 0 && len(km) == 0 {
+		return nil
+	}
+	if len(fs) > 0 {
+		fs = everyOccurrence(v, fs)
+	}
+	rs := make([]replacement, 0, len(fs)+len(km))
+	for _, f := range fs {
+		secret := v[f.Start:f.End]
+		rs = append(rs, replacement{f.Start, f.End, f.RuleID, r.placeholder(f.RuleID, secret, true)})
+		if r.known.Add(f.RuleID, secret) {
+			r.learnInner(secret)
+		}
+	}
+	for _, m := range km {
+		if overlapsAny(fs, m.Start, m.End) {
+			continue
+		}
+		rs = append(rs, replacement{m.Start, m.End, m.RuleID, r.placeholder(m.RuleID, m.value, m.Credential == "")})
+	}
+	if len(km) > 0 {
+		slices.SortStableFunc(rs, func(x, y replacement) int { return x.start - y.start })
+	}
+	out := rs[:0]
+	last := 0
+	for _, x := range rs {
+		if x.start < last {
+			continue // overlaps one kept already
+		}
+		out = append(out, x)
+		last = x.end
+	}
+	return out
+}
+
+// learnInner learns the secrets that a secret found whole holds: a
+// connection string found as a Kubernetes Secret's value holds an Azure
+// Storage key, which the session may show again on its own.
+func (r *Redactor) learnInner(secret string) {
+	for _, g := range r.s.ScanString(secret) {
+		if g.End-g.Start < len(secret) {
+			r.known.Add(g.RuleID, secret[g.Start:g.End])
+		}
+	}
 }
 
 // Lookup returns the secret behind a placeholder this Redactor made.
@@ -136,7 +177,8 @@ func (r *Redactor) placeholder(id, secret string, restorable bool) string {
 			break
 		}
 	}
-	r.bySecret[k] = p
+	secret = strings.Clone(secret) // not a window into a request's bytes
+	r.bySecret[redactKey{id, secret}] = p
 	if _, taken := r.secrets[p]; !taken && restorable {
 		r.secrets[p] = secret
 	}

@@ -183,3 +183,24 @@ func BenchmarkRedact(b *testing.B) {
 		})
 	}
 }
+
+// A secret found inside a longer one (an AWS secret key in a credentials
+// value found whole) is known too: a later text that shows it on its own,
+// where no rule would find it, has it replaced.
+func TestRedactLearnsInnerSecrets(t *testing.T) {
+	s := newTestScanner(t)
+	g := newSecretGen(t, 26)
+	aws := g.str(20, b64c) + "/" + g.str(19, b64c)
+	r := NewRedactor(s, testKey)
+	first := `AWS_CREDENTIALS="aws_secret_access_key=` + aws + ` region=eu-west-1"`
+	out, ids := r.Redact(first)
+	if len(ids) != 1 || strings.Contains(out, aws) {
+		t.Fatalf("the credentials were not redacted whole: %v", ids)
+	}
+	if len(s.ScanString("is "+aws+" still good?")) != 0 {
+		t.Fatal("a rule finds the key on its own: the test does not test")
+	}
+	if out, ids := r.Redact("is " + aws + " still good?"); len(ids) != 1 || strings.Contains(out, aws) {
+		t.Errorf("the key inside was not learned (%v)", ids)
+	}
+}

@@ -63,9 +63,14 @@ type rule struct {
 	opWithin int
 
 	// Hooks of our own detectors.
-	window func(s string, start, end int) (int, int, bool)        // the region to search for a hit; false drops the hit
-	anchor func(s string, start, end int) (int, bool)             // where to run the anchored regex for a hit; false drops it
-	valid  func(s string, match []int, secStart, secEnd int) bool // final say on a candidate
+	match func(s string, start, end int, loc *[4]int) bool // a matcher run at each hit instead of a regex: loc is the match and the secret
+	// matchNext is a matcher of several secrets per hit: called again
+	// from the end of the last match until it finds no more.
+	matchNext func(s string, start, end, from int, loc *[4]int) bool
+	window    func(s string, start, end int) (int, int, bool)        // the region to search for a hit; false drops the hit
+	exact     bool                                                   // the window's edges are separators: search it as it is
+	anchor    func(s string, start, end int) (int, bool)             // where to run the anchored regex for a hit; false drops it
+	valid     func(s string, match []int, secStart, secEnd int) bool // final say on a candidate
 
 	allow []allowlist
 }
@@ -82,6 +87,7 @@ type allowlist struct {
 	target allowTarget
 	and    bool             // both re and stop must hold
 	res    []*regexp.Regexp // kept apart, not joined: each keeps its literal-prefix fast path
+	needs  []*automaton     // by regex: one of these words is in every match of it (nil: unknown)
 	stop   *automaton       // case-insensitive stopwords, searched in the secret
 }
 
@@ -105,12 +111,103 @@ func (a *allowlist) allowed(secret, match string, line func() string) bool {
 	case targetLine:
 		t = line()
 	}
-	for _, re := range a.res {
+	for i, re := range a.res {
+		if i < len(a.needs) && a.needs[i] != nil && !a.needs[i].contains(t) {
+			continue // none of the words every match holds: no match
+		}
 		if re.MatchString(t) {
 			return true
 		}
 	}
 	return false
+}
+
+// add adds the regex src to the list. A long alternation (gitleaks'
+// generic-api-key excuses dozens of names in one regex) becomes one regex
+// per alternative, each run only when the words it needs are there: one
+// small regex is fast, and most never run.
+func (a *allowlist) add(src string) error {
+	tree, err := syntax.Parse(src, syntax.Perl)
+	if err != nil {
+		return fmt.Errorf("secrets: allowlist regex: %w", err)
+	}
+	parts := []*syntax.Regexp{tree}
+	if tree.Op == syntax.OpAlternate && len(tree.Sub) > 4 {
+		parts = tree.Sub
+	}
+	for _, p := range parts {
+		ps := src
+		if len(parts) > 1 {
+			ps = p.String()
+		}
+		re, err := regexp.Compile(ps)
+		if err != nil {
+			return fmt.Errorf("secrets: allowlist regex: %w", err)
+		}
+		var need *automaton
+		if ws := neededWords(p.Simplify()); ws != nil {
+			need = newAutomaton(ws)
+		}
+		a.res = append(a.res, re)
+		a.needs = append(a.needs, need)
+	}
+	return nil
+}
+
+// neededWords returns words (lowercase) one of which every match of re
+// holds, nil when it cannot tell or a word would be shorter than 2 bytes:
+// a pass of their automaton is cheaper than running the regex, most of
+// whose candidates do not match.
+func neededWords(re *syntax.Regexp) []string {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if len(re.Rune) < 2 {
+			return nil
+		}
+		for _, c := range re.Rune {
+			if c >= utf8.RuneSelf {
+				return nil // the automaton folds ASCII only
+			}
+		}
+		return []string{strings.ToLower(string(re.Rune))}
+	case syntax.OpCapture, syntax.OpPlus:
+		return neededWords(re.Sub[0])
+	case syntax.OpRepeat:
+		if re.Min < 1 {
+			return nil
+		}
+		return neededWords(re.Sub[0])
+	case syntax.OpConcat:
+		// Any part's words will do: the longest shortest word is the
+		// cheapest to be wrong about.
+		var best []string
+		bestLen := 0
+		for _, sub := range re.Sub {
+			ws := neededWords(sub)
+			if ws == nil {
+				continue
+			}
+			short := len(ws[0])
+			for _, w := range ws {
+				short = min(short, len(w))
+			}
+			if short > bestLen {
+				best, bestLen = ws, short
+			}
+		}
+		return best
+	case syntax.OpAlternate:
+		var all []string
+		for _, sub := range re.Sub {
+			ws := neededWords(sub)
+			if ws == nil {
+				return nil
+			}
+			all = append(all, ws...)
+		}
+		return all
+	}
+	return nil
 }
 
 // portAndPath is a URL's port and path after "host:", which the generic
@@ -160,11 +257,9 @@ func convertAllowlists(in []*config.Allowlist) ([]allowlist, error) {
 			al.target = targetLine
 		}
 		for _, r := range a.Regexes {
-			re, err := regexp.Compile(r.String())
-			if err != nil {
-				return nil, fmt.Errorf("secrets: allowlist regex: %w", err)
+			if err := al.add(r.String()); err != nil {
+				return nil, err
 			}
-			al.res = append(al.res, re)
 		}
 		if len(a.StopWords) > 0 {
 			al.stop = newAutomaton(a.StopWords)
@@ -189,7 +284,11 @@ func fromGitleaks(cfg config.Config, replaced map[string]bool) ([]*rule, []allow
 			continue
 		}
 		// The stdlib build of gitleaks uses Go's regexp: recompile to own the value.
-		re, err := regexp.Compile(gr.Regex.String())
+		src := gr.Regex.String()
+		if strings.HasSuffix(src, valueEnd) {
+			src = widenValueEnd(src, gr.SecretGroup)
+		}
+		re, err := regexp.Compile(src)
 		if err != nil {
 			return nil, nil, fmt.Errorf("secrets: rule %s: %w", gr.RuleID, err)
 		}
@@ -197,6 +296,7 @@ func fromGitleaks(cfg config.Config, replaced map[string]bool) ([]*rule, []allow
 		if err != nil {
 			return nil, nil, fmt.Errorf("secrets: rule %s: %w", gr.RuleID, err)
 		}
+		anchorAllowlist(gr.RuleID, al)
 		r := &rule{
 			id:       gr.RuleID,
 			re:       re,
@@ -211,15 +311,66 @@ func fromGitleaks(cfg config.Config, replaced map[string]bool) ([]*rule, []allow
 			// "api.example.com:8443/v1/x" is a URL, not an assignment: its
 			// port and path are not a key.
 			r.allow = append(r.allow, allowlist{target: targetSecret, res: []*regexp.Regexp{portAndPath}})
+			// A secret-named key's placeholder value is no secret, nor is
+			// the value of a key whose name says it is none (nextPageToken).
+			r.valid = func(s string, m []int, a, b int) bool {
+				k := keyBefore(s, m[0], a)
+				return !isPlaceholder(s[a:b]) && !notSecretName(k) && !notSecretWord(k)
+			}
 		}
 		rules = append(rules, r)
 	}
 	return rules, global, nil
 }
 
+// keyBefore returns the last name ([\w.-]+) in s[from:to]: the key of an
+// assignment whose value starts at to.
+func keyBefore(s string, from, to int) string {
+	e := to
+	for e > from && !isNameByte(s[e-1]) {
+		e--
+	}
+	b := e
+	for b > from && isNameByte(s[b-1]) {
+		b--
+	}
+	return s[b:e]
+}
+
+// anchoredAllows are gitleaks allowlist regexes that must hold of a
+// whole secret, not of a part of it: vault-service-token's excuses a
+// legacy token of letters only (s.…), but unanchored it also excuses the
+// hvs. tokens whose first 24 characters after "hvs." are letters (one in
+// 140).
+func anchoredAllows() map[string]string {
+	return map[string]string{"vault-service-token": `s\.[A-Za-z]{24}`}
+}
+
+// anchorAllowlist anchors the regexes of rule id's allowlists that
+// anchoredAllows names.
+func anchorAllowlist(id string, al []allowlist) {
+	src, ok := anchoredAllows()[id]
+	if !ok {
+		return
+	}
+	for i := range al {
+		for j, re := range al[i].res {
+			if re.String() == src && al[i].target == targetSecret {
+				al[i].res[j] = regexp.MustCompile(`^(?:` + src + `)$`)
+			}
+		}
+	}
+}
+
 // plan decides how the engine runs r: anchored at keywords, in windows around
 // them, or (no keywords) over the whole input.
 func (r *rule) plan() error {
+	if r.match != nil || r.matchNext != nil {
+		if len(r.keywords) == 0 {
+			return fmt.Errorf("secrets: rule %s: a matcher needs keywords", r.id)
+		}
+		return nil
+	}
 	tree, err := syntax.Parse(r.re.String(), syntax.Perl)
 	if err != nil {
 		return fmt.Errorf("secrets: rule %s: %w", r.id, err)
@@ -459,15 +610,96 @@ func assignmentTemplate(src string) (words []string, backscan int) {
 	return slices.Compact(words), 50 * strings.Count(src[:open], `[\w.-]{0,50}?`)
 }
 
-// The end of a value in gitleaks' keyword-assignment rules.
+// The end of a value in gitleaks' rules: a quote, a blank, ';' or an
+// escaped line end.
 const valueEnd = `(?:[\x60'"\s;]|\\[nr]|$)`
+
+// assignEnd replaces valueEnd in keyword-assignment rules: a value also
+// ends at any backslash (an escaped quote: \"), ',', '&' (a query), ')',
+// ']', '}', '<', '>' and '|'.
+const assignEnd = `(?:[\x60'"\s;,&)\]}<>|\\]|$)`
+
+// widenValueEnd rewrites the valueEnd at the end of a gitleaks rule's
+// regex src: in a keyword-assignment rule to assignEnd; in a rule for a
+// token of known shape (prefix-anchored), any byte outside the token's
+// alphabet ends it too ("-u sk_live_…:", "&key=AIza…&", "…\"").
+func widenValueEnd(src string, group int) string {
+	head := strings.TrimSuffix(src, valueEnd)
+	if words, _ := assignmentTemplate(src); words != nil {
+		return head + assignEnd
+	}
+	tree, err := syntax.Parse(head, syntax.Perl)
+	if err != nil {
+		return src
+	}
+	var capNode *syntax.Regexp
+	var walk func(*syntax.Regexp)
+	walk = func(n *syntax.Regexp) {
+		if n.Op == syntax.OpCapture && n.Cap == max(group, 1) {
+			capNode = n
+		}
+		for _, s := range n.Sub {
+			walk(s)
+		}
+	}
+	walk(tree)
+	var set [256]bool
+	if capNode == nil || !lastBytes(capNode, &set) {
+		return head + assignEnd
+	}
+	var b strings.Builder
+	b.WriteString(`(?:[^`)
+	for c := 0; c < utf8.RuneSelf; c++ {
+		if set[c] {
+			fmt.Fprintf(&b, `\x%02x`, c)
+		}
+	}
+	// Prose: a token at a sentence's end ("…my key is SG.… .").
+	b.WriteString(`]|[\x60'"\s;]|\\[nr]|[.,:;!?)\]}](?:\s|$)|$)`)
+	return head + b.String()
+}
+
+// lastBytes adds to set every byte that may end a match of re: what could
+// extend a token is what could have been its last byte. false if that is
+// not a set of ASCII bytes.
+func lastBytes(re *syntax.Regexp, set *[256]bool) bool {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if len(re.Rune) == 0 {
+			return true
+		}
+		return byteSet(&syntax.Regexp{Op: syntax.OpLiteral, Rune: re.Rune[len(re.Rune)-1:], Flags: re.Flags}, set)
+	case syntax.OpConcat:
+		// The last part, and the ones before it as far as the parts after
+		// them may be empty.
+		for i := len(re.Sub) - 1; i >= 0; i-- {
+			if !lastBytes(re.Sub[i], set) {
+				return false
+			}
+			if minLen(re.Sub[i]) > 0 {
+				return true
+			}
+		}
+		return true
+	case syntax.OpCapture, syntax.OpStar, syntax.OpPlus, syntax.OpQuest, syntax.OpRepeat:
+		return lastBytes(re.Sub[0], set)
+	case syntax.OpAlternate:
+		for _, s := range re.Sub {
+			if !lastBytes(s, set) {
+				return false
+			}
+		}
+		return true
+	}
+	return byteSet(re, set)
+}
 
 // secretShape fills secretSet, minSecret and maxSecret when the secret group
 // is made of ASCII bytes none of which can end a value, and the regex ends
 // with valueEnd right after it: then a secret is a maximal run of those bytes
 // followed by a terminator (or the end of the text).
 func (r *rule) secretShape(src string, tree *syntax.Regexp) {
-	if !strings.HasSuffix(src, ")"+valueEnd) {
+	if !strings.HasSuffix(src, ")"+assignEnd) {
 		return
 	}
 	g := max(r.group, 1)
@@ -586,39 +818,75 @@ func upperASCII(c byte) byte {
 	return c
 }
 
-// isTerminator reports whether c can follow a value in valueEnd.
+// isTerminator reports whether c can follow a value in assignEnd.
 func isTerminator(c byte) bool {
 	switch c {
-	case '`', '\'', '"', ' ', '\t', '\n', '\f', '\r', ';', '\\':
+	case '`', '\'', '"', ' ', '\t', '\n', '\v', '\f', '\r', ';', '\\', ',', '&', ')', ']', '}', '<', '>', '|':
 		return true
 	}
 	return false
 }
 
-// secretAfter reports whether a secret can start within the 32 bytes after a
-// keyword ending at end (20 name bytes, 3 quotes, a 4-byte operator, 5 quotes
-// or blanks): a run of secret bytes at least minSecret long, ended by a
-// terminator.
+// secretAfter reports whether a keyword ending at end can begin the
+// template's assignment: up to 20 name bytes or blanks, up to 3 quotes or
+// blanks, an operator, up to 5 quotes, blanks or '=', then a run of secret
+// bytes at least minSecret long, ended by a terminator (or too long to
+// judge here). It never rejects what the regex would match.
 func (r *rule) secretAfter(text string, end int) bool {
-	lim := min(len(text), end+33)
-	for i := end; i < lim; {
-		if !r.secretSet[text[i]] {
-			i++
-			continue
+	i, lim := end, min(len(text), end+20)
+	for i < lim && (isWordByte(text[i]) || text[i] == ' ' || text[i] == '\t') {
+		i++
+	}
+	for k := 0; k < 3 && i < len(text) && (isSpace(text[i]) || text[i] == '\f' || text[i] == '\'' || text[i] == '"'); k++ {
+		i++
+	}
+	var ends [2]int
+	ops := ends[:0]
+	at := func(j int, w string) bool { return strings.HasPrefix(text[min(j, len(text)):], w) }
+	switch {
+	case at(i, "=>"):
+		ops = append(ops, i+1, i+2)
+	case at(i, "="), at(i, ">"), at(i, ","):
+		ops = append(ops, i+1)
+	case at(i, ":::="):
+		ops = append(ops, i+4)
+	case at(i, "::="):
+		ops = append(ops, i+3)
+	case at(i, ":="):
+		ops = append(ops, i+1, i+2)
+	case at(i, ":"):
+		ops = append(ops, i+1)
+	case at(i, "||"), at(i, "?="):
+		ops = append(ops, i+2)
+	}
+	for _, o := range ops {
+		for k := 0; k <= 5 && o+k <= len(text); k++ {
+			if r.secretRun(text, o+k) {
+				return true
+			}
+			if o+k == len(text) {
+				break
+			}
+			if c := text[o+k]; c != '`' && c != '\'' && c != '"' && c != '=' && !isSpace(c) && c != '\f' {
+				break
+			}
 		}
-		j, cap := i, i+r.maxSecret+33
-		for j < len(text) && j < cap && r.secretSet[text[j]] {
-			j++
-		}
-		if j == cap {
-			return true // too long to judge here: let the regex decide
-		}
-		if j-max(i, end+1) >= r.minSecret && (j == len(text) || isTerminator(text[j])) {
-			return true
-		}
-		i = j
 	}
 	return false
+}
+
+// secretRun reports whether a run of secret bytes at least minSecret long
+// starts at i, ended by a terminator or the text's end, or too long to
+// judge here.
+func (r *rule) secretRun(text string, i int) bool {
+	j, cap := i, i+r.maxSecret+1
+	for j < len(text) && j < cap && r.secretSet[text[j]] {
+		j++
+	}
+	if j == cap {
+		return true // longer than a secret: let the regex decide
+	}
+	return j-i >= r.minSecret && (j == len(text) || isTerminator(text[j]))
 }
 
 // isOperator reports whether c can begin the template's assignment operator.

@@ -43,6 +43,10 @@ func NewScanner(o Options) (*Scanner, error) {
 	for _, r := range own {
 		replaced[r.id] = true
 	}
+	// basic-auth finds curl's -u password alone; gitleaks' curl-auth-user
+	// takes "user:password" whole, and the password, quoted bare later,
+	// would not be known.
+	replaced["curl-auth-user"] = true
 	cfg, err := loadGitleaks()
 	if err != nil {
 		return nil, err
@@ -67,7 +71,7 @@ func newScanner(o Options, rules []*rule, global []allowlist) (*Scanner, error) 
 		drop[id] = true
 	}
 	s := &Scanner{global: global, literals: map[string]struct{}{}}
-	for _, l := range o.AllowLiterals {
+	for _, l := range append(publicValues(), o.AllowLiterals...) {
 		s.literals[l] = struct{}{}
 	}
 	kwIndex := map[string]int{}
@@ -148,6 +152,7 @@ type scanState struct {
 	gen     uint32
 	touched []int32 // the rules set up in this scan
 	cands   []candidate
+	loc     [4]int // a matcher's result
 }
 
 // begin starts a scan.
@@ -174,6 +179,17 @@ func (st *scanState) use(ri int32) {
 }
 
 func (s *Scanner) scan(text string) []Finding {
+	fs := s.scanText(text)
+	if fs == nil {
+		if f, ok := s.decodedSecret(text); ok {
+			return []Finding{f}
+		}
+	}
+	return fs
+}
+
+// scanText runs the rules on text.
+func (s *Scanner) scanText(text string) []Finding {
 	if text == "" {
 		return nil
 	}
@@ -215,6 +231,27 @@ func (s *Scanner) scan(text string) []Finding {
 func (s *Scanner) hit(st *scanState, text string, ri int32, start, end int) {
 	st.use(ri)
 	r := s.rules[ri]
+	if r.match != nil {
+		if start < st.next[ri] {
+			return // inside this rule's last match
+		}
+		if r.match(text, start, end, &st.loc) {
+			st.next[ri] = st.loc[1]
+			s.candidate(st, text, ri, st.loc[:])
+		}
+		return
+	}
+	if r.matchNext != nil {
+		if start < st.next[ri] {
+			return
+		}
+		for from, n := end, 0; n < 1024 && r.matchNext(text, start, end, from, &st.loc); n++ {
+			st.next[ri] = st.loc[1]
+			from = st.loc[1]
+			s.candidate(st, text, ri, st.loc[:])
+		}
+		return
+	}
 	if r.opWithin > 0 && (!hasOperator(text[end:min(len(text), end+r.opWithin)]) || r.secretSet != nil && !r.secretAfter(text, end)) {
 		return
 	}
@@ -300,14 +337,14 @@ func (s *Scanner) anchoredAt(st *scanState, text string, ri int32, start int) {
 // so that \b, ^ and $ see what they would in the whole text.
 func (s *Scanner) search(st *scanState, text string, ri int32, ws, we int) {
 	r := s.rules[ri]
-	for i := 0; ws > 0 && ws < len(text) && i < backContext && !isSpace(text[ws]); i++ {
+	for i := 0; !r.exact && ws > 0 && ws < len(text) && i < backContext && !isSpace(text[ws]); i++ {
 		ws--
 	}
-	for i := 0; we > 0 && we < len(text) && i < fwdContext && !isSpace(text[we-1]); i++ {
+	for i := 0; !r.exact && we > 0 && we < len(text) && i < fwdContext && !isSpace(text[we-1]); i++ {
 		we++
 	}
 	ms := r.re.FindAllStringSubmatchIndex(text[ws:we], -1)
-	if n := len(ms); n > 0 && ws+ms[n-1][1] == we && we < len(text) {
+	if n := len(ms); n > 0 && ws+ms[n-1][1] == we && we < len(text) && !r.exact {
 		// The last match touches the window's end: it may go on.
 		nl := strings.IndexByte(text[we:min(len(text), we+65536)], '\n')
 		if nl < 0 {
@@ -358,6 +395,12 @@ func (s *Scanner) candidate(st *scanState, text string, ri int32, loc []int) {
 		}
 	}
 	if ss < 0 || ss >= se {
+		return
+	}
+	if ss > 0 && se < len(text) && (isAlnum(text[ss-1]) || text[ss-1] == '-' || text[ss-1] == '_' || text[ss-1] == '+') && isAlnum(text[se]) {
+		// Inside a longer run of base64: a piece of a blob (a model's
+		// encrypted reasoning, a signature), not a token, which never
+		// comes glued to such text on both sides.
 		return
 	}
 	secret := text[ss:se]

@@ -7,6 +7,7 @@
 // its own, its output on stderr.
 //
 //	sdkagent anthropic|openai BASE_URL PROMPT [TOOL_COMMAND]
+//	sdkagent responses-ws WSS_URL PROMPT   (ws.go)
 package main
 
 import (
@@ -42,6 +43,8 @@ func main() {
 		}
 	case "openai":
 		err = askOpenAI(os.Args[2], os.Args[3])
+	case "responses-ws":
+		err = askResponsesWS(os.Args[2], os.Args[3])
 	default:
 		err = fmt.Errorf("unknown provider %q", os.Args[1])
 	}
