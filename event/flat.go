@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -23,6 +24,7 @@ import (
 // pointer member is present even when 0 (session_end's exit_code).
 type Flat[T any] struct {
 	byKind [][]flatMember // by kindIndex
+	unused []string       // keys of T's members that no field fills, sorted
 }
 
 // flatMember is one field and where T holds it, at off: put copies the
@@ -89,6 +91,7 @@ func NewFlat[T any](fields []Field, use Use, process bool) (*Flat[T], error) {
 		}
 	}
 	fl := &Flat[T]{byKind: make([][]flatMember, len(Kinds)+1)}
+	used := map[string]bool{}
 	for i := range fields {
 		f := &fields[i]
 		if f.In&use == 0 || f.IsProcess() != process {
@@ -98,6 +101,7 @@ func NewFlat[T any](fields []Field, use Use, process bool) (*Flat[T], error) {
 		if !ok {
 			return nil, fmt.Errorf("event: flat form %v has no member for %s (key %q)", t, f.Name, f.Key)
 		}
+		used[f.Key] = true
 		put, take, err := converters(f.Type, f.goType.Kind(), sf.Type)
 		if err != nil {
 			return nil, fmt.Errorf("event: flat form %v: %s into %s: %w", t, f.Name, sf.Name, err)
@@ -122,8 +126,19 @@ func NewFlat[T any](fields []Field, use Use, process bool) (*Flat[T], error) {
 			}
 		}
 	}
+	for key := range members {
+		if !used[key] {
+			fl.unused = append(fl.unused, key)
+		}
+	}
+	slices.Sort(fl.unused)
 	return fl, nil
 }
+
+// Unused returns the keys of T's members that no field fills (sorted):
+// the form's own members, such as the audit record's "truncated", or
+// members left behind when a field was removed or renamed.
+func (fl *Flat[T]) Unused() []string { return slices.Clone(fl.unused) }
 
 func (fl *Flat[T]) members(k Kind) []flatMember { return fl.byKind[kindIndex(k)] }
 

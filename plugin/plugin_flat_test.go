@@ -3,6 +3,8 @@ package plugin
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/chaperone-dev/chaperone/event"
 )
 
@@ -12,10 +14,18 @@ import (
 // it.
 func TestEventHoldsEveryPluginField(t *testing.T) {
 	fs := event.Fields()
-	if _, err := event.NewFlat[Event](fs, event.InPlugin, false); err != nil {
-		t.Error(err)
+	ev, err := event.NewFlat[Event](fs, event.InPlugin, false)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := event.NewFlat[Process](fs, event.InPlugin, true); err != nil {
-		t.Error(err)
+	if diff := cmp.Diff([]string{"process"}, ev.Unused()); diff != "" {
+		t.Errorf("members of Event no field fills (-want +got):\n%s", diff)
+	}
+	proc, err := event.NewFlat[Process](fs, event.InPlugin, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string(nil), proc.Unused()); diff != "" {
+		t.Errorf("members of Process no field fills (-want +got):\n%s", diff)
 	}
 }
