@@ -83,7 +83,7 @@ type KnownMatch struct {
 // encodings are indexed in two parts, a large one and a small one of the
 // values learned since the large one was built, searched together in one
 // pass; a new value rebuilds the small one only, which is merged into the
-// large one when it grows past a sixteenth of it.
+// large one when it grows past a sixteenth of it (or minSmall values).
 type Known struct {
 	limit int
 

@@ -259,6 +259,9 @@ func FuzzKnownFind(f *testing.F) {
 		if !k.Add("r", value) {
 			return
 		}
+		if len(value) < MinKnownLen && how%6 >= 1 && how%6 <= 3 {
+			return // a short value (a password) is found as it is only
+		}
 		var enc string
 		switch how % 6 {
 		case 0:
