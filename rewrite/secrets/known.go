@@ -427,7 +427,10 @@ func load64(s string, i int) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
-func (ix *knownIndex) hash(g uint64) uint64 { return (g * 0x9E3779B97F4A7C15) >> ix.shift }
+func (ix *knownIndex) hash(g uint64) uint64 { return (g * hashMul) >> ix.shift }
+
+// hashMul is the filter's multiplicative hash.
+const hashMul = 0x9E3779B97F4A7C15
 
 // find appends the matches in text to ms; a text decoded from the one
 // searched has its positions mapped back by orig (nil: none).
@@ -449,16 +452,25 @@ func (s *knownSnap) find(text, how string, orig func(int) int, ms []KnownMatch) 
 	}
 	// One pass probes both indexes, every stride bytes: each holds its
 	// patterns' grams at every offset below its own stride, at least s's.
-	a, b := s.big, s.small
-	for i := 0; i+gramLen <= len(text); i += s.stride {
-		g := load64(text, i)
-		if h := a.hash(g); a.filter[h>>6]&(1<<(h&63)) != 0 {
-			ms = a.match(text, i, g, s.stride, how, orig, ms)
-		}
-		if b != nil {
-			if h := b.hash(g); b.filter[h>>6]&(1<<(h&63)) != 0 {
-				ms = b.match(text, i, g, s.stride, how, orig, ms)
+	a, b, stride := s.big, s.small, s.stride
+	fa, sa := a.filter, a.shift
+	if b == nil {
+		for i := 0; i+gramLen <= len(text); i += stride {
+			g := load64(text, i)
+			if h := (g * hashMul) >> sa; fa[h>>6]&(1<<(h&63)) != 0 {
+				ms = a.match(text, i, g, stride, how, orig, ms)
 			}
+		}
+		return ms
+	}
+	fb, sb := b.filter, b.shift
+	for i := 0; i+gramLen <= len(text); i += stride {
+		g := load64(text, i)
+		if h := (g * hashMul) >> sa; fa[h>>6]&(1<<(h&63)) != 0 {
+			ms = a.match(text, i, g, stride, how, orig, ms)
+		}
+		if h := (g * hashMul) >> sb; fb[h>>6]&(1<<(h&63)) != 0 {
+			ms = b.match(text, i, g, stride, how, orig, ms)
 		}
 	}
 	return ms
