@@ -40,7 +40,7 @@ func FuzzHandle(f *testing.F) {
 	f.Add([]byte{0, 0, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 
 	s, err := New(Options{
-		Decider: DeciderFunc(func(_ context.Context, e *event.Event) event.Verdict {
+		Decider: event.DeciderFunc(func(_ context.Context, e *event.Event) event.Verdict {
 			if e.DNS.Name == "denied.test" {
 				return event.Verdict{Action: event.Deny}
 			}

@@ -18,8 +18,8 @@ import (
 // testNow is the fixed clock of servers under test.
 var testNow = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func allowAll() Decider {
-	return DeciderFunc(func(context.Context, *event.Event) event.Verdict {
+func allowAll() event.Decider {
+	return event.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
 		return event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByDefault}
 	})
 }

@@ -75,7 +75,7 @@ func TestProcess(t *testing.T) {
 			r := startServer(t, Options{
 				Static:  static,
 				Process: procs.lookup,
-				Decider: DeciderFunc(func(_ context.Context, e *event.Event) event.Verdict {
+				Decider: event.DeciderFunc(func(_ context.Context, e *event.Event) event.Verdict {
 					mu.Lock()
 					defer mu.Unlock()
 					decided = append(decided, e.Process)

@@ -18,24 +18,13 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 )
 
-// Decider reaches the verdict for a dns event. It is called synchronously
-// for every query, concurrently, before anything is answered or forwarded.
-type Decider interface {
-	Decide(ctx context.Context, e *event.Event) event.Verdict
-}
-
-// DeciderFunc adapts a function to Decider.
-type DeciderFunc func(ctx context.Context, e *event.Event) event.Verdict
-
-// Decide calls f.
-func (f DeciderFunc) Decide(ctx context.Context, e *event.Event) event.Verdict { return f(ctx, e) }
-
 // Options configures a Server.
 type Options struct {
 	// Session is the id put on every event.
 	Session string
-	// Decider decides every query. Required.
-	Decider Decider
+	// Decider decides every query, before anything is answered or
+	// forwarded. Required.
+	Decider event.Decider
 	// Publish receives every event; it is called on the query's path and
 	// must not block for long. Nil discards.
 	Publish func(*event.Event)
@@ -78,7 +67,7 @@ const (
 // Server is one session's resolver. Its methods are safe for concurrent use.
 type Server struct {
 	session   string
-	decider   Decider
+	decider   event.Decider
 	publish   func(*event.Event)
 	static    map[string][]netip.Addr
 	upstreams []netip.AddrPort

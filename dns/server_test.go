@@ -179,7 +179,7 @@ func TestNameForMostRecentName(t *testing.T) {
 
 func TestDeny(t *testing.T) {
 	deny := event.Verdict{Action: event.Deny, Rule: "deny_hosts", Reason: "listed", DecidedBy: event.DecidedByRule}
-	decider := DeciderFunc(func(_ context.Context, e *event.Event) event.Verdict {
+	decider := event.DeciderFunc(func(_ context.Context, e *event.Event) event.Verdict {
 		if strings.HasSuffix(e.DNS.Name, "evil.test") {
 			return deny
 		}
@@ -232,7 +232,7 @@ func TestDeny(t *testing.T) {
 func TestUnreachableVerdictsDeny(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
-		decider DeciderFunc
+		decider event.DeciderFunc
 		want    event.Action
 	}{
 		{"ask", func(context.Context, *event.Event) event.Verdict { return event.Verdict{Action: event.Ask} }, event.Deny},
@@ -462,7 +462,7 @@ func TestHandlePacketDropsNonQueries(t *testing.T) {
 
 func TestConcurrentQueries(t *testing.T) {
 	up := startUpstream(t, answering(map[string][]netip.Addr{"fwd.test": addrs("192.0.2.50")}))
-	deny := DeciderFunc(func(_ context.Context, e *event.Event) event.Verdict {
+	deny := event.DeciderFunc(func(_ context.Context, e *event.Event) event.Verdict {
 		if e.DNS.Name == "bad.test" {
 			return event.Verdict{Action: event.Deny}
 		}

@@ -6,6 +6,13 @@
 // Every I/O path (network, file, exec) produces the same Event type, so the
 // policy, the audit log and telemetry see one model.
 //
+// Fields is the event's one flat projection: each value of an event, its
+// key in the audit log's records and in the events plugins are given, its
+// variable in policy conditions and its attribute on a trace's span event.
+// Flat copies events to and from the flat forms (telemetry.Record,
+// plugin.Event). A member added to the event types without a Field fails
+// TestFieldsCoverEvents.
+//
 // Guarantees:
 //   - Verdict's zero value denies: a decision that was never reached fails
 //     closed.

@@ -47,19 +47,21 @@ func (a *Action) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Decider says who reached a verdict. The zero value is DecidedByDefault: the
-// policy's default, which is also what an unset verdict claims.
-type Decider uint8
+// DecidedBy says who reached a verdict. The zero value is DecidedByDefault:
+// the policy's default, which is also what an unset verdict claims. (The
+// type is named after the Verdict field that holds it, as net/http's
+// Request.Header is a Header; Decider is the contract of what decides.)
+type DecidedBy uint8
 
 const (
-	DecidedByDefault Decider = iota // no rule matched; the policy's default applied
-	DecidedByRule                   // a rule of the policy matched
-	DecidedByPlugin                 // a plugin process answered
-	DecidedByJudge                  // the LLM judge answered
-	DecidedByHuman                  // a person answered an ask
+	DecidedByDefault DecidedBy = iota // no rule matched; the policy's default applied
+	DecidedByRule                     // a rule of the policy matched
+	DecidedByPlugin                   // a plugin process answered
+	DecidedByJudge                    // the LLM judge answered
+	DecidedByHuman                    // a person answered an ask
 )
 
-var deciderNames = [...]string{
+var decidedByNames = [...]string{
 	DecidedByDefault: "default",
 	DecidedByRule:    "rule",
 	DecidedByPlugin:  "plugin",
@@ -67,27 +69,27 @@ var deciderNames = [...]string{
 	DecidedByHuman:   "human",
 }
 
-func (d Decider) String() string {
-	if int(d) < len(deciderNames) {
-		return deciderNames[d]
+func (d DecidedBy) String() string {
+	if int(d) < len(decidedByNames) {
+		return decidedByNames[d]
 	}
 	return fmt.Sprintf("decider(%d)", uint8(d))
 }
 
-// ParseDecider parses the word form of a Decider.
-func ParseDecider(s string) (Decider, error) {
-	for i, n := range deciderNames {
+// ParseDecidedBy parses the word form of a DecidedBy.
+func ParseDecidedBy(s string) (DecidedBy, error) {
+	for i, n := range decidedByNames {
 		if n == s {
-			return Decider(i), nil
+			return DecidedBy(i), nil
 		}
 	}
 	return DecidedByDefault, fmt.Errorf("event: unknown decider %q", s)
 }
 
-func (d Decider) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+func (d DecidedBy) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-func (d *Decider) UnmarshalText(b []byte) error {
-	v, err := ParseDecider(string(b))
+func (d *DecidedBy) UnmarshalText(b []byte) error {
+	v, err := ParseDecidedBy(string(b))
 	if err != nil {
 		return err
 	}
@@ -98,10 +100,10 @@ func (d *Decider) UnmarshalText(b []byte) error {
 // Verdict is a decision about one event. Its zero value denies, decided by
 // the default, with no rule: a verdict that was never set fails closed.
 type Verdict struct {
-	Action    Action  `json:"verdict"`
-	Rule      string  `json:"rule,omitempty"`   // the rule (or plugin, or judge model) that decided; never a secret
-	Reason    string  `json:"reason,omitempty"` // one line a person can read
-	DecidedBy Decider `json:"decided_by"`
+	Action    Action    `json:"verdict"`
+	Rule      string    `json:"rule,omitempty"`   // the rule (or plugin, or judge model) that decided; never a secret
+	Reason    string    `json:"reason,omitempty"` // one line a person can read
+	DecidedBy DecidedBy `json:"decided_by"`
 }
 
 // Allowed reports whether the action may go ahead (allowed or rewritten).
@@ -137,6 +139,6 @@ func (v Verdict) Enforced() Verdict {
 var (
 	_ encoding.TextMarshaler   = Action(0)
 	_ encoding.TextUnmarshaler = (*Action)(nil)
-	_ encoding.TextMarshaler   = Decider(0)
-	_ encoding.TextUnmarshaler = (*Decider)(nil)
+	_ encoding.TextMarshaler   = DecidedBy(0)
+	_ encoding.TextUnmarshaler = (*DecidedBy)(nil)
 )

@@ -52,8 +52,8 @@ func TestParseRejectsUnknownWords(t *testing.T) {
 	if _, err := ParseAction("permit"); err == nil {
 		t.Error(`ParseAction("permit") succeeded`)
 	}
-	if _, err := ParseDecider("oracle"); err == nil {
-		t.Error(`ParseDecider("oracle") succeeded`)
+	if _, err := ParseDecidedBy("oracle"); err == nil {
+		t.Error(`ParseDecidedBy("oracle") succeeded`)
 	}
 	var v Verdict
 	if err := json.Unmarshal([]byte(`{"verdict":"maybe"}`), &v); err == nil {

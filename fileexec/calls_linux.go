@@ -61,14 +61,14 @@ type Calls struct {
 	files *Files
 }
 
-// NewCalls returns the Calls of a session. InSession, Process and Decide
+// NewCalls returns the Calls of a session. InSession, Process and Decider
 // are required, as for WatchMounts; Protected is used when set. files,
 // when not nil, is the session's file mediation: a call made in a mount
 // namespace a session process made names its files by their paths in the
 // session's own namespace, as an open does (see Nested).
 func NewCalls(o FileOptions, files *Files) (*Calls, error) {
-	if o.InSession == nil || o.Process == nil || o.Decide == nil {
-		return nil, errors.New("fileexec: calls: InSession, Process and Decide are required")
+	if o.InSession == nil || o.Process == nil || o.Decider == nil {
+		return nil, errors.New("fileexec: calls: InSession, Process and Decider are required")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -217,7 +217,7 @@ func (k *Calls) decide(ctx context.Context, e *event.Event) event.Verdict {
 				ch <- event.Verdict{Action: event.Deny, Reason: fmt.Sprintf("deciding failed: %v", r)}
 			}
 		}()
-		ch <- k.o.Decide(ctx, &c)
+		ch <- k.o.Decider.Decide(ctx, &c)
 	}()
 	select {
 	case v := <-ch:

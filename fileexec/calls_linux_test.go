@@ -116,12 +116,12 @@ func TestCallsDecided(t *testing.T) {
 		Session:   "s1",
 		InSession: inNamespace(c.mnt),
 		Process:   processOf,
-		Decide: func(_ context.Context, e *event.Event) event.Verdict {
+		Decider: event.DeciderFunc(func(_ context.Context, e *event.Event) event.Verdict {
 			if strings.Contains(e.File.Path, "/secret/") {
 				return event.Verdict{Action: event.Deny, Rule: "no-secrets"}
 			}
 			return event.Verdict{Action: event.Allow}
-		},
+		}),
 		Publish: func(e *event.Event) {
 			mu.Lock()
 			published = append(published, e)
@@ -225,7 +225,7 @@ func BenchmarkRename(b *testing.B) {
 			if filtered {
 				k, err := NewCalls(FileOptions{
 					InSession: func(int) bool { return name == "decided" }, Process: processOf,
-					Decide:  func(context.Context, *event.Event) event.Verdict { return event.Verdict{Action: event.Allow} },
+					Decider: event.DeciderFunc(func(context.Context, *event.Event) event.Verdict { return event.Verdict{Action: event.Allow} }),
 					Publish: func(*event.Event) {},
 				}, nil)
 				if err != nil {

@@ -1,7 +1,6 @@
 package fileexec
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -14,7 +13,7 @@ import (
 // kernel without them.
 var ErrUnavailable = errors.New("fanotify permission events unavailable (needs linux and root)")
 
-// FileOptions configures WatchMounts. InSession, Process and Decide are
+// FileOptions configures WatchMounts. InSession, Process and Decider are
 // required.
 type FileOptions struct {
 	// Session is the session id put on every event.
@@ -27,10 +26,10 @@ type FileOptions struct {
 	// a session process that is not ignored (its Exe is part of the cache
 	// key), so it should be cheap; it must return promptly.
 	Process func(pid int) (*event.Process, error)
-	// Decide decides a file event. It may take long (a person may be
+	// Decider decides a file event. It may take long (a person may be
 	// asked); its context is cancelled by Close. Only an allow or rewrite
 	// verdict lets the open through.
-	Decide func(ctx context.Context, e *event.Event) event.Verdict
+	Decider event.Decider
 	// Publish receives every decided event, with its verdict, after the
 	// decision; not the opens answered from the cache. Nil publishes
 	// nothing.

@@ -141,8 +141,8 @@ type rawEvent struct {
 // root mount cannot be. Its error wraps ErrUnavailable when the fanotify
 // group cannot be made.
 func WatchMounts(pid int, o FileOptions) (*Files, error) {
-	if o.InSession == nil || o.Process == nil || o.Decide == nil {
-		return nil, errors.New("fileexec: watch mounts: InSession, Process and Decide are required")
+	if o.InSession == nil || o.Process == nil || o.Decider == nil {
+		return nil, errors.New("fileexec: watch mounts: InSession, Process and Decider are required")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -882,7 +882,7 @@ func (f *Files) decide(e *event.Event, publish bool) (v event.Verdict, decided b
 				ch <- event.Verdict{Action: event.Deny, Reason: fmt.Sprintf("deciding failed: %v", r)}
 			}
 		}()
-		ch <- f.o.Decide(f.ctx, e)
+		ch <- f.o.Decider.Decide(f.ctx, e)
 	}()
 	select {
 	case v = <-ch:

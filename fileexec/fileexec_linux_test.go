@@ -401,8 +401,8 @@ func TestWatchMountsOptions(t *testing.T) {
 		o    FileOptions
 	}{
 		{"no decide", FileOptions{InSession: func(int) bool { return true }, Process: processOf}},
-		{"no process", FileOptions{InSession: func(int) bool { return true }, Decide: allowAll}},
-		{"no in session", FileOptions{Process: processOf, Decide: allowAll}},
+		{"no process", FileOptions{InSession: func(int) bool { return true }, Decider: event.DeciderFunc(allowAll)}},
+		{"no in session", FileOptions{Process: processOf, Decider: event.DeciderFunc(allowAll)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -659,12 +659,12 @@ func watch(tb testing.TB, c *child, decide func(context.Context, *event.Event) e
 		Session:   "s1",
 		InSession: inNamespace(c.mnt),
 		Process:   processOf,
-		Decide: func(ctx context.Context, e *event.Event) event.Verdict {
+		Decider: event.DeciderFunc(func(ctx context.Context, e *event.Event) event.Verdict {
 			r.mu.Lock()
 			r.decided = append(r.decided, *e.File)
 			r.mu.Unlock()
 			return decide(ctx, e)
-		},
+		}),
 		Publish: func(e *event.Event) {
 			r.mu.Lock()
 			r.published = append(r.published, e)

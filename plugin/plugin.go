@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"sync"
 	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -125,60 +126,37 @@ type Process struct {
 
 // EventFrom returns the JSON view of e. Only the payload that matches
 // e.Kind is included; the verdict is not (the plugin is asked for one).
+// Which fields a plugin is given, and under which names, is the event's
+// flat projection's to say (event.Fields, event.InPlugin).
 func EventFrom(e *event.Event) Event {
-	v := Event{Kind: e.Kind, Session: e.Session}
-	if !e.Time.IsZero() {
-		v.Time = e.Time.UTC()
-	}
-	if p := e.Process; p != nil {
-		v.Process = &Process{PID: p.PID, PPID: p.PPID, UID: p.UID, Exe: p.Exe, Argv: p.Argv, Cwd: p.Cwd,
-			Lineage: p.LineageNames, Digest: p.ExeDigest}
-	}
-	switch e.Kind {
-	case event.KindConnect:
-		if c := e.Connect; c != nil {
-			if c.Dst.IsValid() {
-				v.Dst = c.Dst.String()
-			}
-			v.Host, v.Port, v.Transport, v.Via, v.Relay = c.Host, c.Port, string(c.Transport), c.Via, c.Relay
-		}
-	case event.KindTLS:
-		if t := e.TLS; t != nil {
-			v.SNI, v.ALPN, v.TLSVersion, v.Intercepted = t.ServerName, t.ALPN, t.Version, t.Intercepted
-		}
-	case event.KindHTTP:
-		if h := e.HTTP; h != nil {
-			v.Method, v.URL, v.Host, v.Status, v.Proto, v.Upgrade = h.Method, h.URL, h.Host, h.Status, h.Proto, h.Upgrade
-			v.Header = h.Header
-		}
-	case event.KindLLM:
-		if l := e.LLM; l != nil {
-			v.Provider, v.Model, v.Path = l.Provider, l.Model, l.Path
-		}
-	case event.KindDNS:
-		if d := e.DNS; d != nil {
-			v.Name, v.QType, v.Rcode = d.Name, d.Type, d.Rcode
-			for _, a := range d.Answers {
-				v.Answers = append(v.Answers, a.String())
-			}
-		}
-	case event.KindFile:
-		if f := e.File; f != nil {
-			v.Path, v.Access, v.Op, v.Target = f.Path, string(f.Access), f.Op, f.Target
-		}
-	case event.KindExec:
-		if x := e.Exec; x != nil {
-			v.Path, v.Argv, v.Cwd, v.Digest = x.Path, x.Argv, x.Cwd, x.Digest
-			v.Program, v.Interpreter = x.Program, x.Interpreter
-		}
-	case event.KindSessionStart, event.KindSessionEnd:
-		if s := e.SessionInfo; s != nil {
-			v.Agent, v.Command, v.RootPID, v.Mode = s.Agent, s.Command, s.RootPID, s.Mode
-			if e.Kind == event.KindSessionEnd {
-				code, ms := s.ExitCode, s.Duration.Milliseconds()
-				v.ExitCode, v.DurationMS = &code, &ms
-			}
-		}
+	forms := flatEvents()
+	var v Event
+	forms.event.Fill(&v, e)
+	if e.Process != nil {
+		v.Process = &Process{}
+		forms.process.Fill(v.Process, e)
 	}
 	return v
 }
+
+// eventForms are the plugins' flat forms of an event: an Event, and the
+// Process within it.
+type eventForms struct {
+	event   *event.Flat[Event]
+	process *event.Flat[Process]
+}
+
+// flatEvents plans the plugins' flat forms once: a field the projection
+// gives plugins without a member of Event is a mistake the tests catch.
+var flatEvents = sync.OnceValue(func() eventForms {
+	fs := event.Fields()
+	ev, err := event.NewFlat[Event](fs, event.InPlugin, false)
+	if err != nil {
+		panic(err)
+	}
+	proc, err := event.NewFlat[Process](fs, event.InPlugin, true)
+	if err != nil {
+		panic(err)
+	}
+	return eventForms{ev, proc}
+})

@@ -48,37 +48,17 @@ func strMap(m map[string]string) ref.Val {
 	return types.NewStringStringMap(types.DefaultTypeAdapter, m)
 }
 
-// fields returns the variables rules may use. Absent payloads give zero
-// values (empty string, 0, empty list or map) so a rule never fails on an
-// event of another kind.
+// fields returns the variables rules may use: the fields of the event's
+// flat projection that conditions read as they are (event.Field.CEL), and
+// those derived from them here. Absent payloads give zero values (empty
+// string, 0, empty list or map) so a rule never fails on an event of
+// another kind.
 func fields() []field {
-	proc := func(get func(p *event.Process) ref.Val, zero ref.Val) func(*event.Event) ref.Val {
-		return func(e *event.Event) ref.Val {
-			if e.Process == nil {
-				return zero
-			}
-			return get(e.Process)
-		}
-	}
-	listOfString := cel.ListType(cel.StringType)
-	mapOfString := cel.MapType(cel.StringType, cel.StringType)
-	emptyList := strList(nil)
 	emptyMap := strMap(nil)
-	return []field{
-		{"kind", cel.StringType, "all", func(e *event.Event) ref.Val { return str(string(e.Kind)) }},
+	fs := projected()
+	return append(fs, []field{
 		{"session.id", cel.StringType, "all", func(e *event.Event) ref.Val { return str(sessionID(e)) }},
 		{"agent", cel.StringType, "all", func(e *event.Event) ref.Val { return str(agentOf(e)) }},
-		{"session.workdir", cel.StringType, "all", sessStr(func(s *event.Session) string { return s.Workdir })},
-		{"session.home", cel.StringType, "all", sessStr(func(s *event.Session) string { return s.Home })},
-		{"session.state_dir", cel.StringType, "all", sessStr(func(s *event.Session) string { return s.StateDir })},
-		{"process.pid", cel.IntType, "all", proc(func(p *event.Process) ref.Val { return types.Int(p.PID) }, zeroInt)},
-		{"process.ppid", cel.IntType, "all", proc(func(p *event.Process) ref.Val { return types.Int(p.PPID) }, zeroInt)},
-		{"process.exe", cel.StringType, "all", proc(func(p *event.Process) ref.Val { return str(p.Exe) }, emptyString)},
-		{"process.argv", listOfString, "all", proc(func(p *event.Process) ref.Val { return strList(p.Argv) }, emptyList)},
-		{"process.cwd", cel.StringType, "all", proc(func(p *event.Process) ref.Val { return str(p.Cwd) }, emptyString)},
-		{"process.uid", cel.IntType, "all", proc(func(p *event.Process) ref.Val { return types.Int(p.UID) }, zeroInt)},
-		{"process.exe_digest", cel.StringType, "all", proc(func(p *event.Process) ref.Val { return str(p.ExeDigest) }, emptyString)},
-		{"lineage", listOfString, "all", proc(func(p *event.Process) ref.Val { return strList(p.LineageNames) }, emptyList)},
 		{"dst.ip", cel.StringType, "connect", func(e *event.Event) ref.Val {
 			if e.Connect == nil || !e.Connect.Dst.IsValid() {
 				return emptyString
@@ -87,31 +67,14 @@ func fields() []field {
 		}},
 		{"dst.port", cel.IntType, "connect", func(e *event.Event) ref.Val { return types.Int(dstPort(e)) }},
 		{"host", cel.StringType, "connect, tls, http, dns", func(e *event.Event) ref.Val { return str(hostOf(e)) }},
-		{"transport", cel.StringType, "connect", connStr(func(c *event.Connect) string { return string(c.Transport) })},
-		{"via", cel.StringType, "connect", connStr(func(c *event.Connect) string { return c.Via })},
-		{"relay", cel.StringType, "connect", connStr(func(c *event.Connect) string { return c.Relay })},
 		{"tls.sni", cel.StringType, "tls", func(e *event.Event) ref.Val {
 			if e.TLS == nil {
 				return emptyString
 			}
 			return str(normHost(e.TLS.ServerName))
 		}},
-		{"tls.alpn", listOfString, "tls", func(e *event.Event) ref.Val {
-			if e.TLS == nil {
-				return emptyList
-			}
-			return strList(e.TLS.ALPN)
-		}},
-		{"tls.version", cel.StringType, "tls", func(e *event.Event) ref.Val {
-			if e.TLS == nil {
-				return emptyString
-			}
-			return str(e.TLS.Version)
-		}},
-		{"http.method", cel.StringType, "http", httpStr(func(h *event.HTTP) string { return h.Method })},
-		{"http.url", cel.StringType, "http", httpStr(func(h *event.HTTP) string { return h.URL })},
 		{"http.path", cel.StringType, "http", httpStr(func(h *event.HTTP) string { p, _ := splitURL(h.URL); return p })},
-		{"http.query", mapOfString, "http", func(e *event.Event) ref.Val {
+		{"http.query", cel.MapType(cel.StringType, cel.StringType), "http", func(e *event.Event) ref.Val {
 			if e.HTTP == nil {
 				return emptyMap
 			}
@@ -121,31 +84,13 @@ func fields() []field {
 			}
 			return strMap(queryMap(q))
 		}},
-		{"http.headers", mapOfString, "http", func(e *event.Event) ref.Val {
+		{"http.headers", cel.MapType(cel.StringType, cel.StringType), "http", func(e *event.Event) ref.Val {
 			if e.HTTP == nil || len(e.HTTP.Header) == 0 {
 				return emptyMap
 			}
 			return strMap(headerMap(e.HTTP.Header))
 		}},
-		{"http.secrets", listOfString, "http", func(e *event.Event) ref.Val {
-			if e.HTTP == nil || len(e.HTTP.Secrets) == 0 {
-				return emptyList
-			}
-			return strList(e.HTTP.Secrets)
-		}},
-		{"http.status", cel.IntType, "http", func(e *event.Event) ref.Val {
-			if e.HTTP == nil {
-				return zeroInt
-			}
-			return types.Int(e.HTTP.Status)
-		}},
 		{"http.upgrade", cel.StringType, "http", httpStr(func(h *event.HTTP) string { return strings.ToLower(h.Upgrade) })},
-		{"http.proto", cel.StringType, "http", httpStr(func(h *event.HTTP) string { return h.Proto })},
-		{"llm.provider", cel.StringType, "llm", llmStr(func(l *event.LLM) string { return l.Provider })},
-		{"llm.model", cel.StringType, "llm", llmStr(func(l *event.LLM) string { return l.Model })},
-		{"llm.path", cel.StringType, "llm", llmStr(func(l *event.LLM) string { return l.Path })},
-		{"llm.operation", cel.StringType, "llm", llmStr(func(l *event.LLM) string { return l.Operation })},
-		{"llm.stream", cel.BoolType, "llm", func(e *event.Event) ref.Val { return types.Bool(e.LLM != nil && e.LLM.Stream) }},
 		{"dns.name", cel.StringType, "dns", func(e *event.Event) ref.Val {
 			if e.DNS == nil {
 				return emptyString
@@ -158,36 +103,66 @@ func fields() []field {
 			}
 			return str(strings.ToUpper(e.DNS.Type))
 		}},
-		{"file.path", cel.StringType, "file", fileStr(func(f *event.File) string { return f.Path })},
-		{"file.access", cel.StringType, "file", fileStr(func(f *event.File) string { return string(f.Access) })},
-		{"file.op", cel.StringType, "file", fileStr(func(f *event.File) string { return f.Op })},
-		{"file.target", cel.StringType, "file", fileStr(func(f *event.File) string { return f.Target })},
-		{"exec.path", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Path })},
-		{"exec.argv", listOfString, "exec", func(e *event.Event) ref.Val {
+		{"exec.program", cel.StringType, "exec", func(e *event.Event) ref.Val {
 			if e.Exec == nil {
-				return emptyList
+				return emptyString
 			}
-			return strList(e.Exec.Argv)
+			if e.Exec.Program == "" {
+				return str(e.Exec.Path)
+			}
+			return str(e.Exec.Program)
 		}},
-		{"exec.cwd", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Cwd })},
-		{"exec.digest", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Digest })},
-		{"exec.program", cel.StringType, "exec", execStr(func(x *event.Exec) string {
-			if x.Program == "" {
-				return x.Path
-			}
-			return x.Program
-		})},
-		{"exec.interpreter", cel.StringType, "exec", execStr(func(x *event.Exec) string { return x.Interpreter })},
-	}
+	}...)
 }
 
-func sessStr(get func(*event.Session) string) func(*event.Event) ref.Val {
-	return func(e *event.Event) ref.Val {
-		if e.SessionInfo == nil {
-			return emptyString
+// projected returns the variables of the event's fields that conditions
+// read as they are.
+func projected() []field {
+	emptyList := strList(nil)
+	var out []field
+	for _, f := range event.Fields() {
+		if f.CEL == "" {
+			continue
 		}
-		return str(get(e.SessionInfo))
+		kinds := "all"
+		if f.Kinds != nil {
+			ks := make([]string, len(f.Kinds))
+			for i, k := range f.Kinds {
+				ks[i] = string(k)
+			}
+			kinds = strings.Join(ks, ", ")
+		}
+		var typ *cel.Type
+		var zero ref.Val
+		var conv func(event.Value) ref.Val
+		switch f.Type {
+		case event.TypeString:
+			typ, zero, conv = cel.StringType, emptyString, func(v event.Value) ref.Val { return str(v.Str) }
+		case event.TypeInt:
+			typ, zero, conv = cel.IntType, zeroInt, func(v event.Value) ref.Val { return types.Int(v.Int) }
+		case event.TypeBool:
+			typ, zero, conv = cel.BoolType, types.False, func(v event.Value) ref.Val { return types.Bool(v.Bool) }
+		case event.TypeStrings:
+			typ, zero, conv = cel.ListType(cel.StringType), emptyList, func(v event.Value) ref.Val {
+				if len(v.Strs) == 0 {
+					return emptyList
+				}
+				return strList(v.Strs)
+			}
+		default:
+			// A field of another type is a condition variable only as
+			// derived by fields.
+			panic(fmt.Sprintf("policy: field %s of type %d cannot be a condition variable as it is", f.Name, f.Type))
+		}
+		out = append(out, field{name: f.CEL, typ: typ, kinds: kinds, get: func(e *event.Event) ref.Val {
+			v, ok := f.Get(e)
+			if !ok {
+				return zero
+			}
+			return conv(v)
+		}})
 	}
+	return out
 }
 
 func httpStr(get func(*event.HTTP) string) func(*event.Event) ref.Val {
@@ -196,42 +171,6 @@ func httpStr(get func(*event.HTTP) string) func(*event.Event) ref.Val {
 			return emptyString
 		}
 		return str(get(e.HTTP))
-	}
-}
-
-func llmStr(get func(*event.LLM) string) func(*event.Event) ref.Val {
-	return func(e *event.Event) ref.Val {
-		if e.LLM == nil {
-			return emptyString
-		}
-		return str(get(e.LLM))
-	}
-}
-
-func connStr(get func(*event.Connect) string) func(*event.Event) ref.Val {
-	return func(e *event.Event) ref.Val {
-		if e.Connect == nil {
-			return emptyString
-		}
-		return str(get(e.Connect))
-	}
-}
-
-func fileStr(get func(*event.File) string) func(*event.Event) ref.Val {
-	return func(e *event.Event) ref.Val {
-		if e.File == nil {
-			return emptyString
-		}
-		return str(get(e.File))
-	}
-}
-
-func execStr(get func(*event.Exec) string) func(*event.Event) ref.Val {
-	return func(e *event.Event) ref.Val {
-		if e.Exec == nil {
-			return emptyString
-		}
-		return str(get(e.Exec))
 	}
 }
 

@@ -109,7 +109,7 @@ type env struct {
 
 type envOptions struct {
 	deny        []string
-	decider     Decider // overrides the builtin policy
+	decider     event.Decider // overrides the builtin policy
 	peekTimeout time.Duration
 	roots       *x509.CertPool // upstream roots; the upstream CA when nil
 	processes   ProcessFinder

@@ -21,18 +21,6 @@ import (
 	chtls "github.com/chaperone-dev/chaperone/tls"
 )
 
-// Decider reaches the verdict for an event. It is called synchronously on
-// the data path, concurrently, with the request's context.
-type Decider interface {
-	Decide(ctx context.Context, e *event.Event) event.Verdict
-}
-
-// DeciderFunc adapts a function to Decider.
-type DeciderFunc func(ctx context.Context, e *event.Event) event.Verdict
-
-// Decide calls f.
-func (f DeciderFunc) Decide(ctx context.Context, e *event.Event) event.Verdict { return f(ctx, e) }
-
 // ProcessFinder says which process owns a client connection: client is its
 // remote address, proxy the local address it reached, session the session
 // the client named ("" when it named none: a request refused with 407).
@@ -68,8 +56,9 @@ func (f ResolverMemoryFunc) Resolved(session, host string, addr netip.Addr) bool
 // Options configure a Proxy.
 type Options struct {
 	Logger *slog.Logger // nil discards
-	// Decider decides every connect, tls and http event. Required.
-	Decider Decider
+	// Decider decides every connect, tls and http event, synchronously on
+	// the request's path. Required.
+	Decider event.Decider
 	// Publish receives every decided event (bus.Publish); nil discards.
 	// Events must not be modified after Publish.
 	Publish func(*event.Event)
@@ -162,7 +151,7 @@ const (
 // concurrent use.
 type Proxy struct {
 	log         *slog.Logger
-	decider     Decider
+	decider     event.Decider
 	publishFn   func(*event.Event)
 	resolve     func(string, uint16) (netip.Addr, bool)
 	names       ResolverMemory

@@ -24,7 +24,7 @@ import (
 )
 
 func TestNewRequiresDeciderAndCerts(t *testing.T) {
-	dec := DeciderFunc(func(context.Context, *event.Event) event.Verdict { return event.Verdict{} })
+	dec := event.DeciderFunc(func(context.Context, *event.Event) event.Verdict { return event.Verdict{} })
 	tests := []struct {
 		name string
 		opts Options
@@ -224,7 +224,7 @@ func TestDenyRequestInTunnel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := DeciderFunc(func(ctx context.Context, ev *event.Event) event.Verdict {
+	dec := event.DeciderFunc(func(ctx context.Context, ev *event.Event) event.Verdict {
 		if ev.Kind == event.KindHTTP {
 			return b.Decide(ctx, ev)
 		}
@@ -661,7 +661,7 @@ func TestProcessAttribution(t *testing.T) {
 }
 
 func TestDeciderPanicDenies(t *testing.T) {
-	e := newEnv(t, envOptions{decider: DeciderFunc(func(context.Context, *event.Event) event.Verdict { panic("boom") })})
+	e := newEnv(t, envOptions{decider: event.DeciderFunc(func(context.Context, *event.Event) event.Verdict { panic("boom") })})
 	up := e.upstream(upstream.Options{Name: "api.example.test", CA: e.upCA})
 	if status, body := e.deniedInTunnel(hostPort(up), "api.example.test"); status != http.StatusForbidden || !strings.Contains(body, "failed to decide") {
 		t.Fatalf("got %d %q, want 403", status, body)
@@ -669,7 +669,7 @@ func TestDeciderPanicDenies(t *testing.T) {
 }
 
 func TestAskDenies(t *testing.T) {
-	e := newEnv(t, envOptions{decider: DeciderFunc(func(context.Context, *event.Event) event.Verdict {
+	e := newEnv(t, envOptions{decider: event.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
 		return event.Verdict{Action: event.Ask, Rule: "confirm", Reason: "needs a human", DecidedBy: event.DecidedByRule}
 	})})
 	up := e.upstream(upstream.Options{Name: "api.example.test", CA: e.upCA})

@@ -295,7 +295,7 @@ func TestServeH1ResponseBeforeBookkeeping(t *testing.T) {
 // Transfer-Encoding), and an ambiguous request gets 400 or 501 and goes
 // nowhere.
 func TestServeH1Smuggling(t *testing.T) {
-	dec := DeciderFunc(func(_ context.Context, ev *event.Event) event.Verdict {
+	dec := event.DeciderFunc(func(_ context.Context, ev *event.Event) event.Verdict {
 		if ev.Kind == event.KindHTTP && strings.Contains(ev.HTTP.URL, "/admin") {
 			return event.Verdict{Action: event.Deny, Rule: "no-admin"}
 		}

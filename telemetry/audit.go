@@ -78,6 +78,9 @@ type AuditLog struct {
 	// interleave their requests. Events never change an *event.Process.
 	// Cleared when it reaches maxProcRecs.
 	procRecs map[*event.Process]procRec
+	// rec is the record being written, here rather than on the stack:
+	// filling it goes through event.Flat, past escape analysis.
+	rec Record
 }
 
 // maxProcRecs bounds AuditLog.procRecs.
@@ -169,14 +172,14 @@ func (a *AuditLog) Write(e *event.Event) error {
 		return a.err
 	}
 	pr := a.processRecord(e.Process)
-	r := recordOf(e, pr.rec)
+	r := &a.rec
+	*r = Record{}
+	flatRecords().record.Fill(r, e)
 	if a.redact != nil {
-		p := r.Process
-		r.Process = nil // redacted already
-		r = r.redacted(a.redact)
-		r.Process = p
+		*r = r.redacted(a.redact)
 	}
-	if err := a.encode(&r, pr.json); err != nil {
+	r.Process = pr.rec // redacted already
+	if err := a.encode(r, pr.json); err != nil {
 		return err
 	}
 	if len(a.buf) > MaxLineSize {

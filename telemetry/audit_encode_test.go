@@ -94,7 +94,7 @@ func randomRecord(rng *rand.Rand, pool []string) Record {
 		Kind:      event.Kind(s()),
 		Verdict:   event.Action(rng.IntN(5)), // 4: out of range
 		Rule:      s(),
-		DecidedBy: event.Decider(rng.IntN(6)), // 5: out of range
+		DecidedBy: event.DecidedBy(rng.IntN(6)), // 5: out of range
 		Reason:    s(),
 		Dst:       s(), Host: s(), Port: uint16(rng.IntN(3) * rng.IntN(65536)), Transport: s(), Via: s(),
 		SNI: s(), ALPN: l(), TLSVersion: s(), Intercepted: rng.IntN(2) == 0,

@@ -2,8 +2,8 @@ package telemetry
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -13,14 +13,14 @@ import (
 // kind, verdict and decided_by are always present; the rest are omitted when
 // empty. Field names never change once released.
 type Record struct {
-	Time      time.Time     `json:"time"` // UTC
-	Session   string        `json:"session"`
-	Kind      event.Kind    `json:"kind"`
-	Verdict   event.Action  `json:"verdict"`
-	Rule      string        `json:"rule,omitempty"`
-	DecidedBy event.Decider `json:"decided_by"`
-	Reason    string        `json:"reason,omitempty"`
-	Process   *Process      `json:"process,omitempty"`
+	Time      time.Time       `json:"time"` // UTC
+	Session   string          `json:"session"`
+	Kind      event.Kind      `json:"kind"`
+	Verdict   event.Action    `json:"verdict"`
+	Rule      string          `json:"rule,omitempty"`
+	DecidedBy event.DecidedBy `json:"decided_by"`
+	Reason    string          `json:"reason,omitempty"`
+	Process   *Process        `json:"process,omitempty"`
 
 	// connect (host and port), http (host)
 	Dst       string `json:"dst,omitempty"` // "ip:port"
@@ -121,87 +121,45 @@ func RecordOf(e *event.Event) Record {
 	return recordOf(e, processOf(e.Process))
 }
 
+// recordForms are the audit log's flat forms of an event (event.Flat): a
+// Record, and the Process within it.
+type recordForms struct {
+	record  *event.Flat[Record]
+	process *event.Flat[Process]
+}
+
+// flatRecords plans the audit log's flat forms once: a field the
+// projection puts in the log without a member of Record is a mistake the
+// tests catch.
+var flatRecords = sync.OnceValue(func() recordForms {
+	fs := event.Fields()
+	record, err := event.NewFlat[Record](fs, event.InLog, false)
+	if err != nil {
+		panic(err)
+	}
+	process, err := event.NewFlat[Process](fs, event.InLog, true)
+	if err != nil {
+		panic(err)
+	}
+	return recordForms{record, process}
+})
+
 // processOf is the record of the acting process p (nil for none).
 func processOf(p *event.Process) *Process {
 	if p == nil {
 		return nil
 	}
-	return &Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: clipArgv(p.Argv), Lineage: p.LineageNames, Digest: p.ExeDigest}
+	var rec Process
+	flatRecords().process.Fill(&rec, &event.Event{Process: p})
+	rec.Argv = clipArgv(rec.Argv)
+	return &rec
 }
 
 // recordOf is RecordOf with the process's record given.
 func recordOf(e *event.Event, p *Process) Record {
-	r := Record{
-		Time:      e.Time.UTC(),
-		Session:   e.Session,
-		Kind:      e.Kind,
-		Verdict:   e.Verdict.Action,
-		Rule:      e.Verdict.Rule,
-		DecidedBy: e.Verdict.DecidedBy,
-		Reason:    e.Verdict.Reason,
-	}
+	var r Record
+	flatRecords().record.Fill(&r, e)
 	r.Process = p
-	switch e.Kind {
-	case event.KindConnect:
-		if c := e.Connect; c != nil {
-			if c.Dst.IsValid() {
-				r.Dst = c.Dst.String()
-			}
-			r.Host, r.Port, r.Transport, r.Via, r.Relay = c.Host, c.Port, string(c.Transport), c.Via, c.Relay
-		}
-	case event.KindTLS:
-		if t := e.TLS; t != nil {
-			r.SNI, r.ALPN, r.TLSVersion, r.Intercepted = t.ServerName, t.ALPN, t.Version, t.Intercepted
-		}
-	case event.KindHTTP:
-		if h := e.HTTP; h != nil {
-			r.Method, r.URL, r.Host, r.Status, r.Proto, r.Upgrade = h.Method, h.URL, h.Host, h.Status, h.Proto, h.Upgrade
-			r.Secrets, r.Error = h.Secrets, h.Error
-			if !h.Rewrite.Empty() {
-				r.Rewrite = h.Rewrite
-			}
-		}
-	case event.KindLLM:
-		if l := e.LLM; l != nil {
-			r.Provider, r.Model, r.Path, r.Operation, r.Stream = l.Provider, l.Model, l.Path, l.Operation, l.Stream
-			r.Status, r.ResponseModel, r.FinishReasons, r.ToolCalls = l.Status, l.ResponseModel, l.FinishReasons, l.ToolCalls
-			r.InputTokens, r.OutputTokens = l.InputTokens, l.OutputTokens
-			r.CacheReadTokens, r.CacheCreationTokens = l.CacheReadTokens, l.CacheCreationTokens
-			r.Restored = l.Restored
-			r.WebSocket, r.WSMessage, r.WSUnparsed = l.WebSocket, l.WSMessage, l.WSUnparsed
-			if !l.Rewrite.Empty() {
-				r.Rewrite = l.Rewrite
-			}
-		}
-	case event.KindDNS:
-		if d := e.DNS; d != nil {
-			r.Name, r.QType, r.Rcode = d.Name, d.Type, d.Rcode
-			for _, a := range d.Answers {
-				r.Answers = append(r.Answers, a.String())
-			}
-		}
-	case event.KindFile:
-		if f := e.File; f != nil {
-			r.Path, r.Access, r.Op, r.Target = f.Path, string(f.Access), f.Op, f.Target
-		}
-	case event.KindExec:
-		if x := e.Exec; x != nil {
-			r.Path, r.Argv, r.Cwd, r.Digest = x.Path, x.Argv, x.Cwd, x.Digest
-			r.Program, r.Interpreter = x.Program, x.Interpreter
-		}
-	case event.KindPolicyReload:
-		if pr := e.Policy; pr != nil {
-			r.Path, r.Digest, r.Trigger, r.Error = pr.Path, pr.Digest, pr.Trigger, pr.Error
-		}
-	case event.KindSessionStart, event.KindSessionEnd:
-		if s := e.SessionInfo; s != nil {
-			r.Agent, r.Command, r.RootPID, r.Mode = s.Agent, s.Command, s.RootPID, s.Mode
-			if e.Kind == event.KindSessionEnd {
-				code, ms := s.ExitCode, s.Duration.Milliseconds()
-				r.ExitCode, r.DurationMS = &code, &ms
-			}
-		}
-	}
 	return r
 }
 
@@ -209,56 +167,14 @@ func recordOf(e *event.Event, p *Process) Record {
 // process's cwd, uid and lineage, HTTP headers and sub-millisecond durations
 // are not in the log, and addresses that do not parse are left zero.
 func (r Record) Event() *event.Event {
-	e := &event.Event{
-		Time:    r.Time,
-		Kind:    r.Kind,
-		Session: r.Session,
-		Verdict: event.Verdict{Action: r.Verdict, Rule: r.Rule, Reason: r.Reason, DecidedBy: r.DecidedBy},
+	e := &event.Event{Kind: r.Kind}
+	forms := flatRecords()
+	forms.record.Read(&r, e)
+	if r.Process != nil {
+		forms.process.Read(r.Process, e)
 	}
-	if p := r.Process; p != nil {
-		e.Process = &event.Process{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Argv: p.Argv, LineageNames: p.Lineage, ExeDigest: p.Digest}
-	}
-	switch r.Kind {
-	case event.KindConnect:
-		c := &event.Connect{Host: r.Host, Port: r.Port, Transport: event.Transport(r.Transport), Via: r.Via, Relay: r.Relay}
-		if ap, err := netip.ParseAddrPort(r.Dst); err == nil {
-			c.Dst = ap
-		}
-		e.Connect = c
-	case event.KindTLS:
-		e.TLS = &event.TLS{ServerName: r.SNI, ALPN: r.ALPN, Version: r.TLSVersion, Intercepted: r.Intercepted}
-	case event.KindHTTP:
-		e.HTTP = &event.HTTP{Method: r.Method, URL: r.URL, Host: r.Host, Status: r.Status, Proto: r.Proto, Upgrade: r.Upgrade,
-			Secrets: r.Secrets, Rewrite: r.Rewrite, Error: r.Error}
-	case event.KindLLM:
-		e.LLM = &event.LLM{Provider: r.Provider, Model: r.Model, Path: r.Path, Operation: r.Operation, Stream: r.Stream,
-			Status: r.Status, ResponseModel: r.ResponseModel, FinishReasons: r.FinishReasons, ToolCalls: r.ToolCalls,
-			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
-			CacheReadTokens: r.CacheReadTokens, CacheCreationTokens: r.CacheCreationTokens, Restored: r.Restored,
-			WebSocket: r.WebSocket, WSMessage: r.WSMessage, WSUnparsed: r.WSUnparsed, Rewrite: r.Rewrite}
-	case event.KindDNS:
-		d := &event.DNS{Name: r.Name, Type: r.QType, Rcode: r.Rcode}
-		for _, s := range r.Answers {
-			if a, err := netip.ParseAddr(s); err == nil {
-				d.Answers = append(d.Answers, a)
-			}
-		}
-		e.DNS = d
-	case event.KindFile:
-		e.File = &event.File{Path: r.Path, Access: event.FileAccess(r.Access), Op: r.Op, Target: r.Target}
-	case event.KindExec:
-		e.Exec = &event.Exec{Path: r.Path, Argv: r.Argv, Cwd: r.Cwd, Digest: r.Digest, Program: r.Program, Interpreter: r.Interpreter}
-	case event.KindPolicyReload:
-		e.Policy = &event.PolicyReload{Path: r.Path, Digest: r.Digest, Trigger: r.Trigger, Error: r.Error}
-	case event.KindSessionStart, event.KindSessionEnd:
-		s := &event.Session{ID: r.Session, Agent: r.Agent, Command: r.Command, RootPID: r.RootPID, Mode: r.Mode}
-		if r.ExitCode != nil {
-			s.ExitCode = *r.ExitCode
-		}
-		if r.DurationMS != nil {
-			s.Duration = time.Duration(*r.DurationMS) * time.Millisecond
-		}
-		e.SessionInfo = s
+	if e.SessionInfo != nil {
+		e.SessionInfo.ID = r.Session
 	}
 	return e
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"slices"
 	"sync"
@@ -57,6 +58,10 @@ type Tracer struct {
 	capture bool
 	now     func() time.Time
 	window  time.Duration
+
+	// actionFields are the fields of each kind of action event that its
+	// span event has as attributes (event.Field.Attr).
+	actionFields map[event.Kind][]event.Field
 
 	mu       sync.Mutex
 	sessions map[string]*sessionTrace
@@ -113,13 +118,22 @@ func NewTracer(o TracerOptions) (*Tracer, error) {
 		return nil, errors.New("telemetry: tracer: no TracerProvider")
 	}
 	t := &Tracer{
-		tracer:   o.Provider.Tracer("github.com/chaperone-dev/chaperone/telemetry"),
-		prov:     o.Provider,
-		log:      o.Logger,
-		capture:  o.CaptureContent,
-		now:      o.Now,
-		window:   o.ToolWindow,
-		sessions: map[string]*sessionTrace{},
+		tracer:       o.Provider.Tracer("github.com/chaperone-dev/chaperone/telemetry"),
+		prov:         o.Provider,
+		log:          o.Logger,
+		capture:      o.CaptureContent,
+		now:          o.Now,
+		window:       o.ToolWindow,
+		sessions:     map[string]*sessionTrace{},
+		actionFields: map[event.Kind][]event.Field{},
+	}
+	for _, f := range event.Fields() {
+		if f.Attr == "" {
+			continue
+		}
+		for _, k := range f.Kinds {
+			t.actionFields[k] = append(t.actionFields[k], f)
+		}
 	}
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
@@ -683,85 +697,52 @@ func (t *Tracer) onAction(s *sessionTrace, e *event.Event) {
 	span.AddEvent(string(e.Kind), trace.WithTimestamp(e.Time), trace.WithAttributes(attrs...))
 }
 
+// actionAttrs are the attributes of an action's span event: its fields
+// that have one (event.Field.Attr), those that are set; a flag is always
+// set. A command line is clipped (args), answers are at most maxArgs, and
+// an exec's program only when it is not its path.
 func (t *Tracer) actionAttrs(e *event.Event) []attribute.KeyValue {
 	var a []attribute.KeyValue
-	switch e.Kind {
-	case event.KindConnect:
-		if c := e.Connect; c != nil {
-			if c.Host != "" {
-				a = append(a, attribute.String(keySrvAddr, c.Host))
-			}
-			if c.Port > 0 {
-				a = append(a, attribute.Int(keySrvPort, int(c.Port)))
-			}
-			if c.Dst.IsValid() {
-				a = append(a, attribute.String(keyPeerAddr, c.Dst.Addr().String()), attribute.Int(keyPeerPort, int(c.Dst.Port())))
-			}
-			if c.Transport != "" {
-				a = append(a, attribute.String(keyTransport, string(c.Transport)))
-			}
-			if c.Via != "" {
-				a = append(a, attribute.String(keyVia, c.Via))
-			}
-			if c.Relay != "" {
-				a = append(a, attribute.String(keyRelay, c.Relay))
-			}
+	for i := range t.actionFields[e.Kind] {
+		f := &t.actionFields[e.Kind][i]
+		v, ok := f.Get(e)
+		if !ok {
+			continue
 		}
-	case event.KindDNS:
-		if d := e.DNS; d != nil {
-			a = append(a, attribute.String(keyDNSName, d.Name))
-			if d.Type != "" {
-				a = append(a, attribute.String(keyDNSType, d.Type))
+		switch f.Type {
+		case event.TypeString:
+			if v.Str == "" || f.Attr == keyProgram && v.Str == e.Exec.Path {
+				continue
 			}
-			if d.Rcode != "" {
-				a = append(a, attribute.String(keyDNSRcode, d.Rcode))
+			a = append(a, attribute.String(f.Attr, v.Str))
+		case event.TypeInt:
+			if v.Int != 0 {
+				a = append(a, attribute.Int64(f.Attr, v.Int))
 			}
-			if len(d.Answers) > 0 {
-				ans := make([]string, 0, min(len(d.Answers), maxArgs))
-				for _, ip := range d.Answers[:min(len(d.Answers), maxArgs)] {
-					ans = append(ans, ip.String())
-				}
-				a = append(a, attribute.StringSlice(keyDNSAnswer, ans))
+		case event.TypeBool:
+			a = append(a, attribute.Bool(f.Attr, v.Bool))
+		case event.TypeStrings:
+			l := v.Strs
+			if f.Attr == keyArgs {
+				l = args(l, t.capture)
 			}
-		}
-	case event.KindTLS:
-		if x := e.TLS; x != nil {
-			if x.ServerName != "" {
-				a = append(a, attribute.String(keyTLSSNI, x.ServerName))
+			if len(l) > 0 {
+				a = append(a, attribute.StringSlice(f.Attr, l))
 			}
-			if x.Version != "" {
-				a = append(a, attribute.String(keyTLSVer, x.Version))
+		case event.TypeAddrPort:
+			if v.Addr.IsValid() {
+				a = append(a, attribute.String(f.Attr+".address", v.Addr.Addr().String()), attribute.Int(f.Attr+".port", int(v.Addr.Port())))
 			}
-			if len(x.ALPN) > 0 {
-				a = append(a, attribute.StringSlice(keyTLSALPN, x.ALPN))
+		case event.TypeAddrs:
+			as, _ := v.Any.([]netip.Addr)
+			if len(as) == 0 {
+				continue
 			}
-			a = append(a, attribute.Bool(keyTLSMITM, x.Intercepted))
-		}
-	case event.KindFile:
-		if f := e.File; f != nil {
-			a = append(a, attribute.String(keyFilePath, f.Path), attribute.String(keyFileAccess, string(f.Access)))
-			if f.Op != "" {
-				a = append(a, attribute.String(keyFileOp, f.Op), attribute.String(keyFileTarget, f.Target))
+			l := make([]string, 0, min(len(as), maxArgs))
+			for _, ip := range as[:min(len(as), maxArgs)] {
+				l = append(l, ip.String())
 			}
-		}
-	case event.KindExec:
-		if x := e.Exec; x != nil {
-			a = append(a, attribute.String(keyExePath, x.Path))
-			if v := args(x.Argv, t.capture); len(v) > 0 {
-				a = append(a, attribute.StringSlice(keyArgs, v))
-			}
-			if x.Cwd != "" {
-				a = append(a, attribute.String(keyCwd, x.Cwd))
-			}
-			if x.Digest != "" {
-				a = append(a, attribute.String(keyDigest, x.Digest))
-			}
-			if x.Program != "" && x.Program != x.Path {
-				a = append(a, attribute.String(keyProgram, x.Program))
-			}
-			if x.Interpreter != "" {
-				a = append(a, attribute.String(keyInterpreter, x.Interpreter))
-			}
+			a = append(a, attribute.StringSlice(f.Attr, l))
 		}
 	}
 	return a

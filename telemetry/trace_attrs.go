@@ -47,15 +47,8 @@ const (
 	keyProto     = "network.protocol.version"
 	keySrvAddr   = "server.address"
 	keySrvPort   = "server.port"
-	keyPeerAddr  = "network.peer.address"
-	keyPeerPort  = "network.peer.port"
-	keyTransport = "network.transport"
 	keyErrorType = "error.type"
-	keyFilePath  = "file.path"
-	keyDNSName   = "dns.question.name"
 	keyDNSAnswer = "dns.answers"
-	keyTLSSNI    = "tls.client.server_name"
-	keyTLSVer    = "tls.protocol.version"
 
 	keyVerdict     = "chaperone.verdict"
 	keyRule        = "chaperone.rule"
@@ -63,22 +56,17 @@ const (
 	keyReason      = "chaperone.reason"
 	keySecrets     = "chaperone.secrets"
 	keyRedacted    = "chaperone.redacted"
-	keyFileAccess  = "chaperone.file.access"
 	keyDigest      = "chaperone.exe.digest"
 	keyMode        = "chaperone.session.mode"
 	keyToolSpan    = "chaperone.tool.span_id"
 	keyToolMatch   = "chaperone.tool.match"
 	keyPlaceholder = "chaperone.process.inferred"
-	keyDNSType     = "chaperone.dns.type"
-	keyDNSRcode    = "chaperone.dns.rcode"
-	keyTLSMITM     = "chaperone.tls.intercepted"
-	keyTLSALPN     = "chaperone.tls.alpn"
-	keyVia         = "chaperone.connect.via"
-	keyRelay       = "chaperone.connect.relay"
-	keyFileOp      = "chaperone.file.op"
-	keyFileTarget  = "chaperone.file.target"
 	keyProgram     = "chaperone.exec.program"
-	keyInterpreter = "chaperone.exec.interpreter"
+
+	// The attributes of an action's span event (connect, dns, tls, file,
+	// exec) are its fields' (event.Field.Attr), but for those above that
+	// other spans share and keyDNSAnswer and keyProgram, which actionAttrs
+	// treats apart.
 )
 
 // maxArgs and maxArgLen clip argv: a command line can be long, and the

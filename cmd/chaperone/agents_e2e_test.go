@@ -26,7 +26,7 @@ func sharedDNSUpstream(t *testing.T, addr netip.Addr, names ...string) netip.Add
 	for _, n := range names {
 		static[n] = []netip.Addr{addr}
 	}
-	srv, err := dns.New(dns.Options{Static: static, Decider: dns.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
+	srv, err := dns.New(dns.Options{Static: static, Decider: event.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
 		return event.Verdict{Action: event.Allow}
 	})})
 	if err != nil {

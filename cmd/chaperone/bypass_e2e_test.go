@@ -170,7 +170,7 @@ func startResolver(t *testing.T, static map[string][]netip.Addr, udp, tcp []stri
 	r := &fakeResolver{}
 	srv, err := dns.New(dns.Options{
 		Static: static,
-		Decider: dns.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
+		Decider: event.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
 			return event.Verdict{Action: event.Allow}
 		}),
 		Publish: func(e *event.Event) {

@@ -14,6 +14,7 @@ import (
 	"github.com/chaperone-dev/chaperone/config"
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/upstream"
+	"github.com/chaperone-dev/chaperone/session"
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
@@ -110,21 +111,16 @@ func runDemo(ctx context.Context, e env, dir string) error {
 	fmt.Fprintf(out, "Chaperone demo (offline). Local upstreams: %s on %s (allowed), %s on %s (denied by deny_hosts).\n",
 		api.Name, api.Addr, exfil.Name, exfil.Addr)
 	var sessionID string
-	code, err := runSession(ctx, sessionOptions{
-		cfg:    cfg,
-		argv:   []string{"sh", "-c", demoScript},
-		getenv: e.getenv,
-		stdin:  nil,
-		stdout: out,
-		stderr: e.stderr,
-		env: append(e.environ(),
-			"API_URL="+api.URL, "EXFIL_URL="+exfil.URL, "DEMO_DIR="+dir),
-		afterStart: func(s *session) {
-			sessionID = s.id
+	demoArgv := []string{"sh", "-c", demoScript}
+	demoEnv := e
+	demoEnv.stdin = nil
+	code, err := runSession(ctx, demoEnv, session.Config{Settings: cfg, Agent: session.AgentName(demoArgv)}, demoArgv,
+		append(e.environ(), "API_URL="+api.URL, "EXFIL_URL="+exfil.URL, "DEMO_DIR="+dir), out,
+		func(s *session.Session) {
+			sessionID = s.ID()
 			fmt.Fprintf(out, "Session %s: the agent's HTTP(S)_PROXY points at %s; it trusts Chaperone's CA through %s.\n",
-				s.id, s.proxyAdr, "SSL_CERT_FILE and friends")
-		},
-	})
+				s.ID(), s.ProxyAddr(), "SSL_CERT_FILE and friends")
+		})
 	if err != nil {
 		return err
 	}

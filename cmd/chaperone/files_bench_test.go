@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chaperone-dev/chaperone/session"
 )
 
 // BenchmarkFileWorkload runs `find | cat` over 2,000 files, and 200 execs
@@ -19,7 +21,7 @@ import (
 //
 //	go test -run '^$' -bench FileWorkload -benchtime 5x ./cmd/chaperone/
 func BenchmarkFileWorkload(b *testing.B) {
-	if ok, why := canMediateFiles(); !ok {
+	if ok, why := session.CanMediateFiles(); !ok {
 		b.Skip(why)
 	}
 	dir := b.TempDir()
@@ -69,7 +71,7 @@ func BenchmarkFileWorkload(b *testing.B) {
 //
 //	go test -run '^$' -bench SessionWorkload -benchtime 20x ./cmd/chaperone/
 func BenchmarkSessionWorkload(b *testing.B) {
-	if ok, why := canMediateFiles(); !ok {
+	if ok, why := session.CanMediateFiles(); !ok {
 		b.Skip(why)
 	}
 	if _, err := exec.LookPath("git"); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/session"
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
@@ -17,7 +18,7 @@ import (
 // cannot run.
 func needMediation(t *testing.T) {
 	t.Helper()
-	if ok, why := canMediateFiles(); !ok {
+	if ok, why := session.CanMediateFiles(); !ok {
 		t.Skip(why)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/chaperone-dev/chaperone/internal/privdrop"
+	"github.com/chaperone-dev/chaperone/session"
 )
 
 // exitError carries a process exit status up to main without printing
@@ -64,7 +64,8 @@ func execute(ctx context.Context, e env, args []string) int {
 	default:
 		fmt.Fprintln(e.stderr, "chaperone:", err)
 		var ue usageError
-		if errors.As(err, &ue) {
+		var se session.UsageError
+		if errors.As(err, &ue) || errors.As(err, &se) {
 			return 2
 		}
 		return 1
@@ -97,13 +98,4 @@ func newRootCommand(e env) *cobra.Command {
 		newApproveCommand(e, false),
 	)
 	return root
-}
-
-// newLogger returns the diagnostic logger (not the audit log) at level.
-func newLogger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/policy"
-	"github.com/chaperone-dev/chaperone/proxy"
+	"github.com/chaperone-dev/chaperone/session"
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
@@ -78,7 +78,7 @@ func newPolicyCommand(e env) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			d, closeFn, err := newPolicyDecider(cmd.Context(), p, nil, slog.New(slog.NewTextHandler(e.stderr, nil)), e.getenv, nil)
+			d, closeFn, err := session.NewEngine(cmd.Context(), p, slog.New(slog.NewTextHandler(e.stderr, nil)), e.getenv, nil)
 			if err != nil {
 				return err
 			}
@@ -97,7 +97,7 @@ func newPolicyCommand(e env) *cobra.Command {
 
 // replay decides every record of r with d and prints one line each: the
 // recorded verdict, the new one and who decided it.
-func replay(ctx context.Context, w io.Writer, r io.Reader, d proxy.Decider) error {
+func replay(ctx context.Context, w io.Writer, r io.Reader, d event.Decider) error {
 	n, changed := 0, 0
 	err := telemetry.ReadRecords(r, telemetry.Filter{}, func(rec telemetry.Record) error {
 		if rec.Kind == event.KindSessionStart || rec.Kind == event.KindSessionEnd {
@@ -125,61 +125,4 @@ func replay(ctx context.Context, w io.Writer, r io.Reader, d proxy.Decider) erro
 	}
 	fmt.Fprintf(w, "%d events, %d verdicts differ from the recorded ones (marked *)\n", n, changed)
 	return nil
-}
-
-// newPolicyDecider builds the engine for p: its judge (whose requests never
-// go through a session) and its plugins. deny, when set, decides first
-// (the configuration's deny_hosts).
-func newPolicyDecider(ctx context.Context, p *policy.Policy, deny proxy.Decider, log *slog.Logger, getenv func(string) string, task func(string) string) (proxy.Decider, func() error, error) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	var opts policy.EngineOptions
-	opts.Logger = log
-	opts.Task = task
-	closeFn := func() error { return nil }
-	if p.Judge.Configured() {
-		j, err := policy.NewJudge(p.Judge, nil, getenv)
-		if err != nil {
-			return nil, nil, fmt.Errorf("policy: judge: %w", err)
-		}
-		opts.Judge = j
-	}
-	if len(p.Plugins) > 0 {
-		r, err := policy.StartPlugins(ctx, p.Plugins, log)
-		if err != nil {
-			return nil, nil, fmt.Errorf("policy: plugins: %w", err)
-		}
-		opts.Plugins = r
-		closeFn = r.Close
-	}
-	eng, err := policy.NewEngine(p, opts)
-	if err != nil {
-		closeFn()
-		return nil, nil, err
-	}
-	return engineDecider{deny: deny, eng: eng}, closeFn, nil
-}
-
-// engineDecider decides by deny (deny_hosts, when set) and then the
-// policy's engine.
-type engineDecider struct {
-	deny proxy.Decider
-	eng  *policy.Engine
-}
-
-func (d engineDecider) Decide(ctx context.Context, e *event.Event) event.Verdict {
-	if d.deny != nil {
-		if v := d.deny.Decide(ctx, e); !v.Allowed() {
-			return v
-		}
-	}
-	return d.eng.Decide(ctx, e)
-}
-
-// FileStaticGiven says whether the policy allows every open of path for
-// the accesses given, by any process of the session, an open for decided
-// having just been given v (see policy.Engine.FileStaticGiven).
-func (d engineDecider) FileStaticGiven(path string, sess *event.Session, decided event.FileAccess, v event.Verdict, accesses ...event.FileAccess) bool {
-	return d.eng.FileStaticGiven(path, sess, decided, v, accesses...)
 }

@@ -124,7 +124,7 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func (s *summary) print(w io.Writer, ss *session, code int) {
+func (s *summary) print(w io.Writer, session, auditLog string, code int) {
 	names := make([]string, 0, len(s.hosts))
 	requests, denied := 0, 0
 	for n, c := range s.challenged {
@@ -145,7 +145,7 @@ func (s *summary) print(w io.Writer, ss *session, code int) {
 	}
 	sort.Strings(names)
 	fmt.Fprintf(w, "chaperone: session %s ended, exit status %d: %s to %s, %d denied\n",
-		ss.id, code, plural(requests, "request"), plural(len(names), "host"), denied)
+		session, code, plural(requests, "request"), plural(len(names), "host"), denied)
 	for _, n := range names {
 		h := s.hosts[n]
 		line := plural(h.requests, "request")
@@ -166,7 +166,7 @@ func (s *summary) print(w io.Writer, ss *session, code int) {
 	if n := s.sub.Dropped(); n > 0 {
 		fmt.Fprintf(w, "  (the summary missed %d events; the audit log has them all)\n", n)
 	}
-	fmt.Fprintf(w, "chaperone: audit log: %s\n", ss.auditLog)
+	fmt.Fprintf(w, "chaperone: audit log: %s\n", auditLog)
 }
 
 func plural(n int, word string) string {

@@ -46,7 +46,7 @@ func TestSummary(t *testing.T) {
 	bus.Close()
 	s.wait()
 	var b strings.Builder
-	s.print(&b, &session{id: "s1", auditLog: "/var/log/a.jsonl"}, 3)
+	s.print(&b, "s1", "/var/log/a.jsonl", 3)
 	want := `chaperone: session s1 ended, exit status 3: 4 requests to 6 hosts, 5 denied
   api.test                         2 requests
   dns-only.test                    0 requests, name lookup denied (rule deny_hosts)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chaperone-dev/chaperone/internal/upstream"
+	"github.com/chaperone-dev/chaperone/session"
 )
 
 // otlpReceiver is an OTLP/HTTP collector on 127.0.0.1 that keeps the
@@ -194,7 +195,7 @@ python3 -c 'import os, urllib.request; urllib.request.urlopen(os.environ["API"] 
 			sawShellLs, shellLs = true, shellLs || linked
 		}
 	}
-	if ok, _ := canMediateFiles(); ok && (!agentLs || !sawShellLs || shellLs) {
+	if ok, _ := session.CanMediateFiles(); ok && (!agentLs || !sawShellLs || shellLs) {
 		// Execs are events only where they are mediated.
 		t.Errorf("ls linked to the bash call: the agent's %v, want true; the shell's %v (seen %v), want false", agentLs, shellLs, sawShellLs)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/upstream"
 	"github.com/chaperone-dev/chaperone/redirect"
+	"github.com/chaperone-dev/chaperone/session"
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
@@ -336,7 +337,7 @@ func sessionCgroupOf(t *testing.T, path string) string {
 			})
 			f.Close()
 			if id != "" {
-				return filepath.Join(root, cgroupParentName, "session-"+id)
+				return filepath.Join(root, session.CgroupParent, "session-"+id)
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -374,7 +375,7 @@ func TestTransparentAgentCannotTurnItOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parent := filepath.Join(root, cgroupParentName) // escaping to it would leave the hooks behind
+	parent := filepath.Join(root, session.CgroupParent) // escaping to it would leave the hooks behind
 	port := strconv.Itoa(int(w.api.Addr.Port()))
 	r := w.chaperone([]string{"SUDO_UID=65534", "SUDO_GID=65534", "SUDO_USER=nobody"},
 		"run", "--mode", "transparent", "--dns-upstream", fakeDNSUpstream(t).String(), "--upstream-ca", w.caFile, "--log", w.log, "--",
@@ -426,7 +427,7 @@ func fakeDNSUpstream(t *testing.T) netip.AddrPort {
 // fakeDNSUpstreamAt is fakeDNSUpstream on the loopback address ip.
 func fakeDNSUpstreamAt(t *testing.T, ip string) netip.AddrPort {
 	t.Helper()
-	srv, err := dns.New(dns.Options{Decider: dns.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
+	srv, err := dns.New(dns.Options{Decider: event.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
 		return event.Verdict{Action: event.Allow}
 	})})
 	if err != nil {

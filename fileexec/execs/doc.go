@@ -34,7 +34,7 @@
 //     programs with its content (same size and sha256, in the system's
 //     program directories and the process's PATH).
 //
-// Each program is decided by ExecOptions.Decide as an exec of its own
+// Each program is decided by ExecOptions.Decider as an exec of its own
 // (event.KindExec, Exec.Path, Argv and Digest its own; Exec.Program and
 // Interpreter the whole exec's), the exec's own first, until one is
 // denied: a deny of any denies the exec, its reason naming the program

@@ -65,8 +65,8 @@ func Serve(listener *os.File, o ExecOptions) (*Execs, error) {
 	if listener == nil {
 		return nil, errors.New("execs: serve: no listener")
 	}
-	if o.InSession == nil || o.Decide == nil {
-		return nil, errors.New("execs: serve: InSession and Decide are required")
+	if o.InSession == nil || o.Decider == nil {
+		return nil, errors.New("execs: serve: InSession and Decider are required")
 	}
 	if o.Publish == nil {
 		o.Publish = func(*event.Event) {}
@@ -349,12 +349,12 @@ func viewDigest(v program, or string) string {
 	return v.info.digest
 }
 
-// decide asks o.Decide, giving up when Close cancels it. Decide gets a
+// decide asks o.Decider, giving up when Close cancels it. Decide gets a
 // copy: it may still hold it when ev is published.
 func (x *Execs) decide(ev *event.Event) event.Verdict {
 	ch := make(chan event.Verdict, 1)
 	c := *ev
-	go func() { ch <- x.o.Decide(x.ctx, &c) }()
+	go func() { ch <- x.o.Decider.Decide(x.ctx, &c) }()
 	select {
 	case v := <-ch:
 		return v

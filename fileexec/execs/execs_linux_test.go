@@ -174,7 +174,7 @@ func serveHelper(t *testing.T, decide func(context.Context, *event.Event) event.
 		Session:   "s1",
 		InSession: inSession,
 		Process:   func(pid int) (*event.Process, error) { return &event.Process{PID: pid}, nil },
-		Decide:    decide,
+		Decider:   event.DeciderFunc(decide),
 		Publish:   pub.add,
 		Logger:    testLogger(t),
 	})
@@ -500,7 +500,7 @@ func BenchmarkExec(b *testing.B) {
 			if filtered {
 				x, err := Serve(h.listener, ExecOptions{
 					InSession: always,
-					Decide:    func(context.Context, *event.Event) event.Verdict { return event.Verdict{Action: event.Allow} },
+					Decider:   event.DeciderFunc(func(context.Context, *event.Event) event.Verdict { return event.Verdict{Action: event.Allow} }),
 				})
 				if err != nil {
 					b.Fatal(err)

@@ -19,10 +19,10 @@ type ExecOptions struct {
 	// Process describes process pid (the process before the exec) for the
 	// event; nil, or an error, leaves the event's Process nil.
 	Process func(pid int) (*event.Process, error)
-	// Decide decides each exec. Its context is canceled by Close. It
+	// Decider decides each exec. Its context is canceled by Close. It
 	// should resolve ask itself: anything but allow or rewrite denies.
 	// Required.
-	Decide func(ctx context.Context, e *event.Event) event.Verdict
+	Decider event.Decider
 	// Publish receives every decided exec, with its Verdict set, after the
 	// process was answered; and a second, denying event for an allowed
 	// exec the verifier killed. Nil drops them.

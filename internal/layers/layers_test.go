@@ -48,6 +48,12 @@ var allowed = map[string]struct{ project, external []string }{
 	"plugin":                   {project: []string{"event"}},
 	"examples/denyhost-plugin": {project: []string{"plugin", "event"}},
 
+	// session assembles the I/O and kernel packages into one agent's
+	// session; only cmd is above it.
+	"session": {project: []string{"event", "config", "policy", "attribution", "certs", "tls", "rewrite/secrets", "rewrite/inject",
+		"proxy", "dns", "redirect", "fileexec", "fileexec/execs", "telemetry", "internal/ask", "internal/privdrop"},
+		external: []string{"golang.org/x/sys"}},
+
 	// Benchmarks and soak: programs of their own, apart from Chaperone's.
 	"bench/loadgen":      {},
 	"bench/origin":       {},

@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -55,4 +56,84 @@ func TestAllowlistSplit(t *testing.T) {
 		t.Fatal("no allowlist regex was split: the test tests nothing")
 	}
 	t.Logf("%d regexes split, checked on %d texts", split, len(texts))
+}
+
+// shapeTexts are texts that gitleaks' anchored allowlist regexes match,
+// and near misses.
+var shapeTexts = []string{
+	"true", "false", "null", "aaaaaaaa", "AAAA", "****", "....", "$1", "${2}", "$HOME", "${api_key}",
+	"{{ .Values.token }}", "${{ secrets.API_TOKEN }}", "${{ env.X_Y }}", "%APPDATA%", "%s", "%-d", "{0}", "{}",
+	"@TOKEN@", "/Users/bob/src/x.go", "/etc/ssl/private", "/usr/local/bin/x", "s.abcdefghijklmnopqrstuvwx",
+	"key_alias", "import { a, b } from 'c'", "--mount=type=secret,id=x", "K\u212Aey", "\u017fecret", "€uro",
+}
+
+// TestAllowlistShapes: an allowlist regex is skipped only on texts it
+// cannot match (textShape), over every allowlist of the scanner, on the
+// corpus's lines and texts made to match the anchored ones.
+func TestAllowlistShapes(t *testing.T) {
+	s := newTestScanner(t)
+	c := loadCorpus(t, 1)
+	texts := slices.Clone(shapeTexts)
+	for _, smp := range append(c.pos, c.neg...) {
+		for _, l := range strings.Split(smp.text, "\n") {
+			texts = append(texts, l, strings.TrimSpace(l))
+			for _, f := range strings.FieldsFunc(l, func(r rune) bool { return strings.ContainsRune(" =:\"'", r) }) {
+				texts = append(texts, f)
+			}
+		}
+	}
+	skipped, shaped := 0, 0
+	for _, al := range allowlists(s) {
+		for i, re := range al.res {
+			if i >= len(al.shapes) {
+				continue
+			}
+			sh := al.shapes[i]
+			if sh.first != nil || sh.bytes != nil {
+				shaped++
+			}
+			for _, x := range texts {
+				fits := sh.fits(x)
+				if !fits {
+					skipped++
+				}
+				if !fits && re.MatchString(x) {
+					t.Errorf("%s matches a text of %d bytes its shape says it cannot", re, len(x))
+				}
+			}
+		}
+	}
+	if shaped == 0 || skipped == 0 {
+		t.Fatalf("%d regexes have a shape, %d runs skipped: the test tests nothing", shaped, skipped)
+	}
+	t.Logf("%d regexes have a shape; %d of their runs skipped over %d texts", shaped, skipped, len(texts))
+}
+
+// FuzzAllowlistShapes: no text an allowlist regex matches is one its
+// shape rules out.
+func FuzzAllowlistShapes(f *testing.F) {
+	for _, x := range shapeTexts {
+		f.Add(x)
+	}
+	s := newTestScanner(f)
+	als := allowlists(s)
+	f.Fuzz(func(t *testing.T, x string) {
+		for _, al := range als {
+			for i, re := range al.res {
+				if i < len(al.shapes) && !al.shapes[i].fits(x) && re.MatchString(x) {
+					t.Fatalf("%s matches %q, which its shape rules out", re, x)
+				}
+			}
+		}
+	})
+}
+
+// allowlists returns every allowlist of s: the global ones, then the
+// rules'.
+func allowlists(s *Scanner) []allowlist {
+	als := slices.Clone(s.global)
+	for _, r := range s.rules {
+		als = append(als, r.allow...)
+	}
+	return als
 }

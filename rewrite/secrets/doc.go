@@ -40,9 +40,13 @@
 //     placeholders are [REDACTED:<rule-id>:<hex>], the hex from an
 //     HMAC-SHA256 of the secret under the session key (4 digits, more when
 //     two secrets of the session would share one); Lookup restores only the
-//     placeholders that Redactor made. Redact allocates nothing when the text
-//     holds no secret (but for a text that is wholly the base64 of text,
-//     which is decoded).
+//     placeholders that Redactor made. It remembers what the rules found
+//     in each text of at least 32 bytes it has searched (positions and rule
+//     ids, by two hashes of the text under keys of its own), as agents
+//     resend their history with each request; known values are searched
+//     for each time. Redact allocates nothing when the text holds no
+//     secret (but for a text that is wholly the base64 of text, which is
+//     decoded, and the first search of a long text, which is remembered).
 //   - A Known set belongs to one session (each Redactor has one) and is
 //     safe for concurrent use: the secret values the session has shown,
 //     found again in later texts also encoded (base64 at each alignment,

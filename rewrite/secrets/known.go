@@ -76,30 +76,58 @@ type KnownMatch struct {
 // MinPlainLen or longer than MaxKnownLen are not taken; those shorter than
 // MinKnownLen (a password) are found only as they are (or percent- or
 // JSON-escaped), and only the last maxShort of them are kept. It is safe for
-// concurrent use: a search reads an immutable index, which each change
+// concurrent use: a search reads an immutable snapshot, which each change
 // replaces. It never logs or returns a value.
+//
+// Adding a value costs little however many the set holds: the values'
+// encodings are indexed in two parts, a large one and a small one of the
+// values learned since the large one was built, searched together in one
+// pass; a new value rebuilds the small one only, which is merged into the
+// large one when it grows past a sixteenth of it (or minSmall values).
 type Known struct {
 	limit int
 
 	mu    sync.Mutex
-	vals  []knownValue   // oldest first
-	byVal map[string]int // value -> index in vals
-	snap  atomic.Pointer[knownIndex]
+	vals  []*knownEntry          // oldest first
+	byVal map[string]*knownEntry // value -> its entry in vals
+	big   []*knownEntry          // the long values bigIx indexes (some may be gone since)
+	small []*knownEntry          // the long values learned since, which the snapshot's small index holds
+	gone  int                    // entries of big gone since it was built
+	bigIx *knownIndex
+	snap  atomic.Pointer[knownSnap]
 }
 
-type knownValue struct {
+// knownEntry is one value of a Known set. Only gone changes once the entry
+// is made: set when the value is forgotten (or taken over by a brokered
+// credential's entry), after which an index that still holds it skips it.
+type knownEntry struct {
 	rule, cred, value string
+	pats              []knownPattern // its encodings, for a value at least MinKnownLen long
+	gone              atomic.Bool
 }
+
+// knownSnap is what a search reads: immutable, but for its entries' gone.
+type knownSnap struct {
+	n          int           // values in the set
+	short      []*knownEntry // values shorter than MinKnownLen: found plain, by strings.Index
+	shortMin   int           // of short
+	big, small *knownIndex   // nil: none
+	minLen     int           // the shortest pattern of big and small
+	stride     int           // the smaller of their strides: a probe of both
+}
+
+// minSmall is the size the small index may reach whatever the large one's.
+const minSmall = 4
 
 // NewKnown returns an empty set that holds at most limit values.
 func NewKnown(limit int) *Known {
-	return &Known{limit: max(limit, 1), byVal: map[string]int{}}
+	return &Known{limit: max(limit, 1), byVal: map[string]*knownEntry{}}
 }
 
 // Len is how many values the set holds.
 func (k *Known) Len() int {
 	if s := k.snap.Load(); s != nil {
-		return len(s.vals)
+		return s.n
 	}
 	return 0
 }
@@ -107,51 +135,100 @@ func (k *Known) Len() int {
 // Add learns value, found by rule ruleID. It reports whether the set
 // changed (false for a value it has, or one too short or too long).
 func (k *Known) Add(ruleID, value string) bool {
-	return k.add(knownValue{rule: ruleID, value: value})
+	return k.add(&knownEntry{rule: ruleID, value: value})
 }
 
 // AddCredential learns the real value of the brokered credential name.
 func (k *Known) AddCredential(name, value string) bool {
-	return k.add(knownValue{rule: RuleBrokered, cred: name, value: value})
+	return k.add(&knownEntry{rule: RuleBrokered, cred: name, value: value})
 }
 
-func (k *Known) add(v knownValue) bool {
+func (k *Known) add(v *knownEntry) bool {
 	if len(v.value) < MinPlainLen || len(v.value) > MaxKnownLen {
 		return false
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if i, ok := k.byVal[v.value]; ok {
-		if v.cred == "" || k.vals[i].cred != "" {
+	var out []*knownEntry // entries no longer in the set
+	if e, ok := k.byVal[v.value]; ok {
+		if v.cred == "" || e.cred != "" {
 			return false
 		}
-		k.vals[i] = knownValue{rule: v.rule, cred: v.cred, value: k.vals[i].value} // a brokered credential outranks a finding
+		// A brokered credential outranks a finding: its entry takes the
+		// finding's place, and age.
+		v.value = e.value
+		k.vals[slices.Index(k.vals, e)] = v
+		k.byVal[v.value] = v
+		out = append(out, e)
 	} else {
 		v.value = strings.Clone(v.value) // not a window into a request's bytes
 		k.vals = append(k.vals, v)
+		k.byVal[v.value] = v
+	}
+	if len(v.value) >= MinKnownLen {
+		v.pats = encodings(v.value)
+		k.small = append(k.small, v)
+	}
+	if len(out) == 0 {
 		if len(k.vals) > k.limit {
-			k.evict(func(knownValue) bool { return true })
+			out = k.evict(out, func(*knownEntry) bool { return true })
 		}
 		if len(v.value) < MinKnownLen && k.shorts() > maxShort {
-			k.evict(func(kv knownValue) bool { return len(kv.value) < MinKnownLen })
-		}
-		k.byVal = make(map[string]int, len(k.vals))
-		for i, kv := range k.vals {
-			k.byVal[kv.value] = i
+			out = k.evict(out, func(e *knownEntry) bool { return len(e.value) < MinKnownLen })
 		}
 	}
-	k.snap.Store(buildKnownIndex(slices.Clone(k.vals))) // its own: k.vals changes in place
+	for _, e := range out {
+		if i := slices.Index(k.small, e); i >= 0 {
+			k.small = slices.Delete(k.small, i, i+1)
+		} else if len(e.value) >= MinKnownLen {
+			k.gone++
+		}
+	}
+	if len(k.small) > max(minSmall, len(k.big)/16) || k.gone > len(k.big)/4 {
+		k.big = k.big[:0:0]
+		for _, e := range k.vals {
+			if len(e.value) >= MinKnownLen {
+				k.big = append(k.big, e)
+			}
+		}
+		k.small, k.gone = nil, 0
+		k.bigIx = buildKnownIndex(k.big)
+	}
+	s := &knownSnap{n: len(k.vals), shortMin: 1 << 30, big: k.bigIx, small: buildKnownIndex(k.small)}
+	for _, e := range k.vals {
+		if len(e.value) < MinKnownLen {
+			s.short = append(s.short, e)
+			s.shortMin = min(s.shortMin, len(e.value))
+		}
+	}
+	if s.big == nil {
+		s.big, s.small = s.small, nil
+	}
+	s.minLen, s.stride = 1<<30, 1
+	if s.big != nil {
+		s.minLen, s.stride = s.big.minLen, s.big.stride
+	}
+	if s.small != nil {
+		s.minLen, s.stride = min(s.minLen, s.small.minLen), min(s.stride, s.small.stride)
+	}
+	k.snap.Store(s)
+	for _, e := range out {
+		e.gone.Store(true) // after the store: a value taken over is never missing
+	}
 	return true
 }
 
-// evict forgets the oldest learned value that which accepts.
-func (k *Known) evict(which func(knownValue) bool) {
-	for i, v := range k.vals {
-		if v.cred == "" && which(v) {
-			k.vals = append(k.vals[:i], k.vals[i+1:]...)
-			return
+// evict appends to out the oldest learned value that which accepts, and
+// forgets it.
+func (k *Known) evict(out []*knownEntry, which func(*knownEntry) bool) []*knownEntry {
+	for i, e := range k.vals {
+		if e.cred == "" && which(e) {
+			k.vals = slices.Delete(k.vals, i, i+1)
+			delete(k.byVal, e.value)
+			return append(out, e)
 		}
 	}
+	return out
 }
 
 // shorts is how many values are shorter than MinKnownLen.
@@ -172,24 +249,24 @@ func (k *Known) Find(text string) []KnownMatch {
 	if k == nil {
 		return nil
 	}
-	ix := k.snap.Load()
-	if ix == nil || len(text) < min(ix.minLen, ix.shortMin) {
+	sn := k.snap.Load()
+	if sn == nil || len(text) < min(sn.minLen, sn.shortMin) {
 		return nil
 	}
-	ms := ix.find(text, "", nil, nil)
+	ms := sn.find(text, "", nil, nil)
 	if strings.IndexByte(text, '%') >= 0 {
 		if d, m, ok := percentDecode(text); ok {
-			ms = ix.find(d, "+url", m.orig, ms)
+			ms = sn.find(d, "+url", m.orig, ms)
 			if strings.IndexByte(d, '\\') >= 0 {
 				if d2, m2, ok := jsonDecode(d); ok {
-					ms = ix.find(d2, "+url+json", func(p int) int { return m.orig(m2.orig(p)) }, ms)
+					ms = sn.find(d2, "+url+json", func(p int) int { return m.orig(m2.orig(p)) }, ms)
 				}
 			}
 		}
 	}
 	if strings.IndexByte(text, '\\') >= 0 {
 		if d, m, ok := jsonDecode(text); ok {
-			ms = ix.find(d, "+json", m.orig, ms)
+			ms = sn.find(d, "+json", m.orig, ms)
 		}
 	}
 	if len(ms) > 1 {
@@ -225,15 +302,16 @@ func dedupeMatches(ms []KnownMatch) []KnownMatch {
 // index holds each pattern's 8 bytes at each such offset. A bit set of
 // their hashes turns most probes away before the map is consulted.
 type knownIndex struct {
-	vals     []knownValue
-	short    []int32 // values shorter than MinKnownLen: found plain, by strings.Index
-	pats     []knownPattern
-	grams    map[uint64][]gramRef
-	filter   []uint64
-	shift    uint // 64 - the filter's bits, for the hash
-	stride   int
-	minLen   int // of pats
-	shortMin int // of short
+	vals   []*knownEntry
+	pats   []knownPattern
+	keys   []uint64 // grams, open-addressed by tableSlot
+	heads  []int32  // by slot: 1 + the index of the gram's first ref; 0: an empty slot
+	tshift uint     // 64 - the table's bits
+	refs   []gramRef
+	filter []uint64
+	shift  uint // 64 - the filter's bits, for the hash
+	stride int
+	minLen int // of pats
 }
 
 type knownPattern struct {
@@ -243,62 +321,103 @@ type knownPattern struct {
 }
 
 type gramRef struct {
-	pat int32
-	off int32 // where the probe falls in the pattern
+	pat  int32
+	off  int32 // where the probe falls in the pattern
+	next int32 // the gram's next ref; -1: none
 }
 
 const gramLen = 8
 
-func buildKnownIndex(vals []knownValue) *knownIndex {
-	ix := &knownIndex{vals: vals, grams: map[uint64][]gramRef{}, minLen: 1 << 30, shortMin: 1 << 30}
-	seen := map[string]bool{}
-	add := func(text string, val int, enc string) {
-		if len(text) < MinKnownLen || seen[text] {
+// encodings returns the texts a value of at least MinKnownLen bytes is
+// found as, each once, with their encodings: made once for each value,
+// and indexed at each rebuild.
+func encodings(v string) []knownPattern {
+	var out []knownPattern
+	add := func(text, enc string) {
+		if len(text) < MinKnownLen {
 			return
 		}
-		seen[text] = true
-		ix.pats = append(ix.pats, knownPattern{text: text, val: int32(val), enc: enc})
-		ix.minLen = min(ix.minLen, len(text))
+		for _, p := range out {
+			if p.text == text {
+				return
+			}
+		}
+		out = append(out, knownPattern{text: text, enc: enc})
 	}
-	for i, v := range vals {
-		if len(v.value) < MinKnownLen {
-			ix.short = append(ix.short, int32(i))
-			ix.shortMin = min(ix.shortMin, len(v.value))
+	b := []byte(v)
+	add(v, EncPlain)
+	h := hex.EncodeToString(b)
+	add(h, EncHex)
+	add(strings.ToUpper(h), EncHex)
+	for k := range 3 {
+		n := (len(b) - k) / 3 * 3
+		if n <= 0 {
 			continue
 		}
-		b := []byte(v.value)
-		add(v.value, i, EncPlain)
-		h := hex.EncodeToString(b)
-		add(h, i, EncHex)
-		add(strings.ToUpper(h), i, EncHex)
-		for k := range 3 {
-			n := (len(b) - k) / 3 * 3
-			if n <= 0 {
-				continue
+		add(base64.RawStdEncoding.EncodeToString(b[k:k+n]), EncBase64)
+		add(base64.RawURLEncoding.EncodeToString(b[k:k+n]), EncBase64URL)
+	}
+	return out
+}
+
+// buildKnownIndex indexes the encodings of vals, values at least
+// MinKnownLen long; nil when there are none.
+func buildKnownIndex(vals []*knownEntry) *knownIndex {
+	if len(vals) == 0 {
+		return nil
+	}
+	ix := &knownIndex{vals: slices.Clone(vals), minLen: 1 << 30}
+	seen := make(map[string]bool, 9*len(vals))
+	for i, v := range ix.vals {
+		for _, p := range v.pats {
+			if seen[p.text] {
+				continue // another value's encoding: the first keeps it
 			}
-			add(base64.RawStdEncoding.EncodeToString(b[k:k+n]), i, EncBase64)
-			add(base64.RawURLEncoding.EncodeToString(b[k:k+n]), i, EncBase64URL)
+			seen[p.text] = true
+			ix.pats = append(ix.pats, knownPattern{text: p.text, val: int32(i), enc: p.enc})
+			ix.minLen = min(ix.minLen, len(p.text))
 		}
 	}
 	ix.stride = max(1, ix.minLen-gramLen+1)
 	n := 0
-	for pi, p := range ix.pats {
-		for off := 0; off < ix.stride && off+gramLen <= len(p.text); off++ {
-			g := load64(p.text, off)
-			ix.grams[g] = append(ix.grams[g], gramRef{pat: int32(pi), off: int32(off)})
-			n++
-		}
+	for _, p := range ix.pats {
+		n += min(ix.stride, len(p.text)-gramLen+1)
 	}
 	// About 32 bits for each gram: a probe that matches none passes the
 	// filter about once in 30 times.
 	b := max(12, bits.Len(uint(n*32)))
 	ix.filter = make([]uint64, 1<<(b-6))
 	ix.shift = uint(64 - b)
-	for g := range ix.grams {
-		h := ix.hash(g)
-		ix.filter[h>>6] |= 1 << (h & 63)
+	tb := max(4, bits.Len(uint(2*n))) // at most half full
+	ix.keys, ix.heads, ix.tshift = make([]uint64, 1<<tb), make([]int32, 1<<tb), uint(64-tb)
+	ix.refs = make([]gramRef, 0, n)
+	// Backwards, each put first: a gram's refs go in the patterns' order.
+	for pi := len(ix.pats) - 1; pi >= 0; pi-- {
+		p := ix.pats[pi]
+		for off := min(ix.stride, len(p.text)-gramLen+1) - 1; off >= 0; off-- {
+			g := load64(p.text, off)
+			i := ix.slot(g)
+			if ix.heads[i] == 0 {
+				ix.keys[i] = g
+				h := ix.hash(g)
+				ix.filter[h>>6] |= 1 << (h & 63)
+			}
+			ix.refs = append(ix.refs, gramRef{pat: int32(pi), off: int32(off), next: ix.heads[i] - 1})
+			ix.heads[i] = int32(len(ix.refs))
+		}
 	}
 	return ix
+}
+
+// slot is where gram g is in the table, or the empty slot where it would
+// go.
+func (ix *knownIndex) slot(g uint64) uint64 {
+	mask := uint64(len(ix.keys) - 1)
+	for i := (g * 0xD6E8FEB86659FD93) >> ix.tshift; ; i = (i + 1) & mask {
+		if ix.heads[i] == 0 || ix.keys[i] == g {
+			return i
+		}
+	}
 }
 
 // load64 is the 8 bytes of s at i, little-endian (one load, compiled).
@@ -308,50 +427,82 @@ func load64(s string, i int) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
-func (ix *knownIndex) hash(g uint64) uint64 { return (g * 0x9E3779B97F4A7C15) >> ix.shift }
+func (ix *knownIndex) hash(g uint64) uint64 { return (g * hashMul) >> ix.shift }
+
+// hashMul is the filter's multiplicative hash.
+const hashMul = 0x9E3779B97F4A7C15
 
 // find appends the matches in text to ms; a text decoded from the one
 // searched has its positions mapped back by orig (nil: none).
-func (ix *knownIndex) find(text, how string, orig func(int) int, ms []KnownMatch) []KnownMatch {
-	for _, vi := range ix.short {
-		v := &ix.vals[vi]
+func (s *knownSnap) find(text, how string, orig func(int) int, ms []KnownMatch) []KnownMatch {
+	for _, v := range s.short {
 		for i := 0; ; {
 			j := strings.Index(text[i:], v.value)
 			if j < 0 {
 				break
 			}
-			km := KnownMatch{RuleID: v.rule, Credential: v.cred, Encoding: EncPlain + how, Start: i + j, End: i + j + len(v.value), value: v.value}
-			if orig != nil {
-				km.Start, km.End = orig(km.Start), orig(km.End)
+			if !v.gone.Load() {
+				ms = append(ms, v.match(EncPlain+how, i+j, i+j+len(v.value), orig))
 			}
-			ms = append(ms, km)
 			i += j + len(v.value)
 		}
 	}
-	if len(text) < ix.minLen {
+	if len(text) < s.minLen {
 		return ms
 	}
-	for i := 0; i+gramLen <= len(text); i += ix.stride {
-		g := load64(text, i)
-		h := ix.hash(g)
-		if ix.filter[h>>6]&(1<<(h&63)) == 0 {
-			continue
+	// One pass probes both indexes, every stride bytes: each holds its
+	// patterns' grams at every offset below its own stride, at least s's.
+	a, b, stride := s.big, s.small, s.stride
+	fa, sa := a.filter, a.shift
+	if b == nil {
+		for i := 0; i+gramLen <= len(text); i += stride {
+			g := load64(text, i)
+			if h := (g * hashMul) >> sa; fa[h>>6]&(1<<(h&63)) != 0 {
+				ms = a.match(text, i, g, stride, how, orig, ms)
+			}
 		}
-		for _, ref := range ix.grams[g] {
-			p := &ix.pats[ref.pat]
-			start := i - int(ref.off)
-			if start < 0 || start+len(p.text) > len(text) || text[start:start+len(p.text)] != p.text {
-				continue
-			}
-			v := &ix.vals[p.val]
-			km := KnownMatch{RuleID: v.rule, Credential: v.cred, Encoding: p.enc + how, Start: start, End: start + len(p.text), value: v.value}
-			if orig != nil {
-				km.Start, km.End = orig(km.Start), orig(km.End)
-			}
-			ms = append(ms, km)
+		return ms
+	}
+	fb, sb := b.filter, b.shift
+	for i := 0; i+gramLen <= len(text); i += stride {
+		g := load64(text, i)
+		if h := (g * hashMul) >> sa; fa[h>>6]&(1<<(h&63)) != 0 {
+			ms = a.match(text, i, g, stride, how, orig, ms)
+		}
+		if h := (g * hashMul) >> sb; fb[h>>6]&(1<<(h&63)) != 0 {
+			ms = b.match(text, i, g, stride, how, orig, ms)
 		}
 	}
 	return ms
+}
+
+// match appends the patterns that the probe g at text[i:] is a gram of,
+// at an offset below stride (at another, another probe finds them).
+func (ix *knownIndex) match(text string, i int, g uint64, stride int, how string, orig func(int) int, ms []KnownMatch) []KnownMatch {
+	for j := ix.heads[ix.slot(g)] - 1; j >= 0; j = ix.refs[j].next {
+		ref := &ix.refs[j]
+		if int(ref.off) >= stride {
+			continue
+		}
+		p := &ix.pats[ref.pat]
+		start := i - int(ref.off)
+		if start < 0 || start+len(p.text) > len(text) || text[start:start+len(p.text)] != p.text {
+			continue
+		}
+		if v := ix.vals[p.val]; !v.gone.Load() {
+			ms = append(ms, v.match(p.enc+how, start, start+len(p.text), orig))
+		}
+	}
+	return ms
+}
+
+// match is a KnownMatch of e at [start, end) of a text, mapped back by
+// orig (nil: none).
+func (e *knownEntry) match(enc string, start, end int, orig func(int) int) KnownMatch {
+	if orig != nil {
+		start, end = orig(start), orig(end)
+	}
+	return KnownMatch{RuleID: e.rule, Credential: e.cred, Encoding: enc, Start: start, End: end, value: e.value}
 }
 
 // posMap maps positions in a decoded text back to the text it was decoded

@@ -259,6 +259,9 @@ func FuzzKnownFind(f *testing.F) {
 		if !k.Add("r", value) {
 			return
 		}
+		if len(value) < MinKnownLen && how%6 >= 1 && how%6 <= 3 {
+			return // a short value is found only as it is, or escaped
+		}
 		var enc string
 		switch how % 6 {
 		case 0:
@@ -377,5 +380,93 @@ func TestKnownShortValues(t *testing.T) {
 	}
 	if k.Len() != maxShort {
 		t.Errorf("%d values, want %d", k.Len(), maxShort)
+	}
+}
+
+// knownValue is the i-th value of TestKnownMany: lengths vary from
+// MinKnownLen up, so that the two indexes' strides differ.
+func knownValue(i int) string {
+	v := fakeToken(uint64(5000 + i))
+	return v[:MinKnownLen+i%(len(v)-MinKnownLen+1)]
+}
+
+// Values added one after another, past the small index's size and past
+// the set's limit, are each found, plain and encoded, at every offset in
+// a text, right after being added and at the end; forgotten ones are not.
+func TestKnownMany(t *testing.T) {
+	const limit, n = 300, 700
+	k := NewKnown(limit)
+	findAt := func(v string, pad int) (plain, b64 bool) {
+		pre := strings.Repeat(" ", pad)
+		plain = len(k.Find(pre+v+" x")) == 1
+		b64 = len(k.Find(pre+base64.StdEncoding.EncodeToString([]byte("u:"+v)))) > 0
+		return plain, b64
+	}
+	cred := fakeToken(4999)
+	k.AddCredential("github", cred)
+	for i := range n {
+		v := knownValue(i)
+		if !k.Add("github-pat", v) {
+			t.Fatalf("value %d not taken", i)
+		}
+		if p, b := findAt(v, i%7); !p || !b {
+			t.Fatalf("value %d just added: found plain %v, base64 %v", i, p, b)
+		}
+		if i == 100 {
+			// A finding taken over by a brokered credential.
+			k.AddCredential("other", knownValue(90))
+			if ms := k.Find(knownValue(90)); len(ms) != 1 || ms[0].Credential != "other" {
+				t.Fatalf("value 90 taken over by a credential: %+v", ms)
+			}
+		}
+	}
+	if k.Len() != limit {
+		t.Errorf("Len = %d, want %d", k.Len(), limit)
+	}
+	for i := range n {
+		v := knownValue(i)
+		want := i >= n-(limit-2) || i == 90 // two credentials hold two places, and are kept
+		for pad := range 40 {
+			if p, b := findAt(v, pad); p != want || b != want {
+				t.Fatalf("value %d at offset %d: found plain %v, base64 %v; want %v", i, pad, p, b, want)
+			}
+		}
+	}
+	if ms := k.Find(cred); len(ms) != 1 || ms[0].RuleID != RuleBrokered {
+		t.Errorf("the credential: %+v", ms)
+	}
+}
+
+// BenchmarkKnownAdd measures learning n values one after another, each
+// found right after (as a session's Redactor does), beside rebuilding the
+// whole index for each (what Add did before it kept a small index).
+func BenchmarkKnownAdd(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		vals := make([]string, n)
+		for i := range vals {
+			vals[i] = fakeToken(uint64(i))
+		}
+		b.Run(fmt.Sprintf("values-%d", n), func(b *testing.B) {
+			for b.Loop() {
+				k := NewKnown(DefaultKnownValues)
+				for _, v := range vals {
+					k.Add("github-pat", v)
+				}
+			}
+		})
+		if n > 100 {
+			continue // quadratic: minutes
+		}
+		b.Run(fmt.Sprintf("values-%d/rebuild-all", n), func(b *testing.B) {
+			for b.Loop() {
+				for i := range vals {
+					es := make([]*knownEntry, 0, i+1)
+					for _, v := range vals[:i+1] {
+						es = append(es, &knownEntry{rule: "github-pat", value: v, pats: encodings(v)})
+					}
+					buildKnownIndex(es)
+				}
+			}
+		})
 	}
 }

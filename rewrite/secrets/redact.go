@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -21,8 +22,10 @@ const minHex = 4
 
 // Redactor replaces the secrets of one session with placeholders and
 // remembers them, so that the placeholders can be restored in responses,
-// and so that their encodings are found in later texts (Known). It is safe
-// for concurrent use.
+// and so that their encodings are found in later texts (Known). It also
+// remembers what the rules found in the long texts it searched (scanCache):
+// each request of an agent resends the ones before. It is safe for
+// concurrent use.
 type Redactor struct {
 	s     *Scanner
 	key   []byte
@@ -31,6 +34,8 @@ type Redactor struct {
 	mu       sync.Mutex
 	bySecret map[redactKey]string // (rule, secret) -> placeholder
 	secrets  map[string]string    // placeholder -> secret
+
+	scans scanCache
 }
 
 type redactKey struct{ rule, secret string }
@@ -46,6 +51,7 @@ func NewRedactor(s *Scanner, key []byte) *Redactor {
 		known:    NewKnown(DefaultKnownValues),
 		bySecret: map[redactKey]string{},
 		secrets:  map[string]string{},
+		scans:    scanCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}},
 	}
 }
 
@@ -98,7 +104,7 @@ type replacement struct {
 // replacements returns what Redact replaces in v, sorted and not
 // overlapping; nil, without allocating, when there is nothing.
 func (r *Redactor) replacements(v string) []replacement {
-	fs := r.s.ScanString(v)
+	fs := r.scans.scan(r.s, v)
 	km := r.known.Find(v)
 	if len(fs) == 0 && len(km) == 0 {
 		return nil
@@ -221,4 +227,65 @@ func overlapsAny(fs []Finding, a, b int) bool {
 		}
 	}
 	return false
+}
+
+// Bounds of a Redactor's scanCache.
+const (
+	// minScanCached is the shortest text whose scan is remembered: a
+	// shorter one is scanned again, for about what hashing it costs.
+	minScanCached = 32
+	// maxScanCached is how many texts' scans a generation of the cache
+	// holds; it keeps the last two.
+	maxScanCached = 4096
+)
+
+// scanCache remembers the findings of the long texts one Redactor has
+// scanned, by their length and two 64-bit hashes under seeds of its own
+// (chosen at random, so a text cannot be made to collide with another):
+// an agent sends its whole history again with each request, and a scan
+// depends on the text alone. What is found by the session's known values
+// is not remembered: it changes as the session shows new ones. It holds
+// no text and no secret, only positions and rule ids.
+type scanCache struct {
+	seeds    [2]maphash.Seed
+	mu       sync.Mutex
+	cur, old map[scanKey][]Finding // old: the generation before cur
+}
+
+type scanKey struct {
+	h0, h1 uint64
+	n      int
+}
+
+// scan returns s.ScanString(v), remembered. The findings are shared: the
+// caller must not change them (they have no room to grow in place).
+func (c *scanCache) scan(s *Scanner, v string) []Finding {
+	if len(v) < minScanCached {
+		return s.ScanString(v)
+	}
+	k := scanKey{maphash.String(c.seeds[0], v), maphash.String(c.seeds[1], v), len(v)}
+	c.mu.Lock()
+	fs, ok := c.cur[k]
+	if !ok {
+		if fs, ok = c.old[k]; ok {
+			c.put(k, fs)
+		}
+	}
+	c.mu.Unlock()
+	if ok {
+		return fs
+	}
+	fs = slices.Clip(s.ScanString(v))
+	c.mu.Lock()
+	c.put(k, fs)
+	c.mu.Unlock()
+	return fs
+}
+
+// put remembers fs for k, starting a generation when cur is full.
+func (c *scanCache) put(k scanKey, fs []Finding) {
+	if len(c.cur) >= maxScanCached || c.cur == nil {
+		c.old, c.cur = c.cur, make(map[scanKey][]Finding, 64)
+	}
+	c.cur[k] = fs
 }

@@ -3,6 +3,7 @@ package secrets
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -129,8 +130,9 @@ func TestRedactConcurrent(t *testing.T) {
 	s := newTestScanner(t)
 	g := newSecretGen(t, 4)
 	var texts []string
-	for range 8 {
-		texts = append(texts, "GH="+g.make("ghp")+"\nDB=postgres://u:"+g.make("dbpass")+"@h/db")
+	for i := range 8 {
+		// Half long enough to be remembered (scanCache).
+		texts = append(texts, strings.Repeat("padding ", 40*(i%2))+"GH="+g.make("ghp")+"\nDB=postgres://u:"+g.make("dbpass")+"@h/db")
 	}
 	r := NewRedactor(s, testKey)
 	var wg sync.WaitGroup
@@ -202,5 +204,39 @@ func TestRedactLearnsInnerSecrets(t *testing.T) {
 	}
 	if out, ids := r.Redact("is " + aws + " still good?"); len(ids) != 1 || strings.Contains(out, aws) {
 		t.Errorf("the key inside was not learned (%v)", ids)
+	}
+}
+
+// A Redactor remembers the rules' findings in long texts (scanCache): the
+// same text again is redacted the same, and another text, even of the
+// same length with the secret elsewhere, is searched anew; every result
+// is what a Redactor that never saw the texts gives.
+func TestRedactRemembersScans(t *testing.T) {
+	s := newTestScanner(t)
+	g := newSecretGen(t, 9)
+	tok := g.make("ghp")
+	prose := strings.Repeat("clean words of a prompt. ", 20)
+	line := "export GITHUB_TOKEN=" + tok + "\n"
+	texts := []string{
+		prose + line,
+		prose + line, // again: remembered
+		line + prose, // the same length, the secret elsewhere
+		"x" + prose + line,
+		prose + "export GITHUB_TOKEN=" + g.make("ghp") + "\n", // the same length, another secret
+		prose + prose,
+	}
+	if len(texts[0]) < minScanCached {
+		t.Fatalf("the texts (%d bytes) are too short to be remembered", len(texts[0]))
+	}
+	r := NewRedactor(s, testKey)
+	for i, x := range texts {
+		got, gotIDs := r.Redact(x)
+		want, wantIDs := NewRedactor(s, testKey).Redact(x)
+		if got != want || !slices.Equal(gotIDs, wantIDs) {
+			t.Errorf("text %d: redacted as %d bytes (%v), want %d bytes (%v)", i, len(got), gotIDs, len(want), wantIDs)
+		}
+		if strings.Contains(got, tok) {
+			t.Errorf("text %d: the secret was left", i)
+		}
 	}
 }

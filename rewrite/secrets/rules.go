@@ -88,6 +88,7 @@ type allowlist struct {
 	and    bool             // both re and stop must hold
 	res    []*regexp.Regexp // kept apart, not joined: each keeps its literal-prefix fast path
 	needs  []*automaton     // by regex: one of these words is in every match of it (nil: unknown)
+	shapes []textShape      // by regex: what a text it matches looks like
 	stop   *automaton       // case-insensitive stopwords, searched in the secret
 }
 
@@ -112,6 +113,9 @@ func (a *allowlist) allowed(secret, match string, line func() string) bool {
 		t = line()
 	}
 	for i, re := range a.res {
+		if i < len(a.shapes) && !a.shapes[i].fits(t) {
+			continue
+		}
 		if i < len(a.needs) && a.needs[i] != nil && !a.needs[i].contains(t) {
 			continue // none of the words every match holds: no match
 		}
@@ -150,8 +154,179 @@ func (a *allowlist) add(src string) error {
 		}
 		a.res = append(a.res, re)
 		a.needs = append(a.needs, need)
+		a.shapes = append(a.shapes, shapeOf(p))
 	}
 	return nil
+}
+
+// textShape is what a regex says of the texts it matches, cheaper to
+// check than running it: most of gitleaks' allowlist regexes are anchored
+// (^\$\{…}$, ^/(?:bin|etc|…)/…), and most candidates start with a byte
+// they cannot start with, or hold one they cannot hold.
+type textShape struct {
+	first *[256]bool // the bytes a matched text can start with (nil: any)
+	bytes *[256]bool // the bytes a matched text can hold (nil: any)
+}
+
+// fits reports whether re may match t; false only when it cannot.
+func (sh textShape) fits(t string) bool {
+	if sh.first != nil && (t == "" || !sh.first[t[0]]) {
+		return false
+	}
+	if sh.bytes != nil {
+		for i := 0; i < len(t); i++ {
+			if !sh.bytes[t[i]] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// shapeOf returns re's shape: its first bytes if every match starts at
+// the text's start, and its bytes if every match is the whole text.
+func shapeOf(re *syntax.Regexp) textShape {
+	var sh textShape
+	re = re.Simplify()
+	if body, ok := anchoredStart(re); ok {
+		var set [256]bool
+		if firstBytes(body, &set) {
+			sh.first = &set
+		}
+	}
+	if anchoredBoth(re) {
+		var set [256]bool
+		if allBytes(re, &set) {
+			sh.bytes = &set
+		}
+	}
+	return sh
+}
+
+// anchoredStart returns what follows ^ when re is ^ followed by it
+// (a capture of that, or an alternation of such: then re itself).
+func anchoredStart(re *syntax.Regexp) (*syntax.Regexp, bool) {
+	switch re.Op {
+	case syntax.OpCapture:
+		return anchoredStart(re.Sub[0])
+	case syntax.OpConcat:
+		if len(re.Sub) >= 2 && re.Sub[0].Op == syntax.OpBeginText {
+			return &syntax.Regexp{Op: syntax.OpConcat, Sub: re.Sub[1:], Flags: re.Flags}, true
+		}
+	case syntax.OpAlternate:
+		alt := &syntax.Regexp{Op: syntax.OpAlternate, Flags: re.Flags}
+		for _, sub := range re.Sub {
+			b, ok := anchoredStart(sub)
+			if !ok {
+				return nil, false
+			}
+			alt.Sub = append(alt.Sub, b)
+		}
+		return alt, true
+	}
+	return nil, false
+}
+
+// anchoredBoth reports whether every match of re is the whole text: ^…$.
+func anchoredBoth(re *syntax.Regexp) bool {
+	switch re.Op {
+	case syntax.OpCapture:
+		return anchoredBoth(re.Sub[0])
+	case syntax.OpConcat:
+		return len(re.Sub) >= 2 && re.Sub[0].Op == syntax.OpBeginText && re.Sub[len(re.Sub)-1].Op == syntax.OpEndText
+	case syntax.OpAlternate:
+		for _, sub := range re.Sub {
+			if !anchoredBoth(sub) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// addRunes adds to set the bytes that a rune of [lo, hi] may start with,
+// or hold: all of 0x80-0xff for any rune beyond ASCII.
+func addRunes(set *[256]bool, lo, hi rune) {
+	for c := lo; c <= min(hi, utf8.RuneSelf-1); c++ {
+		set[c] = true
+	}
+	if hi >= utf8.RuneSelf {
+		for c := 0x80; c <= 0xff; c++ {
+			set[c] = true
+		}
+	}
+}
+
+// literalRunes adds the bytes of a literal's rune r to set: under (?i) an
+// ASCII letter's other case, and the bytes of any rune beyond ASCII (K
+// folds to the Kelvin sign).
+func literalRunes(set *[256]bool, r rune, fold bool) {
+	addRunes(set, r, r)
+	if fold && ('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z') {
+		addRunes(set, r^0x20, r^0x20)
+		addRunes(set, utf8.RuneSelf, utf8.RuneSelf)
+	}
+}
+
+// firstBytes adds to set every byte a match of re can start with; false
+// when it cannot tell (re may match empty text, or any byte).
+func firstBytes(re *syntax.Regexp, set *[256]bool) bool {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if len(re.Rune) == 0 {
+			return false
+		}
+		literalRunes(set, re.Rune[0], re.Flags&syntax.FoldCase != 0)
+		return true
+	case syntax.OpCharClass:
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			addRunes(set, re.Rune[i], re.Rune[i+1])
+		}
+		return true
+	case syntax.OpCapture, syntax.OpPlus:
+		return firstBytes(re.Sub[0], set)
+	case syntax.OpRepeat:
+		return re.Min >= 1 && firstBytes(re.Sub[0], set)
+	case syntax.OpConcat:
+		return len(re.Sub) > 0 && firstBytes(re.Sub[0], set)
+	case syntax.OpAlternate:
+		for _, sub := range re.Sub {
+			if !firstBytes(sub, set) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// allBytes adds to set every byte a match of re can hold; false when it
+// cannot tell (re matches any byte).
+func allBytes(re *syntax.Regexp, set *[256]bool) bool {
+	switch re.Op {
+	case syntax.OpLiteral:
+		for _, r := range re.Rune {
+			literalRunes(set, r, re.Flags&syntax.FoldCase != 0)
+		}
+		return true
+	case syntax.OpCharClass:
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			addRunes(set, re.Rune[i], re.Rune[i+1])
+		}
+		return true
+	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return false
+	case syntax.OpEmptyMatch, syntax.OpBeginText, syntax.OpEndText, syntax.OpBeginLine, syntax.OpEndLine,
+		syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+		return true
+	}
+	for _, sub := range re.Sub {
+		if !allBytes(sub, set) {
+			return false
+		}
+	}
+	return len(re.Sub) > 0
 }
 
 // neededWords returns words (lowercase) one of which every match of re

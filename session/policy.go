@@ -1,4 +1,4 @@
-package main
+package session
 
 import (
 	"context"
@@ -14,15 +14,14 @@ import (
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/policy"
-	"github.com/chaperone-dev/chaperone/proxy"
 )
 
 // livePolicy decides with the policy file as it is now: a reload (SIGHUP,
-// or the file changing) swaps the whole decider at once; a file that does
-// not load keeps the old policy, and says why.
+// or the file changing) swaps the whole engine at once; a file that does
+// not load keeps the old policy, and says why. Without a file (path "")
+// it is one policy, never reloaded.
 type livePolicy struct {
 	path    string
-	deny    proxy.Decider // deny_hosts, decided first
 	log     *slog.Logger
 	stderr  io.Writer
 	getenv  func(string) string
@@ -40,33 +39,40 @@ type livePolicy struct {
 
 type loadedPolicy struct {
 	pol   *policy.Policy
-	d     proxy.Decider
+	eng   *policy.Engine
 	close func() error
 }
 
-func newLivePolicy(ctx context.Context, path string, deny proxy.Decider, log *slog.Logger, stderr io.Writer, getenv, task func(string) string) (*livePolicy, error) {
-	l := &livePolicy{path: path, deny: deny, log: log, stderr: stderr, getenv: getenv, task: task}
+// newLivePolicy loads the policy file at path and returns it live.
+func newLivePolicy(ctx context.Context, path string, log *slog.Logger, stderr io.Writer, getenv, task func(string) string) (*livePolicy, error) {
+	l := &livePolicy{path: path, log: log, stderr: stderr, getenv: getenv, task: task}
 	if _, err := l.load(ctx); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// Decide implements proxy.Decider with the current policy.
+// newFixedPolicy returns p as the session's policy, never reloaded.
+func newFixedPolicy(ctx context.Context, p *policy.Policy, log *slog.Logger, getenv, task func(string) string) (*livePolicy, error) {
+	eng, closeFn, err := NewEngine(ctx, p, log, getenv, task)
+	if err != nil {
+		return nil, err
+	}
+	l := &livePolicy{log: log, getenv: getenv, task: task}
+	l.cur.Store(&loadedPolicy{pol: p, eng: eng, close: closeFn})
+	return l, nil
+}
+
+// Decide implements event.Decider with the current policy.
 func (l *livePolicy) Decide(ctx context.Context, e *event.Event) event.Verdict {
-	return l.cur.Load().d.Decide(ctx, e)
+	return l.cur.Load().eng.Decide(ctx, e)
 }
 
 // FileStaticGiven asks the current policy whether every open of path for
 // the accesses given is allowed whatever the process, an open for decided
 // having just been given v (see policy.Engine.FileStaticGiven).
 func (l *livePolicy) FileStaticGiven(path string, sess *event.Session, decided event.FileAccess, v event.Verdict, accesses ...event.FileAccess) bool {
-	if fs, ok := l.cur.Load().d.(interface {
-		FileStaticGiven(string, *event.Session, event.FileAccess, event.Verdict, ...event.FileAccess) bool
-	}); ok {
-		return fs.FileStaticGiven(path, sess, decided, v, accesses...)
-	}
-	return false
+	return l.cur.Load().eng.FileStaticGiven(path, sess, decided, v, accesses...)
 }
 
 // Policy returns the current policy.
@@ -82,19 +88,19 @@ func (l *livePolicy) load(ctx context.Context) (digest string, err error) {
 	}
 	data, err := readPolicyFile(l.path)
 	if err != nil {
-		return "", usageError{err}
+		return "", UsageError{err}
 	}
 	sum := sha256.Sum256(data)
 	digest = "sha256:" + hex.EncodeToString(sum[:])
 	p, err := policy.Parse(l.path, data)
 	if err != nil {
-		return digest, usageError{err}
+		return digest, UsageError{err}
 	}
-	d, closeFn, err := newPolicyDecider(ctx, p, l.deny, l.log, l.getenv, l.task)
+	eng, closeFn, err := NewEngine(ctx, p, l.log, l.getenv, l.task)
 	if err != nil {
-		return digest, fmt.Errorf("run: %w", err)
+		return digest, fmt.Errorf("session: %w", err)
 	}
-	old := l.cur.Swap(&loadedPolicy{pol: p, d: d, close: closeFn})
+	old := l.cur.Swap(&loadedPolicy{pol: p, eng: eng, close: closeFn})
 	if l.onLoad != nil {
 		l.onLoad(p) // after the swap: it may ask the new policy
 	}
@@ -171,4 +177,39 @@ func (l *livePolicy) Close() error {
 		}
 	}
 	return first
+}
+
+// NewEngine builds the engine for p: its judge (whose requests never go
+// through a session) and its plugins, which close stops. getenv reads the
+// judge's key (nil: os.Getenv); task, when set, tells the judge a
+// session's current task.
+func NewEngine(ctx context.Context, p *policy.Policy, log *slog.Logger, getenv func(string) string, task func(string) string) (*policy.Engine, func() error, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var opts policy.EngineOptions
+	opts.Logger = log
+	opts.Task = task
+	closeFn := func() error { return nil }
+	if p.Judge.Configured() {
+		j, err := policy.NewJudge(p.Judge, nil, getenv)
+		if err != nil {
+			return nil, nil, fmt.Errorf("policy: judge: %w", err)
+		}
+		opts.Judge = j
+	}
+	if len(p.Plugins) > 0 {
+		r, err := policy.StartPlugins(ctx, p.Plugins, log)
+		if err != nil {
+			return nil, nil, fmt.Errorf("policy: plugins: %w", err)
+		}
+		opts.Plugins = r
+		closeFn = r.Close
+	}
+	eng, err := policy.NewEngine(p, opts)
+	if err != nil {
+		closeFn()
+		return nil, nil, err
+	}
+	return eng, closeFn, nil
 }

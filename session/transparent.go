@@ -1,4 +1,4 @@
-package main
+package session
 
 import (
 	"context"
@@ -19,14 +19,14 @@ import (
 	"github.com/chaperone-dev/chaperone/redirect"
 )
 
-// cgroupParentName is the cgroup under the v2 root that holds every
-// session's leaf.
-const cgroupParentName = "chaperone"
+// CgroupParent is the cgroup under the v2 root that holds every
+// transparent session's leaf.
+const CgroupParent = "chaperone"
 
 // transparentOptions is what a transparent session needs beyond its id.
 type transparentOptions struct {
 	procs     *attribution.Table
-	decider   dns.Decider
+	decider   event.Decider
 	publish   func(*event.Event)
 	static    map[string][]netip.Addr // --resolve names, answered by the session's resolver
 	upstreams []netip.AddrPort        // where its resolver forwards the rest
@@ -88,7 +88,7 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 	if err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
 	}
-	parent, err := redirect.OpenParent(root, cgroupParentName)
+	parent, err := redirect.OpenParent(root, CgroupParent)
 	if err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
 	}
@@ -210,17 +210,6 @@ func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error
 // answered with the address since).
 func (ts *transparentSession) Resolved(session, host string, addr netip.Addr) bool {
 	return session == ts.id && ts.dns.Resolved(host, addr)
-}
-
-// sessionNames is the proxy's ResolverMemory in run: the transparent
-// session's resolver, once the session has one (the proxy is made first).
-type sessionNames struct {
-	ts atomic.Pointer[transparentSession]
-}
-
-func (n *sessionNames) Resolved(session, host string, addr netip.Addr) bool {
-	ts := n.ts.Load()
-	return ts != nil && ts.Resolved(session, host, addr)
 }
 
 // unredirected names the session and process of a client that reached a

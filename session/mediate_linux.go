@@ -1,4 +1,4 @@
-package main
+package session
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/fileexec"
 	"github.com/chaperone-dev/chaperone/fileexec/execs"
 	"github.com/chaperone-dev/chaperone/policy"
@@ -26,16 +27,16 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 	// did: without that protection the session does not start.
 	prot, err := fileexec.NewProtected(o.protect, policy.CredentialFiles(o.info.Home))
 	if err != nil {
-		return nil, fmt.Errorf("run: protect Chaperone's files: %w", err)
+		return nil, fmt.Errorf("session: protect Chaperone's files: %w", err)
 	}
 	if err := fileexec.MountProtection(pid, prot); err != nil {
-		return nil, fmt.Errorf("run: protect Chaperone's files: %w", err)
+		return nil, fmt.Errorf("session: protect Chaperone's files: %w", err)
 	}
 	fo := fileexec.FileOptions{
 		Session:   o.session,
 		InSession: inSession,
 		Process:   o.process,
-		Decide:    o.decide,
+		Decider:   event.DeciderFunc(o.decide),
 		Publish:   o.publish,
 		Logger:    o.log,
 		Ignore:    ignoredPath,
@@ -48,7 +49,7 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 	case errors.Is(err, fileexec.ErrUnavailable):
 		fmt.Fprintf(o.stderr, "chaperone: file opens are not mediated: %v\n", err)
 	case err != nil:
-		return nil, fmt.Errorf("run: file mediation: %w", err)
+		return nil, fmt.Errorf("session: file mediation: %w", err)
 	default:
 		stops = append(stops, func() { files.Close() })
 		if o.forget != nil {
@@ -75,13 +76,13 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 	})
 	if err != nil {
 		listener.Close()
-		return stops, fmt.Errorf("run: file mediation: %w", err)
+		return stops, fmt.Errorf("session: file mediation: %w", err)
 	}
 	x, err := execs.Serve(listener, execs.ExecOptions{
 		Session:   o.session,
 		InSession: inSession, // the filter is the session's: its mount namespace says it at once
 		Process:   o.process,
-		Decide:    o.decide,
+		Decider:   event.DeciderFunc(o.decide),
 		Publish:   o.publish,
 		Logger:    o.log,
 		Other: func(ctx context.Context, n execs.Notification) {
@@ -95,7 +96,7 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 	})
 	if err != nil {
 		listener.Close()
-		return stops, fmt.Errorf("run: exec mediation: %w", err)
+		return stops, fmt.Errorf("session: exec mediation: %w", err)
 	}
 	return append(stops, func() { x.Close() }), nil
 }

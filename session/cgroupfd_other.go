@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package session
 
 import (
 	"fmt"
@@ -10,5 +10,5 @@ import (
 )
 
 func startInCgroup(*exec.Cmd, int) error {
-	return fmt.Errorf("run: start in a cgroup: %w", redirect.ErrNotSupported)
+	return fmt.Errorf("session: start in a cgroup: %w", redirect.ErrNotSupported)
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package session
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 
 // startMediation is built for Linux only.
 func startMediation(int, *os.File, mediationOptions) ([]func(), error) {
-	return nil, errors.New("run: file and exec mediation is built for Linux only")
+	return nil, errors.New("session: file and exec mediation is built for Linux only")
 }
 
 // writeDenied is not known here.

@@ -1,7 +1,6 @@
-package main
+package session
 
 import (
-	"context"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,13 +10,10 @@ import (
 
 	"github.com/chaperone-dev/chaperone/certs"
 	"github.com/chaperone-dev/chaperone/config"
-	"github.com/chaperone-dev/chaperone/event"
-	"github.com/chaperone-dev/chaperone/proxy"
-	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
 func TestChildEnv(t *testing.T) {
-	s := &session{id: "abc123", proxyURL: "http://chaperone:tok@127.0.0.1:9", bundle: "/state/trust-bundle.pem"}
+	s := &Session{id: "abc123", proxyURL: "http://chaperone:tok@127.0.0.1:9", bundle: "/state/trust-bundle.pem"}
 	base := []string{
 		"PATH=/usr/bin", "HOME=/root",
 		"HTTPS_PROXY=http://corp:3128", "no_proxy=*", "NO_PROXY=internal",
@@ -95,32 +91,8 @@ func TestResolver(t *testing.T) {
 	}
 }
 
-func TestAuditGuardFailsClosed(t *testing.T) {
-	allow := proxy.DeciderFunc(func(context.Context, *event.Event) event.Verdict {
-		return event.Verdict{Action: event.Allow}
-	})
-	a, err := telemetry.OpenAuditLog("/dev/full")
-	if err != nil {
-		t.Skipf("no /dev/full: %v", err)
-	}
-	defer a.Close()
-	g := auditGuard{decider: allow, audit: a}
-	e := &event.Event{Kind: event.KindConnect, Connect: &event.Connect{Host: "api.test"}}
-	if v := g.Decide(context.Background(), e); v.Action != event.Allow {
-		t.Fatalf("before any failure: %v, want allow", v)
-	}
-	a.Write(e)
-	if err := a.Flush(); err == nil {
-		t.Fatal("writing to /dev/full succeeded")
-	}
-	v := g.Decide(context.Background(), e)
-	if v.Action != event.Deny || v.Rule != ruleAuditLog {
-		t.Errorf("after the audit log failed: %v, want a deny by rule %s", v, ruleAuditLog)
-	}
-}
-
 func TestChildEnvTransparent(t *testing.T) {
-	s := &session{id: "abc123", proxyURL: "http://chaperone:tok@127.0.0.1:9", bundle: "/b.pem"}
+	s := &Session{id: "abc123", proxyURL: "http://chaperone:tok@127.0.0.1:9", bundle: "/b.pem"}
 	env := childEnv([]string{"PATH=/usr/bin", "HTTPS_PROXY=http://corp:3128", "no_proxy=*"}, s, false, nil, nil)
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")

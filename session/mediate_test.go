@@ -1,4 +1,4 @@
-package main
+package session
 
 import (
 	"errors"
@@ -68,7 +68,7 @@ func TestModeDeniesWrite(t *testing.T) {
 }
 
 func TestWriteDenied(t *testing.T) {
-	if ok, _ := canMediateFiles(); !ok {
+	if ok, _ := CanMediateFiles(); !ok {
 		t.Skip("file mediation is not built here")
 	}
 	dir := t.TempDir()

@@ -1,10 +1,9 @@
-package main
+package session
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/chaperone-dev/chaperone/config"
 	"github.com/chaperone-dev/chaperone/event"
@@ -16,14 +15,6 @@ import (
 type sessionTracer struct {
 	t    *telemetry.Tracer
 	done chan error
-}
-
-// getenvOr is getenv, or the process environment when it is nil.
-func getenvOr(getenv func(string) string) func(string) string {
-	if getenv == nil {
-		return os.Getenv
-	}
-	return getenv
 }
 
 // startTracer subscribes a tracer to bus when a collector is configured

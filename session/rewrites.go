@@ -1,4 +1,4 @@
-package main
+package session
 
 import (
 	"crypto/rand"
@@ -45,7 +45,7 @@ func sessionRewrites(cfg config.Config, pol *policy.Policy, current func() *poli
 	tasks *taskBoard, getenv func(string) string) (rw *proxy.Rewrites, agentEnv, hideEnv []string, err error) {
 	scanner, err := secrets.NewScanner(secrets.Options{AllowRules: pol.Secrets.AllowRules, AllowLiterals: pol.Secrets.AllowLiterals})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("run: secrets: %w", err)
+		return nil, nil, nil, fmt.Errorf("session: secrets: %w", err)
 	}
 	key := make([]byte, 32)
 	rand.Read(key)
@@ -71,7 +71,7 @@ func sessionRewrites(cfg config.Config, pol *policy.Policy, current func() *poli
 		if len(cfg.IdentityHosts) > 0 {
 			hosts, err := inject.NewHostMatcher(cfg.IdentityHosts)
 			if err != nil {
-				return nil, nil, nil, fmt.Errorf("run: identity_hosts: %w", err)
+				return nil, nil, nil, fmt.Errorf("session: identity_hosts: %w", err)
 			}
 			rw.IdentityHost = hosts.Match
 		}
@@ -92,7 +92,7 @@ func sessionRewrites(cfg config.Config, pol *policy.Policy, current func() *poli
 	}
 	b, err := inject.NewBroker(creds, rand.Reader)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("run: credentials: %w", err)
+		return nil, nil, nil, fmt.Errorf("session: credentials: %w", err)
 	}
 	rw.Credentials = b
 	// Their real values are secrets the session knows from the start: found
@@ -118,17 +118,17 @@ func credentialValue(c config.Credential, getenv func(string) string) (string, e
 	if c.Env != "" {
 		v := getenv(c.Env)
 		if v == "" {
-			return "", fmt.Errorf("run: credential %s: the environment variable %s is not set", c.Name, c.Env)
+			return "", fmt.Errorf("session: credential %s: the environment variable %s is not set", c.Name, c.Env)
 		}
 		return v, nil
 	}
 	b, err := os.ReadFile(c.File)
 	if err != nil {
-		return "", fmt.Errorf("run: credential %s: %w", c.Name, err)
+		return "", fmt.Errorf("session: credential %s: %w", c.Name, err)
 	}
 	v := strings.TrimRight(string(b), "\r\n")
 	if v == "" {
-		return "", fmt.Errorf("run: credential %s: %s is empty", c.Name, c.File)
+		return "", fmt.Errorf("session: credential %s: %s is empty", c.Name, c.File)
 	}
 	return v, nil
 }

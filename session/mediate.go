@@ -1,4 +1,4 @@
-package main
+package session
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/fileexec"
 	"github.com/chaperone-dev/chaperone/internal/privdrop"
-	"github.com/chaperone-dev/chaperone/proxy"
 )
 
 // mediationOptions is what file and exec mediation need from the session.
@@ -36,7 +35,7 @@ type mediationOptions struct {
 	// fileInSession, when set, is inSession for file opens and execs.
 	fileInSession func(pid int) bool
 	process       func(pid int) (*event.Process, error)
-	decider       proxy.Decider
+	decider       event.Decider
 	publish       func(*event.Event)
 	log           *slog.Logger
 	stderr        io.Writer
@@ -59,9 +58,9 @@ func (o mediationOptions) decide(ctx context.Context, e *event.Event) event.Verd
 	return o.decider.Decide(ctx, e).Enforced()
 }
 
-// canMediateFiles says whether this process can mediate files and execs,
+// CanMediateFiles says whether this process can mediate files and execs,
 // and why not.
-func canMediateFiles() (bool, string) {
+func CanMediateFiles() (bool, string) {
 	switch {
 	case runtime.GOOS != "linux":
 		return false, "file and exec mediation is built for Linux only"
@@ -94,7 +93,7 @@ func openGate(ctx context.Context, gate *privdrop.Gate, pid int, o mediationOpti
 	listener, err := gate.Ready(rctx)
 	if err != nil {
 		gate.Close()
-		return func() {}, fmt.Errorf("run: start the agent: %w", err)
+		return func() {}, fmt.Errorf("session: start the agent: %w", err)
 	}
 	// Only the session's processes live in its mount namespace (entering
 	// it takes root): a file open through its mounts is the session's
@@ -122,7 +121,7 @@ func openGate(ctx context.Context, gate *privdrop.Gate, pid int, o mediationOpti
 		for _, s := range stops {
 			s()
 		}
-		return func() {}, fmt.Errorf("run: start the agent: %w", err)
+		return func() {}, fmt.Errorf("session: start the agent: %w", err)
 	}
 	return func() {
 		for _, s := range stops {
