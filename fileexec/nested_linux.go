@@ -721,17 +721,9 @@ func (f *Files) markNamespace(old *nsState, tids []int) (*nsState, int, error) {
 	marked := 0
 	var broken []error
 	ok, err := inMountNS(tids, func(env nsEnv) error {
-		b, err := readAllAt(env.self, "mountinfo")
+		mounts, byID, err := envMounts(env)
 		if err != nil {
 			return err
-		}
-		mounts, err := parseMountinfo(b)
-		if err != nil {
-			return err
-		}
-		byID := map[int]mount{}
-		for _, m := range mounts {
-			byID[m.ID] = m
 		}
 		for _, m := range mounts {
 			nm := nestedMount{mount: m}
@@ -866,17 +858,9 @@ func openPathCached(root int, p string, byID map[int]mount) (int, error) {
 // be reached through them, unmarked.
 func reachable(tid int) error {
 	_, err := inMountNS([]int{tid}, func(env nsEnv) error {
-		b, err := readAllAt(env.self, "mountinfo")
+		_, byID, err := envMounts(env)
 		if err != nil {
 			return err
-		}
-		mounts, err := parseMountinfo(b)
-		if err != nil {
-			return err
-		}
-		byID := map[int]mount{}
-		for _, m := range mounts {
-			byID[m.ID] = m
 		}
 		return reachableDirs(env, tid, byID)
 	})
@@ -912,6 +896,24 @@ func openMountCached(root int, m mount, byID map[int]mount) (int, error) {
 }
 
 // readAllAt reads the file name under directory fd.
+// envMounts returns the mounts of the namespace env is in, as its
+// mountinfo lists them and by id.
+func envMounts(env nsEnv) ([]mount, map[int]mount, error) {
+	b, err := readAllAt(env.self, "mountinfo")
+	if err != nil {
+		return nil, nil, err
+	}
+	mounts, err := parseMountinfo(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := make(map[int]mount, len(mounts))
+	for _, m := range mounts {
+		byID[m.ID] = m
+	}
+	return mounts, byID, nil
+}
+
 func readAllAt(dir int, name string) ([]byte, error) {
 	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -636,7 +636,9 @@ func rss(pid int) (int64, error) {
 }
 
 func freeLoopbackPort() (string, error) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	// On the soak's own address, not 127.0.0.1: between this close and
+	// chaperone's bind, another test's listener could take the port.
+	ln, err := net.Listen("tcp4", "127.0.25.9:0")
 	if err != nil {
 		return "", fmt.Errorf("soak: %w", err)
 	}
