@@ -34,6 +34,30 @@ func DetectAgent(argv []string, exe string) string {
 	return baseName(exe)
 }
 
+// KnownAgent is DetectAgent without its fallback: the agent argv (or exe)
+// runs, and false for a command that is no agent it knows.
+func KnownAgent(argv []string, exe string) (string, bool) {
+	if a := agentOfCommand(argv); a != "" {
+		return a, true
+	}
+	if a := agentOf(exe); a != "" {
+		return a, true
+	}
+	return "", false
+}
+
+// AgentCommands are the command names DetectAgent knows agents by, and
+// the launchers and interpreters it looks through: the names a process
+// that may be an agent runs as.
+func AgentCommands() []string {
+	return []string{
+		"claude", "claude-code", "codex", "cursor-agent", "cursor", "aider", "gemini", "goose", "opencode", "amp", "copilot", "github-copilot-cli",
+		"node", "nodejs", "bun", "bunx", "deno", "tsx", "ts-node", "npx", "npm", "pnpm", "yarn",
+		"python", "python3", "python3.9", "python3.10", "python3.11", "python3.12", "python3.13", "python3.14",
+		"uv", "uvx", "pipx",
+	}
+}
+
 // agentOfCommand looks through launchers in argv to the program they run.
 func agentOfCommand(argv []string) string {
 	// Options of package runners that take the next argument as their
@@ -272,6 +296,8 @@ func agentByName(name string) string {
 		return "opencode"
 	case "amp":
 		return "amp"
+	case "copilot", "github-copilot-cli":
+		return "copilot"
 	}
 	return ""
 }

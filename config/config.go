@@ -75,10 +75,35 @@ type Config struct {
 	// CaptureContent puts whole command lines and URL query values in
 	// traces (never prompts or header values).
 	CaptureContent bool `mapstructure:"capture_content" yaml:"capture_content"`
+	// DaemonSocket is the daemon's control socket: where `chaperone
+	// daemon` listens, and where `chaperone run` joins a running daemon
+	// instead of starting a proxy of its own.
+	DaemonSocket string `mapstructure:"daemon_socket" yaml:"daemon_socket"`
+	// BuiltinAgents makes the daemon find the agents Chaperone knows;
+	// false leaves Agents alone.
+	BuiltinAgents bool `mapstructure:"builtin_agents" yaml:"builtin_agents"`
+	// Agents tell the daemon more agents (or, without BuiltinAgents, its
+	// only ones). Set in the file only.
+	Agents []AgentMatcher `mapstructure:"agents" yaml:"agents,omitempty"`
 	// Credentials are brokered: the agent sees a placeholder, and the real
 	// value is put in only on requests to the credential's hosts. Set in
 	// the file only. The config holds where each value is, never a value.
 	Credentials []Credential `mapstructure:"credentials" yaml:"credentials"`
+}
+
+// AgentMatcher tells the daemon an agent by what a process runs: a
+// program whose base name is one of Commands, or an interpreter (node,
+// python, bun, deno) or launcher running a script whose path contains one
+// of Scripts, is the agent Name. A process started with
+// CHAPERONE_AGENT=<name> in its environment is that agent whatever it runs.
+type AgentMatcher struct {
+	// Name is [a-z0-9._-]+: the session's agent.
+	Name string `mapstructure:"name" yaml:"name"`
+	// Commands are program base names ("my-agent"); the kernel sees their
+	// first 15 bytes.
+	Commands []string `mapstructure:"commands" yaml:"commands,omitempty"`
+	// Scripts are pieces of a script's path ("@acme/agent/cli.js").
+	Scripts []string `mapstructure:"scripts" yaml:"scripts,omitempty"`
 }
 
 // Credential is one brokered credential. Its value is read, by the caller,
@@ -113,6 +138,18 @@ type Credential struct {
 // presets of rewrite/inject (IdentityHeaders), which this package must not
 // import; agree_test.go checks that they do.
 var identityPresets = []string{"chaperone", "litellm", "portkey", "helicone", "cloudflare", "w3c"}
+
+// DefaultDaemonSocket is the daemon's control socket unless configured.
+const DefaultDaemonSocket = "/run/chaperone/daemon.sock"
+
+// DaemonSocketPath is the daemon's control socket: DaemonSocket, else the
+// default.
+func (c Config) DaemonSocketPath() string {
+	if c.DaemonSocket == "" {
+		return DefaultDaemonSocket
+	}
+	return c.DaemonSocket
+}
 
 // IdentityNone, alone in IdentityHeaders, sets no identity headers.
 const IdentityNone = "none"
@@ -155,10 +192,10 @@ const AuditLogFile = "audit.jsonl"
 type kind int
 
 const (
-	kindString      kind = iota
-	kindList             // a list of strings
-	kindBool             // true or false
-	kindCredentials      // a list of Credential mappings; file only
+	kindString   kind = iota
+	kindList          // a list of strings
+	kindBool          // true or false
+	kindMappings      // a list of mappings of fields; file only
 )
 
 // key describes one configuration key.
@@ -167,6 +204,8 @@ type key struct {
 	flag string // the flag that sets it; "" for keys set in the file only
 	kind kind
 	help string
+	// fields are the keys of each mapping of a kindMappings key.
+	fields []key
 }
 
 // keys lists every key in the order they are documented and shown.
@@ -192,7 +231,17 @@ var keys = []key{
 	{name: "capture_content", flag: "capture-content", kind: kindBool, help: "put whole command lines and URL query values in traces (default false)"},
 	{name: "mediate_files", flag: "mediate-files", kind: kindBool, help: "decide the session's file opens and execs too, where the machine allows it: root on Linux (default true)"},
 	{name: "restore_secrets", flag: "restore-secrets", kind: kindBool, help: "turn placeholders in LLM answers back into the real values (default true; --restore-secrets=false to keep them)"},
-	{name: "credentials", kind: kindCredentials},
+	{name: "daemon_socket", flag: "daemon-socket", help: "the daemon's control socket: `daemon` listens there and `run` joins a daemon listening there (default /run/chaperone/daemon.sock)"},
+	{name: "builtin_agents", flag: "builtin-agents", kind: kindBool, help: "daemon: find the agents Chaperone knows (Claude Code, Codex, Gemini CLI, aider, Cursor, goose, opencode, Copilot) besides the agents list (default true)"},
+	{name: "agents", kind: kindMappings, fields: agentFields},
+	{name: "credentials", kind: kindMappings, fields: credentialFields},
+}
+
+// agentFields are the keys of an agents entry.
+var agentFields = []key{
+	{name: "name"},
+	{name: "commands", kind: kindList},
+	{name: "scripts", kind: kindList},
 }
 
 // credentialFields are the keys of a credentials entry, for checkFile.
@@ -241,6 +290,7 @@ func Default(env func(string) string, euid int) Config {
 		IdentityHeaders: []string{"chaperone", "w3c"},
 		RestoreSecrets:  true,
 		MediateFiles:    true,
+		BuiltinAgents:   true,
 	}
 }
 

@@ -27,7 +27,7 @@ func TestDefault(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default(envMap(tt.env), tt.euid)
 			want := Config{StateDir: tt.want, Mode: "auto", Listen: "127.0.0.1:0", LogLevel: "info", QUIC: "refuse", UDP: "refuse",
-				IdentityHeaders: []string{"chaperone", "w3c"}, RestoreSecrets: true, MediateFiles: true}
+				IdentityHeaders: []string{"chaperone", "w3c"}, RestoreSecrets: true, MediateFiles: true, BuiltinAgents: true}
 			if diff := cmp.Diff(want, c); diff != "" {
 				t.Errorf("Default (-want +got):\n%s", diff)
 			}

@@ -114,7 +114,7 @@ func Load(opts LoadOptions) (Config, error) {
 				return Config{}, fmt.Errorf("config: %s: %q is not a boolean (want true or false, 1 or 0, yes or no, on or off)", EnvVar(k.name), val)
 			}
 			envLayer[k.name] = b
-		case kindCredentials:
+		case kindMappings:
 			// Refused rather than ignored, so that nobody believes it works.
 			return Config{}, fmt.Errorf("config: %s: %s can be set in the config file only", EnvVar(k.name), k.name)
 		default:
@@ -222,6 +222,12 @@ func defaultValue(c Config, name string) any {
 		return c.CaptureContent
 	case "credentials":
 		return c.Credentials
+	case "daemon_socket":
+		return c.DaemonSocket
+	case "builtin_agents":
+		return c.BuiltinAgents
+	case "agents":
+		return c.Agents
 	}
 	panic("config: no default for key " + name) // keys and this switch disagree
 }
@@ -303,13 +309,13 @@ func checkValue(path string, k key, n *yaml.Node) []error {
 			return []error{fmt.Errorf("line %d: %s: want true or false, got %q", n.Line, path, n.Value)}
 		}
 		return []error{fmt.Errorf("line %d: %s: want true or false, got %s", n.Line, path, nodeKind(n))}
-	case kindCredentials:
+	case kindMappings:
 		if n.Kind != yaml.SequenceNode {
 			return []error{fmt.Errorf("line %d: %s: want a list of mappings, got %s", n.Line, path, nodeKind(n))}
 		}
 		var errs []error
 		for i, e := range n.Content {
-			errs = append(errs, checkMapping(fmt.Sprintf("%s[%d]", path, i), credentialFields, e)...)
+			errs = append(errs, checkMapping(fmt.Sprintf("%s[%d]", path, i), k.fields, e)...)
 		}
 		return errs
 	}

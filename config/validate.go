@@ -153,6 +153,13 @@ func (c *Config) Validate() error {
 	for i, cr := range c.Credentials {
 		errs = append(errs, credentialProblems(i, cr, names, agentEnv)...)
 	}
+	if c.DaemonSocket != "" && !filepath.IsAbs(c.DaemonSocket) {
+		add("daemon_socket", c.DaemonSocket, "is not an absolute path")
+	}
+	agentNames := map[string]int{}
+	for i, a := range c.Agents {
+		errs = append(errs, agentProblems(i, a, agentNames)...)
+	}
 
 	return errors.Join(errs...)
 }
@@ -549,4 +556,38 @@ func portProblem(p string) string {
 		return "does not end with a port from 1 to 65535 " + hostPortWant
 	}
 	return ""
+}
+
+// agentProblems checks agents[i]; names maps the names seen to their
+// index.
+func agentProblems(i int, a AgentMatcher, names map[string]int) []error {
+	var errs []error
+	key := fmt.Sprintf("agents[%d]", i)
+	add := func(field, value, problem string) {
+		errs = append(errs, fmt.Errorf("config: %s.%s %q %s", key, field, value, problem))
+	}
+	switch j, dup := names[a.Name]; {
+	case a.Name == "":
+		add("name", "", "is empty (want [a-z0-9._-]+)")
+	case strings.Trim(a.Name, "abcdefghijklmnopqrstuvwxyz0123456789._-") != "":
+		add("name", a.Name, "has characters other than a-z, 0-9, '.', '_' and '-'")
+	case dup:
+		add("name", a.Name, fmt.Sprintf("is also the name of agents[%d]", j))
+	default:
+		names[a.Name] = i
+	}
+	if len(a.Commands) == 0 && len(a.Scripts) == 0 {
+		errs = append(errs, fmt.Errorf("config: %s: has neither commands nor scripts: it would match nothing", key))
+	}
+	for j, c := range a.Commands {
+		if c == "" || strings.ContainsAny(c, "/\x00") {
+			add(fmt.Sprintf("commands[%d]", j), c, "is not a program's base name (no '/', not empty)")
+		}
+	}
+	for j, s := range a.Scripts {
+		if strings.TrimSpace(s) == "" {
+			add(fmt.Sprintf("scripts[%d]", j), s, "is empty")
+		}
+	}
+	return errs
 }

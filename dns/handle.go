@@ -84,7 +84,18 @@ func (s *Server) handle(ctx context.Context, req *mdns.Msg, client netip.AddrPor
 		Session: s.session,
 		DNS:     &event.DNS{Name: name, Type: typeString(q.Qtype)},
 	}
-	e.Process = s.findProcess(client, name)
+	if s.attribute != nil {
+		session, p, mediated := s.attribute(client)
+		if !mediated {
+			if q.Qtype == mdns.TypeAXFR || q.Qtype == mdns.TypeIXFR {
+				return reply(req, mdns.RcodeNotImplemented)
+			}
+			return s.forward(ctx, req)
+		}
+		e.Session, e.Process = session, p
+	} else {
+		e.Process = s.findProcess(client, name)
+	}
 	e.Verdict = s.decide(ctx, e)
 
 	var resp *mdns.Msg

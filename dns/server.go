@@ -50,6 +50,12 @@ type Options struct {
 	// per query that produces an event, concurrently, on the query's path.
 	// Nil, or a nil result, leaves Process nil.
 	Process func(client netip.AddrPort) *event.Process
+	// Attribute, when set, is asked instead of Process and Session: the
+	// session and process behind a query from client, or mediated false
+	// for a query that is no session's (a machine-wide resolver's
+	// non-agent client), which is forwarded as it is, with no event and
+	// no decision.
+	Attribute func(client netip.AddrPort) (session string, p *event.Process, mediated bool)
 }
 
 const (
@@ -76,6 +82,7 @@ type Server struct {
 	log       *slog.Logger
 	now       func() time.Time
 	process   func(netip.AddrPort) *event.Process
+	attribute func(netip.AddrPort) (string, *event.Process, bool)
 	names     *nameMemory
 
 	ctx    context.Context // cancelled by Close: stops in-flight exchanges
@@ -156,6 +163,7 @@ func New(o Options) (*Server, error) {
 		log:       o.Logger,
 		now:       o.Now,
 		process:   o.Process,
+		attribute: o.Attribute,
 		names:     newNameMemory(defaultNameCapacity),
 		ctx:       ctx,
 		cancel:    cancel,

@@ -93,6 +93,11 @@ type Session struct {
 	Workdir  string `json:"workdir,omitempty"`
 	Home     string `json:"home,omitempty"`
 	StateDir string `json:"state_dir,omitempty"`
+	// Who and where, for an agent a daemon found: its user, its terminal
+	// (empty for none) and the process that started it.
+	UID       int    `json:"uid,omitempty"`
+	TTY       string `json:"tty,omitempty"`
+	ParentPID int    `json:"parent_pid,omitempty"`
 	// Set on session_end only.
 	ExitCode int           `json:"exit_code"`
 	Duration time.Duration `json:"duration,omitempty"`

@@ -196,6 +196,9 @@ func Fields() []Field {
 		of(session("workdir", nil, "", 0, "session.workdir"), sp, func(s *Session) *string { return &s.Workdir }),
 		of(session("home", nil, "", 0, "session.home"), sp, func(s *Session) *string { return &s.Home }),
 		of(session("state_dir", nil, "", 0, "session.state_dir"), sp, func(s *Session) *string { return &s.StateDir }),
+		of(session("uid", sess, "agent_uid", both, "session.uid"), sp, func(s *Session) *int { return &s.UID }),
+		of(session("tty", sess, "tty", both, "session.tty"), sp, func(s *Session) *string { return &s.TTY }),
+		of(session("parent_pid", sess, "parent_pid", both, "session.parent_pid"), sp, func(s *Session) *int { return &s.ParentPID }),
 		of(session("exit_code", end, "exit_code", both, ""), sp, func(s *Session) *int { return &s.ExitCode }),
 		// In whole milliseconds in the flat forms.
 		of(session("duration", end, "duration_ms", both, ""), sp, func(s *Session) *time.Duration { return &s.Duration }),

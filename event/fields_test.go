@@ -197,6 +197,9 @@ type flatForm struct {
 	Agent     string    `json:"agent"`
 	Command   []string  `json:"command"`
 	RootPID   int       `json:"root_pid"`
+	AgentUID  int       `json:"agent_uid"`
+	TTY       string    `json:"tty"`
+	ParentPID int       `json:"parent_pid"`
 	Mode      string    `json:"mode"`
 	ExitCode  *int      `json:"exit_code"`
 	Duration  *int64    `json:"duration_ms"`

@@ -107,6 +107,9 @@ type Event struct {
 	Agent      string   `json:"agent,omitempty"`
 	Command    []string `json:"command,omitempty"`
 	RootPID    int      `json:"root_pid,omitempty"`
+	AgentUID   int      `json:"agent_uid,omitempty"`
+	TTY        string   `json:"tty,omitempty"`
+	ParentPID  int      `json:"parent_pid,omitempty"`
 	Mode       string   `json:"mode,omitempty"`
 	ExitCode   *int     `json:"exit_code,omitempty"`   // session_end only
 	DurationMS *int64   `json:"duration_ms,omitempty"` // session_end only

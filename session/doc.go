@@ -11,8 +11,10 @@
 //	code, err := s.Run(ctx, cmd)     // the agent, confined, until it exits
 //	err = s.Close()                  // always, also after a failed Start or Run
 //
-// Adopt, for the daemon, is to make an agent that already runs the
-// session's; it is not implemented yet (ErrAdoptNotImplemented).
+// A daemon's session (Config.Machine) runs no agent: it finds agents as
+// they exec, anywhere on the machine, and makes each (and its descendants)
+// a session of its own; Adopt makes one of a process already running, and
+// Sessions lists them (machine.go).
 //
 // Guarantees:
 //   - Close closes whatever Start opened, in the order its documentation

@@ -42,10 +42,10 @@ func (b *taskBoard) get(session string) string {
 // gets instead of the credentials (NAME=placeholder), and hideEnv the
 // variables it must not inherit (those holding real values).
 func sessionRewrites(cfg config.Config, pol *policy.Policy, current func() *policy.Policy, session, agent string,
-	tasks *taskBoard, getenv func(string) string) (rw *proxy.Rewrites, agentEnv, hideEnv []string, err error) {
+	tasks *taskBoard, getenv func(string) string) (rw *proxy.Rewrites, agentEnv, hideEnv []string, knownCreds []inject.Credential, err error) {
 	scanner, err := secrets.NewScanner(secrets.Options{AllowRules: pol.Secrets.AllowRules, AllowLiterals: pol.Secrets.AllowLiterals})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("session: secrets: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("session: secrets: %w", err)
 	}
 	key := make([]byte, 32)
 	rand.Read(key)
@@ -71,28 +71,28 @@ func sessionRewrites(cfg config.Config, pol *policy.Policy, current func() *poli
 		if len(cfg.IdentityHosts) > 0 {
 			hosts, err := inject.NewHostMatcher(cfg.IdentityHosts)
 			if err != nil {
-				return nil, nil, nil, fmt.Errorf("session: identity_hosts: %w", err)
+				return nil, nil, nil, nil, fmt.Errorf("session: identity_hosts: %w", err)
 			}
 			rw.IdentityHost = hosts.Match
 		}
 	}
 	if len(cfg.Credentials) == 0 {
-		return rw, nil, nil, nil
+		return rw, nil, nil, nil, nil
 	}
 	creds := make([]inject.Credential, 0, len(cfg.Credentials))
 	for _, c := range cfg.Credentials {
 		v, err := credentialValue(c, getenv)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		creds = append(creds, inject.Credential{Name: c.Name, Value: v, Hosts: c.Hosts, Header: c.Header, Format: c.Format, User: c.User})
 		if c.Env != "" {
 			hideEnv = append(hideEnv, c.Env)
 		}
 	}
-	b, err := inject.NewBroker(creds, rand.Reader)
+		b, err := inject.NewBroker(creds, rand.Reader)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("session: credentials: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("session: credentials: %w", err)
 	}
 	rw.Credentials = b
 	// Their real values are secrets the session knows from the start: found
@@ -100,6 +100,7 @@ func sessionRewrites(cfg config.Config, pol *policy.Policy, current func() *poli
 	for _, c := range creds {
 		rw.Redactor.Known().AddCredential(c.Name, c.Value)
 	}
+	knownCreds = creds
 	for _, c := range cfg.Credentials {
 		names := c.AgentEnv
 		if len(names) == 0 && c.Env != "" {
@@ -109,7 +110,7 @@ func sessionRewrites(cfg config.Config, pol *policy.Policy, current func() *poli
 			agentEnv = append(agentEnv, n+"="+b.Placeholder(c.Name))
 		}
 	}
-	return rw, agentEnv, hideEnv, nil
+	return rw, agentEnv, hideEnv, knownCreds, nil
 }
 
 // credentialValue reads a brokered credential's real value: from
@@ -131,4 +132,32 @@ func credentialValue(c config.Credential, getenv func(string) string) (string, e
 		return "", fmt.Errorf("session: credential %s: %s is empty", c.Name, c.File)
 	}
 	return v, nil
+}
+
+// agentRewrites are the rewrites of an agent a daemon found: the
+// daemon's, with a redaction key, known values, identity and trace of the
+// agent's session's own.
+func (s *Session) agentRewrites(id, agent string) *proxy.Rewrites {
+	base := s.rw
+	key := make([]byte, 32)
+	rand.Read(key)
+	rw := &proxy.Rewrites{
+		Redactor:        secrets.NewRedactor(base.Scanner, key),
+		Scanner:         base.Scanner,
+		Restore:         base.Restore,
+		LLMHosts:        base.LLMHosts,
+		Credentials:     base.Credentials,
+		IdentityPresets: base.IdentityPresets,
+		IdentityHost:    base.IdentityHost,
+		RewriteParams:   base.RewriteParams,
+		Task:            func(task string) { s.tasks.set(id, task) },
+	}
+	if len(rw.IdentityPresets) > 0 {
+		rw.Identity = inject.Identity{Session: id, Agent: agent}
+		rand.Read(rw.Identity.TraceID[:])
+	}
+	for _, c := range s.creds {
+		rw.Redactor.Known().AddCredential(c.Name, c.Value)
+	}
+	return rw
 }

@@ -37,17 +37,34 @@ type Command struct {
 	Stdout, Stderr io.Writer
 }
 
-// ErrAdoptNotImplemented is Adopt's error until the daemon (issue 28)
-// needs it. It wraps errors.ErrUnsupported.
-var ErrAdoptNotImplemented = fmt.Errorf("adopting a running process is not implemented yet: %w", errors.ErrUnsupported)
-
-// Adopt is to make a process that is already running, and its
-// descendants, the session's agent: what the daemon does with an agent it
-// finds. It is not implemented yet and returns ErrAdoptNotImplemented; the
-// session is left as it was.
-func (s *Session) Adopt(ctx context.Context, pid int) error {
-	return fmt.Errorf("session: adopt pid %d: %w", pid, ErrAdoptNotImplemented)
+// Adopt makes a process that is already running, and its descendants, an
+// agent's session of the daemon's (Config.Machine): their connections and
+// DNS go through the daemon from their next call on. name is the agent's
+// name; "" tells it from the process's command line. It returns the new
+// session; a process already in one is an error.
+func (s *Session) Adopt(ctx context.Context, pid int, name string) (event.Session, error) {
+	if s.machine == nil || !s.started {
+		return event.Session{}, fmt.Errorf("session: adopt pid %d: only a started daemon adopts processes", pid)
+	}
+	info, err := s.machine.adopt(pid, name)
+	if err != nil {
+		return info, fmt.Errorf("session: adopt pid %d: %w", pid, err)
+	}
+	return info, nil
 }
+
+// Sessions lists the daemon's live agent sessions, oldest first; nil for
+// a session that is not a daemon.
+func (s *Session) Sessions() []event.Session {
+	if s.machine == nil {
+		return nil
+	}
+	return s.machine.sessions()
+}
+
+// Trust is the trust bundle the session's agents are given: the system's
+// roots and Chaperone's CA.
+func (s *Session) Trust() string { return s.bundle }
 
 // Run starts cmd as the session's agent, confined (its own cgroup in
 // transparent mode, file and exec mediation as root, no capabilities) and

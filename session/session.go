@@ -28,6 +28,7 @@ import (
 	"github.com/chaperone-dev/chaperone/policy"
 	"github.com/chaperone-dev/chaperone/proxy"
 	"github.com/chaperone-dev/chaperone/redirect"
+	"github.com/chaperone-dev/chaperone/rewrite/inject"
 	"github.com/chaperone-dev/chaperone/telemetry"
 	chtls "github.com/chaperone-dev/chaperone/tls"
 )
@@ -49,6 +50,9 @@ type Config struct {
 	// KillOnExit, in transparent mode, kills what the agent left in the
 	// session when it exits; else the session waits for it.
 	KillOnExit bool
+	// Machine, when set, makes the session the machine's daemon
+	// (machine.go): Run is not for it; its agents are found, or adopted.
+	Machine *Machine
 }
 
 // Deps is what a session takes from the process that runs it.
@@ -85,6 +89,7 @@ type Session struct {
 	user       string
 	agent      string
 	killOnExit bool
+	machine    *machineScope // the daemon's, when Config.Machine
 	getenv     func(string) string
 	stdin      io.Reader
 	stderr     io.Writer
@@ -122,6 +127,7 @@ type Session struct {
 	proxyURL  string // with credentials: only ever put in the agent's environment
 	rw        *proxy.Rewrites
 	agentEnv  []string // NAME=placeholder for brokered credentials
+	creds     []inject.Credential // the brokered credentials, for a daemon's agents' rewrites
 	hideEnv   []string // variables the agent must not inherit
 	proxy     *proxy.Proxy
 	serveDone chan error                         // the proxy's Serve's end, once serving
@@ -195,6 +201,12 @@ func New(cfg Config, deps Deps) (*Session, error) {
 		}
 	}
 	s.procs = attribution.NewTable(attribution.OSProc(), attribution.WithSocketLookup(attribution.SockDiag))
+	if cfg.Machine != nil {
+		if cfg.Machine.Classify == nil {
+			return nil, UsageError{errors.New("session: daemon: no classifier")}
+		}
+		s.machine = newMachineScope(s, cfg.Machine)
+	}
 	return s, nil
 }
 
@@ -415,11 +427,11 @@ func (s *Session) startListen(context.Context) error {
 
 // startRewrites makes what the proxy changes in the session's requests.
 func (s *Session) startRewrites(context.Context) error {
-	rw, agentEnv, hideEnv, err := sessionRewrites(s.cfg, s.policy.Policy(), s.policy.Policy, s.id, s.agent, s.tasks, s.getenv)
+	rw, agentEnv, hideEnv, creds, err := sessionRewrites(s.cfg, s.policy.Policy(), s.policy.Policy, s.id, s.agent, s.tasks, s.getenv)
 	if err != nil {
 		return err
 	}
-	s.rw, s.agentEnv, s.hideEnv = rw, agentEnv, hideEnv
+	s.rw, s.agentEnv, s.hideEnv, s.creds = rw, agentEnv, hideEnv, creds
 	// Command lines and URLs often carry tokens: the log gets the same
 	// placeholders as the prompts.
 	s.audit.SetRedactor(memoize(func(v string) string {
@@ -457,6 +469,9 @@ func (s *Session) startProxy(context.Context) error {
 			if id == s.id {
 				return s.rw
 			}
+			if s.machine != nil {
+				return s.machine.rewrites(id)
+			}
 			return nil
 		},
 		Now: time.Now,
@@ -474,6 +489,23 @@ func (s *Session) startProxy(context.Context) error {
 // the explicit proxy, saying why.
 func (s *Session) startTransparent(context.Context) error {
 	mode := s.cfg.Mode
+	if s.machine != nil {
+		ts, err := startTransparent(s.id, transparentOptions{
+			machine: s.machine,
+			procs:   s.procs, decider: s.chain, publish: s.bus.Publish, log: s.log,
+			static: staticNames(s.resolves), upstreams: dnsUpstreams(s.cfg, s.stderr),
+			allowQUIC: s.cfg.QUIC == config.QUICAllow, allowUDP: s.cfg.UDP == config.UDPAllow,
+		})
+		if err != nil {
+			return err
+		}
+		s.ts.Store(ts)
+		s.mode = ModeDaemon
+		// Each agent's start is recorded when it is found, before any of
+		// its connections is decided.
+		s.recordOnce.Do(func() { close(s.recordedStart) })
+		return nil
+	}
 	switch {
 	case mode == config.ModeTransparent || (mode == config.ModeAuto && os.Geteuid() == 0):
 		ts, err := startTransparent(s.id, transparentOptions{
@@ -535,7 +567,7 @@ func (s *Session) inSession(pid int) bool {
 		return true
 	}
 	if ts := s.ts.Load(); ts != nil {
-		in, _ := redirect.Contains(ts.cg.Path, pid)
+		_, in := ts.scope.ownerOf(pid)
 		return in
 	}
 	return false
@@ -655,3 +687,7 @@ func newID(n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// RecordReload records a reload of what the session runs by (a daemon's
+// configuration): an audit event, with the error when the old one stays.
+func (s *Session) RecordReload(r event.PolicyReload) { publishPolicyReload(s.bus, s.id, r) }

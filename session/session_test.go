@@ -228,8 +228,8 @@ func TestRunBeforeStartAndAdopt(t *testing.T) {
 	if _, err := s.Run(context.Background(), Command{Argv: []string{"true"}}); err == nil {
 		t.Error("Run before Start succeeded")
 	}
-	if err := s.Adopt(context.Background(), os.Getpid()); !errors.Is(err, ErrAdoptNotImplemented) || !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("Adopt = %v, want ErrAdoptNotImplemented", err)
+	if _, err := s.Adopt(context.Background(), os.Getpid(), ""); err == nil || !strings.Contains(err.Error(), "only a started daemon") {
+		t.Errorf("Adopt by a session that is not a daemon = %v, want refused", err)
 	}
 }
 

@@ -25,6 +25,9 @@ const CgroupParent = "chaperone"
 
 // transparentOptions is what a transparent session needs beyond its id.
 type transparentOptions struct {
+	// machine, when set, captures the machine's marked processes instead
+	// of a cgroup's: the daemon (machine.go).
+	machine *machineScope
 	procs     *attribution.Table
 	decider   event.Decider
 	publish   func(*event.Event)
@@ -36,12 +39,32 @@ type transparentOptions struct {
 	now       func() time.Time // the refusal events' clock; nil means time.Now
 }
 
+// scope is which processes a transparent session captures, and whose
+// session each is: a cgroup's (run), or the machine's marked processes
+// (the daemon: machine.go).
+type scope interface {
+	// owner tells whose a redirect record is; an error refuses its
+	// connection.
+	owner(o redirect.Origin) (owned, error)
+	// ownerOf tells whose process pid is: for a client that reached the
+	// proxy's address without the hooks redirecting it.
+	ownerOf(pid int) (owned, bool)
+}
+
+// owned is whose a redirected connection or query is.
+type owned struct {
+	session string
+	root    int  // the session's first process: lineages are named from it
+	relay   bool // no session's: passed on untouched, never recorded
+}
+
 // transparentSession is the kernel side of a transparent session: its
-// cgroup, the eBPF hooks attached to it, and the proxy's listeners that
-// the hooks send connections to.
+// cgroup (or the machine's marked processes), the eBPF hooks, and the
+// proxy's listeners that the hooks send connections to.
 type transparentSession struct {
 	id    string
-	cg    *redirect.SessionCgroup
+	scope scope
+	cg    *redirect.SessionCgroup // nil for the machine
 	red   *redirect.Redirector
 	hooks interface{ Close() error }
 	ln4   net.Listener
@@ -49,7 +72,7 @@ type transparentSession struct {
 	dns   *dns.Server  // the session's resolver, where the hooks send port 53
 	udp   []net.PacketConn
 	// dnsTCP feeds the resolver the TCP connections to port 53; tcpDNS
-	// holds their records (client address → redirect.Origin) while open.
+	// holds their records (client address → dnsRecord) while open.
 	dnsTCP *connQueue
 	tcpDNS sync.Map
 	// accepted holds the records of connections accepted for the proxy
@@ -84,16 +107,21 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 			ts.Close()
 		}
 	}()
-	root, err := redirect.CgroupRoot()
-	if err != nil {
-		return nil, fmt.Errorf("transparent mode: %w", err)
-	}
-	parent, err := redirect.OpenParent(root, CgroupParent)
-	if err != nil {
-		return nil, fmt.Errorf("transparent mode: %w", err)
-	}
-	if ts.cg, err = parent.NewSession(id); err != nil {
-		return nil, fmt.Errorf("transparent mode: %w", err)
+	if o.machine != nil {
+		ts.scope = o.machine
+	} else {
+		root, err := redirect.CgroupRoot()
+		if err != nil {
+			return nil, fmt.Errorf("transparent mode: %w", err)
+		}
+		parent, err := redirect.OpenParent(root, CgroupParent)
+		if err != nil {
+			return nil, fmt.Errorf("transparent mode: %w", err)
+		}
+		if ts.cg, err = parent.NewSession(id); err != nil {
+			return nil, fmt.Errorf("transparent mode: %w", err)
+		}
+		ts.scope = cgroupScope{ts}
 	}
 	if ts.ln4, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("transparent mode: listen: %w", err)
@@ -107,7 +135,7 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 	if ts.dns, err = dns.New(dns.Options{
 		Session: id, Decider: o.decider, Publish: o.publish,
 		Static: o.static, Upstreams: o.upstreams, Logger: o.log,
-		Process: ts.queryProcess,
+		Attribute: ts.queryProcess,
 	}); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
 	}
@@ -125,6 +153,9 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 	}
 	cfg.AllowQUIC = o.allowQUIC
 	cfg.AllowUDP = o.allowUDP
+	if o.machine != nil {
+		cfg.MarkedOnly, cfg.Candidates = true, o.machine.candidates
+	}
 	if ts.red, err = redirect.Load(cfg); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
 	}
@@ -141,23 +172,63 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 			ts.publishRefusal(rf)
 		}
 	}()
+	if o.machine != nil {
+		if err := o.machine.start(ts); err != nil {
+			return nil, fmt.Errorf("daemon: %w", err)
+		}
+		if ts.hooks, err = ts.red.AttachMachine(o.machine.pinDir); err != nil {
+			return nil, fmt.Errorf("daemon: %w", err)
+		}
+		return ts, nil
+	}
 	if ts.hooks, err = ts.red.Attach(ts.cg.Path); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
 	}
 	return ts, nil
 }
 
-// queryProcess is the process behind a DNS query from client, when the
-// hooks recorded it for this session.
-func (ts *transparentSession) queryProcess(client netip.AddrPort) *event.Process {
+// cgroupScope is a run session's: the processes of its cgroup.
+type cgroupScope struct{ ts *transparentSession }
+
+func (c cgroupScope) owner(o redirect.Origin) (owned, error) {
+	if o.CgroupID != c.ts.cg.ID {
+		return owned{}, fmt.Errorf("connection from cgroup %d, not the session's", o.CgroupID)
+	}
+	return owned{session: c.ts.id, root: int(c.ts.rootPID.Load())}, nil
+}
+
+func (c cgroupScope) ownerOf(pid int) (owned, bool) {
+	if in, err := redirect.Contains(c.ts.cg.Path, pid); err != nil || !in {
+		return owned{}, false
+	}
+	return owned{session: c.ts.id, root: int(c.ts.rootPID.Load())}, true
+}
+
+// queryProcess is the session and process behind a DNS query from
+// client, as the hooks recorded it; a query of no session's (the machine's
+// non-agents) is not mediated.
+func (ts *transparentSession) queryProcess(client netip.AddrPort) (string, *event.Process, bool) {
+	var who owned
 	o, err := ts.red.LookupUDP(client)
+	if err == nil {
+		who, err = ts.scope.owner(o)
+	}
 	if v, ok := ts.tcpDNS.Load(client); ok {
-		o, err = v.(redirect.Origin), nil
+		o, who, err = v.(dnsRecord).origin, v.(dnsRecord).who, nil
 	}
-	if err != nil || o.CgroupID != ts.cg.ID {
-		return nil
+	switch {
+	case err != nil && ts.cg != nil:
+		return ts.id, nil, true // recorded as the session's, its process unknown
+	case err != nil || who.relay:
+		return "", nil, false
 	}
-	proc, err := describeProcess(ts.procs, int(o.PID), int(ts.rootPID.Load()))
+	return who.session, ts.process(o, who), true
+}
+
+// process describes the process of a redirect record; one gone already
+// is what the kernel saw.
+func (ts *transparentSession) process(o redirect.Origin, who owned) *event.Process {
+	proc, err := describeProcess(ts.procs, int(o.PID), who.root)
 	if err != nil {
 		return &event.Process{PID: int(o.PID), UID: int(o.UID), Argv: []string{o.Comm}}
 	}
@@ -180,29 +251,25 @@ func (ts *transparentSession) serve(p *proxy.Proxy) {
 }
 
 // Origin implements proxy.OriginFinder: the hooks' record of where the
-// client was going, checked to come from this session's cgroup.
+// client was going, and whose session it is.
 func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error) {
 	v, ok := ts.accepted.LoadAndDelete(client)
 	if !ok {
 		return ts.unredirected(client), fmt.Errorf("no record for %s", client)
 	}
-	o, err := v.(originLookup).origin, v.(originLookup).err
-	if err != nil {
-		return ts.unredirected(client), err
+	r := v.(originLookup)
+	switch {
+	case r.err != nil:
+		return ts.unredirected(client), r.err
+	case r.refused != nil:
+		return proxy.Tunnel{}, r.refused
 	}
-	if o.CgroupID != ts.cg.ID {
-		return proxy.Tunnel{}, fmt.Errorf("connection from cgroup %d, not the session's", o.CgroupID)
-	}
-	proc, err := describeProcess(ts.procs, int(o.PID), int(ts.rootPID.Load()))
-	if err != nil {
-		// Gone already: keep what the kernel saw at connect().
-		proc = &event.Process{PID: int(o.PID), UID: int(o.UID), Argv: []string{o.Comm}}
-	}
+	o := r.origin
 	// The name the process itself looked this address up as, if it did:
 	// a hint, for a connection that does not name its host (no SNI, no
 	// HTTP); another process's lookup is not this connection's name.
 	host, _ := ts.dns.NameForProcess(o.Dst.Addr().Unmap(), int(o.PID))
-	return proxy.Tunnel{Session: ts.id, Host: host, Dst: o.Dst, Process: proc, Via: "transparent"}, nil
+	return proxy.Tunnel{Session: r.who.session, Host: host, Dst: o.Dst, Process: ts.process(o, r.who), Via: "transparent"}, nil
 }
 
 // Resolved implements proxy.ResolverMemory for the session: its resolver
@@ -225,19 +292,19 @@ func (ts *transparentSession) unredirected(client netip.AddrPort) proxy.Tunnel {
 	if ln == nil {
 		return proxy.Tunnel{}
 	}
-	root := int(ts.rootPID.Load())
-	pid, err := ts.procs.SessionSocketOwner(client, ln.Addr().(*net.TCPAddr).AddrPort(), root)
+	pid, err := ts.procs.SessionSocketOwner(client, ln.Addr().(*net.TCPAddr).AddrPort(), int(ts.rootPID.Load()))
 	if err != nil {
 		return proxy.Tunnel{}
 	}
-	if in, err := redirect.Contains(ts.cg.Path, pid); err != nil || !in {
+	who, ok := ts.scope.ownerOf(pid)
+	if !ok || who.relay {
 		return proxy.Tunnel{}
 	}
-	proc, err := describeProcess(ts.procs, pid, root)
+	proc, err := describeProcess(ts.procs, pid, who.root)
 	if err != nil {
 		proc = &event.Process{PID: pid}
 	}
-	return proxy.Tunnel{Session: ts.id, Process: proc, Via: "transparent"}
+	return proxy.Tunnel{Session: who.session, Process: proc, Via: "transparent"}
 }
 
 // publishRefusal publishes what the hooks refused as a denied connect
@@ -246,7 +313,14 @@ func (ts *transparentSession) publishRefusal(rf redirect.Refusal) {
 	if ts.publish == nil {
 		return
 	}
-	proc, err := describeProcess(ts.procs, int(rf.PID), int(ts.rootPID.Load()))
+	who, ok := ts.scope.ownerOf(int(rf.PID))
+	if ts.cg != nil {
+		who, ok = owned{session: ts.id, root: int(ts.rootPID.Load())}, true
+	}
+	if !ok || who.relay {
+		return // a machine's process that is no session's, gone or unmarked since
+	}
+	proc, err := describeProcess(ts.procs, int(rf.PID), who.root)
 	if err != nil {
 		// Gone already: keep what the kernel saw.
 		proc = &event.Process{PID: int(rf.PID), UID: int(rf.UID), Argv: []string{rf.Comm}}
@@ -268,7 +342,7 @@ func (ts *transparentSession) publishRefusal(rf redirect.Refusal) {
 		c.Host, _ = ts.dns.NameForProcess(rf.Dst.Addr().Unmap(), int(rf.PID))
 	}
 	ts.publish(&event.Event{
-		Time: ts.now(), Kind: event.KindConnect, Session: ts.id, Process: proc,
+		Time: ts.now(), Kind: event.KindConnect, Session: who.session, Process: proc,
 		Verdict: v, Connect: c,
 	})
 }
@@ -297,6 +371,9 @@ func (ts *transparentSession) quicRefused() uint64 {
 // exit by itself.
 func (ts *transparentSession) end(ctx context.Context, killOnExit bool) error {
 	defer ts.flushRefusals()
+	if ts.cg == nil {
+		return nil
+	}
 	if killOnExit {
 		return ts.cg.Kill()
 	}
@@ -316,6 +393,9 @@ func (ts *transparentSession) Close() error {
 	}
 	if ts.refusalsDone != nil {
 		<-ts.refusalsDone // the reader stops at Close
+	}
+	if m, ok := ts.scope.(*machineScope); ok {
+		m.stop()
 	}
 	if ts.dnsTCP != nil {
 		ts.dnsTCP.Close()

@@ -96,6 +96,9 @@ type Record struct {
 	Agent      string   `json:"agent,omitempty"`
 	Command    []string `json:"command,omitempty"`
 	RootPID    int      `json:"root_pid,omitempty"`
+	AgentUID   int      `json:"agent_uid,omitempty"`
+	TTY        string   `json:"tty,omitempty"`
+	ParentPID  int      `json:"parent_pid,omitempty"`
 	Mode       string   `json:"mode,omitempty"`
 	ExitCode   *int     `json:"exit_code,omitempty"`   // session_end only, present even when 0
 	DurationMS *int64   `json:"duration_ms,omitempty"` // session_end only

@@ -88,6 +88,8 @@ func newRootCommand(e env) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		newRunCommand(e),
+		newDaemonCommand(e),
+		newAttachCommand(e),
 		newConfigCommand(e),
 		newCACommand(e),
 		newEventsCommand(e),

@@ -37,16 +37,15 @@ func newRunCommand(e env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			configFile, _ := cmd.Flags().GetString("config")
-			if configFile == "" {
-				configFile = e.getenv(config.EnvConfigFile)
-			}
 			if agent == "" {
 				agent = session.AgentName(args)
 			}
+			if joined, err := joinDaemon(e, cfg, agent, args); joined || err != nil {
+				return err // joined: the agent replaced this process; never here
+			}
 			code, err := runSession(cmd.Context(), e, session.Config{
 				Settings:   cfg,
-				ConfigFile: configFile,
+				ConfigFile: configFile(cmd, e),
 				User:       user,
 				Agent:      agent,
 				KillOnExit: killOnExit,

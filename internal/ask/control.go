@@ -87,7 +87,7 @@ func (b *Broker) serveConn(c net.Conn, check PeerCheck) {
 	// The request is read before anything is answered, so that a refused
 	// client reads its refusal rather than a broken pipe.
 	line, rerr := bufio.NewReader(io.LimitReader(c, maxRequest)).ReadBytes('\n')
-	pid, uid, err := peerCred(c)
+	pid, uid, err := PeerCred(c)
 	who := ""
 	if err == nil {
 		who = fmt.Sprintf(" (uid %d)", uid)

@@ -10,8 +10,9 @@ import (
 
 const syscallECONNREFUSED = syscall.ECONNREFUSED
 
-// peerCred returns the pid and uid of the process at the other end of c.
-func peerCred(c net.Conn) (pid, uid int, err error) {
+// PeerCred returns the pid and uid of the process at the other end of c,
+// a unix socket.
+func PeerCred(c net.Conn) (pid, uid int, err error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return -1, -1, errors.New("not a unix socket")

@@ -10,5 +10,5 @@ import (
 
 const syscallECONNREFUSED = syscall.ECONNREFUSED
 
-// peerCred is not built here: the socket's mode is the only guard.
-func peerCred(net.Conn) (pid, uid int, err error) { return -1, -1, errors.ErrUnsupported }
+// PeerCred is not built here: the socket's mode is the only guard.
+func PeerCred(net.Conn) (pid, uid int, err error) { return -1, -1, errors.ErrUnsupported }

@@ -1,0 +1,380 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/proxy"
+	"github.com/chaperone-dev/chaperone/redirect"
+)
+
+// ModeDaemon is the mode of the sessions of agents a daemon found: the
+// machine's marked processes, captured without a cgroup of their own.
+const ModeDaemon = "daemon"
+
+// Machine makes a session the machine's daemon: instead of running one
+// agent in a cgroup of its own, it captures every process the kernel marks
+// as a possible agent when it execs, makes each agent and its descendants
+// a session of their own (one id, start and end, identity and trace each),
+// and passes everything else on untouched.
+type Machine struct {
+	// Candidates are the command names (comm, at most 15 bytes) whose exec
+	// marks a process for classification, besides any process exec'd with
+	// CHAPERONE_AGENT in its environment.
+	Candidates []string
+	// PinDir is where the kernel hooks are pinned (on bpffs), so that they
+	// outlive the daemon: its marked processes' connections then fail
+	// rather than go out unmediated.
+	PinDir string
+	// Classify tells whether a marked process is an agent, and its name.
+	// A process that is not is unmarked; what it connected meanwhile is
+	// relayed untouched.
+	Classify func(pid int) (agent string, ok bool)
+}
+
+// machineScope is a daemon's scope: the machine's marked processes, each
+// agent's a session of its own.
+type machineScope struct {
+	s          *Session
+	candidates []string
+	pinDir     string
+	classify   func(pid int) (string, bool)
+	ts         *transparentSession
+
+	// settling serializes classifications: a process and its children are
+	// classified once, parents first.
+	settling sync.Mutex
+
+	mu     sync.Mutex
+	next   uint32 // the next session's mark
+	bySlot map[uint32]*agentSession
+	byID   map[string]*agentSession
+
+	stopEvents context.CancelFunc
+	eventsDone chan struct{}
+}
+
+// agentSession is one agent a daemon found, and its session.
+type agentSession struct {
+	slot uint32
+	info event.Session
+	rw   *proxy.Rewrites
+}
+
+func newMachineScope(s *Session, m *Machine) *machineScope {
+	return &machineScope{
+		s: s, candidates: m.Candidates, pinDir: m.PinDir, classify: m.Classify,
+		next: redirect.MarkPending + 1, bySlot: map[uint32]*agentSession{}, byID: map[string]*agentSession{},
+	}
+}
+
+// start picks up the marked processes a previous daemon left as sessions
+// again, and follows the kernel's reports of marked execs and exits.
+func (m *machineScope) start(ts *transparentSession) error {
+	m.ts = ts
+	marks, err := ts.red.Marks()
+	if err != nil {
+		return err
+	}
+	for pid, mark := range marks {
+		if mark > redirect.MarkPending {
+			m.survivor(int(pid), mark)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	events, err := ts.red.MarkEvents(ctx)
+	if err != nil {
+		cancel()
+		return err
+	}
+	m.stopEvents, m.eventsDone = cancel, make(chan struct{})
+	go func() {
+		defer close(m.eventsDone)
+		for ev := range events {
+			m.handle(ev)
+		}
+	}()
+	// Pending marks made while no daemon ran.
+	for pid, mark := range marks {
+		if mark == redirect.MarkPending {
+			m.settle(int(pid))
+		}
+	}
+	return nil
+}
+
+// stop stops following the kernel's reports.
+func (m *machineScope) stop() {
+	if m.stopEvents != nil {
+		m.stopEvents()
+		<-m.eventsDone
+	}
+}
+
+// survivor makes a session again of a process a previous daemon marked:
+// the oldest process of each mark is its root.
+func (m *machineScope) survivor(pid int, mark uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.next <= mark {
+		m.next = mark + 1
+	}
+	if a := m.bySlot[mark]; a != nil {
+		if pid < a.info.RootPID {
+			a.info.RootPID = pid
+		}
+		return
+	}
+	name := "agent"
+	if p, err := m.s.procs.Process(pid); err == nil && len(p.Argv) > 0 {
+		name = AgentName(p.Argv)
+	}
+	m.addLocked(pid, name, mark, "found again after the daemon restarted")
+}
+
+func (m *machineScope) handle(ev redirect.MarkEvent) {
+	switch {
+	case ev.Kind == redirect.MarkExec && ev.Mark == redirect.MarkPending:
+		m.settle(int(ev.PID))
+	case ev.Kind == redirect.MarkExec:
+		if a := m.agent(ev.Mark); a != nil {
+			m.recordExec(a, ev)
+		}
+	case ev.Kind == redirect.MarkExit:
+		m.exited(ev.Mark)
+	}
+}
+
+// owner implements scope: a marked process's session, once it is
+// classified (now, if it was not yet); a process that is no agent's is
+// relayed.
+func (m *machineScope) owner(o redirect.Origin) (owned, error) {
+	mark := o.Mark
+	if mark == redirect.MarkPending {
+		mark = m.settle(int(o.PID))
+	}
+	return m.ownedBy(mark), nil
+}
+
+func (m *machineScope) ownerOf(pid int) (owned, bool) {
+	mark, err := m.markOf(pid)
+	if err != nil || mark == 0 {
+		return owned{}, false
+	}
+	if mark == redirect.MarkPending {
+		mark = m.settle(pid)
+	}
+	who := m.ownedBy(mark)
+	return who, !who.relay
+}
+
+func (m *machineScope) ownedBy(mark uint32) owned {
+	a := m.agent(mark)
+	if a == nil {
+		return owned{relay: true}
+	}
+	return owned{session: a.info.ID, root: a.info.RootPID}
+}
+
+func (m *machineScope) agent(mark uint32) *agentSession {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bySlot[mark]
+}
+
+// markOf is pid's mark, 0 when it has none.
+func (m *machineScope) markOf(pid int) (uint32, error) {
+	return m.ts.red.MarkOf(uint32(pid))
+}
+
+// settle classifies a process marked pending, and returns its mark: a
+// descendant of an agent's process joins its session; an agent the
+// classifier recognises starts one; anything else is unmarked (0).
+func (m *machineScope) settle(pid int) uint32 {
+	m.settling.Lock()
+	defer m.settling.Unlock()
+	mark, err := m.markOf(pid)
+	if err != nil || mark != redirect.MarkPending {
+		return mark // settled meanwhile, or gone
+	}
+	// A child forked before its parent was classified inherited pending:
+	// it is in its ancestor's session, if that is one.
+	for p, depth := pid, 0; p > 1 && depth < 64; depth++ {
+		proc, err := m.s.procs.Process(p)
+		if err != nil || proc.PPID <= 1 {
+			break
+		}
+		pp := proc.PPID
+		if am, err := m.markOf(pp); err == nil && am > redirect.MarkPending && m.agent(am) != nil {
+			if err := m.ts.red.Mark(uint32(pid), am); err != nil {
+				m.s.log.Warn("daemon: mark", "pid", pid, "err", err)
+			}
+			return am
+		}
+		p = pp
+	}
+	name, ok := m.classify(pid)
+	if !ok {
+		if err := m.ts.red.Unmark(uint32(pid)); err != nil {
+			m.s.log.Warn("daemon: unmark", "pid", pid, "err", err)
+		}
+		return 0
+	}
+	a := m.add(pid, name, "found at its exec")
+	if err := m.ts.red.Mark(uint32(pid), a.slot); err != nil {
+		m.s.log.Warn("daemon: mark", "pid", pid, "err", err)
+	}
+	return a.slot
+}
+
+// add starts the session of an agent whose first process is pid.
+func (m *machineScope) add(pid int, name, how string) *agentSession {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	slot := m.next
+	m.next++
+	return m.addLocked(pid, name, slot, how)
+}
+
+func (m *machineScope) addLocked(pid int, name string, slot uint32, how string) *agentSession {
+	id := newID(6)
+	info := event.Session{ID: id, Agent: name, RootPID: pid, Mode: ModeDaemon, Started: time.Now(), StateDir: m.s.cfg.StateDir}
+	if p, err := m.s.procs.Process(pid); err == nil {
+		info.Command, info.Workdir = p.Argv, p.Cwd
+		info.UID, info.ParentPID = p.UID, p.PPID
+	}
+	info.TTY = terminalOf(pid)
+	a := &agentSession{slot: slot, info: info, rw: m.s.agentRewrites(id, name)}
+	m.bySlot[slot], m.byID[id] = a, a
+	m.s.log.Info("daemon: agent session", "session", id, "agent", name, "pid", pid, "how", how)
+	publishSession(m.s.bus, event.KindSessionStart, info, m.s.log)
+	return a
+}
+
+// rewrites is a session's rewrites, nil for no session of the machine's.
+func (m *machineScope) rewrites(id string) *proxy.Rewrites {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a := m.byID[id]; a != nil {
+		return a.rw
+	}
+	return nil
+}
+
+// recordExec records an exec in an agent's session: the kernel reported
+// it after it happened, so it is a record, not a decision.
+func (m *machineScope) recordExec(a *agentSession, ev redirect.MarkEvent) {
+	proc, err := describeProcess(m.s.procs, int(ev.PID), a.info.RootPID)
+	if err != nil {
+		proc = &event.Process{PID: int(ev.PID), UID: int(ev.UID), Argv: []string{ev.Comm}}
+	}
+	ex := &event.Exec{Path: proc.Exe, Argv: proc.Argv, Cwd: proc.Cwd, Program: proc.Exe}
+	m.s.bus.Publish(&event.Event{
+		Time: time.Now(), Kind: event.KindExec, Session: a.info.ID, Process: proc, Exec: ex,
+		Verdict: event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByDefault, Reason: "recorded: the daemon sees an agent's execs after the kernel ran them"},
+	})
+}
+
+// exited ends a session once none of its processes is left.
+func (m *machineScope) exited(mark uint32) {
+	a := m.agent(mark)
+	if a == nil {
+		return
+	}
+	marks, err := m.ts.red.Marks()
+	if err != nil {
+		return
+	}
+	for pid, mk := range marks {
+		if mk == mark && alive(int(pid)) {
+			return
+		}
+	}
+	m.end(a)
+}
+
+// end records an agent session's end.
+func (m *machineScope) end(a *agentSession) {
+	m.mu.Lock()
+	if m.bySlot[a.slot] != a {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.bySlot, a.slot)
+	delete(m.byID, a.info.ID)
+	m.mu.Unlock()
+	info := a.info
+	info.Duration = time.Since(info.Started)
+	publishSession(m.s.bus, event.KindSessionEnd, info, m.s.log)
+}
+
+// sessions lists the live agent sessions, oldest first.
+func (m *machineScope) sessions() []event.Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]event.Session, 0, len(m.bySlot))
+	for _, a := range m.bySlot {
+		out = append(out, a.info)
+	}
+	slices.SortFunc(out, func(a, b event.Session) int { return a.Started.Compare(b.Started) })
+	return out
+}
+
+// adopt makes a running process and its descendants an agent's session.
+func (m *machineScope) adopt(pid int, name string) (event.Session, error) {
+	if !alive(pid) {
+		return event.Session{}, fmt.Errorf("no process %d", pid)
+	}
+	m.settling.Lock()
+	defer m.settling.Unlock()
+	if mark, err := m.markOf(pid); err == nil && mark > redirect.MarkPending {
+		if a := m.agent(mark); a != nil {
+			return a.info, fmt.Errorf("process %d is already in session %s", pid, a.info.ID)
+		}
+	}
+	if name == "" {
+		name = "agent"
+		if p, err := m.s.procs.Process(pid); err == nil && len(p.Argv) > 0 {
+			name = AgentName(p.Argv)
+		}
+	}
+	a := m.add(pid, name, "adopted")
+	var errs []error
+	for _, p := range m.s.procs.Descendants(pid) {
+		if err := m.ts.red.Mark(uint32(p), a.slot); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return a.info, errors.Join(errs...)
+}
+
+// terminalOf names a process's controlling terminal, "" for none.
+func terminalOf(pid int) string {
+	for _, fd := range []string{"0", "1", "2"} {
+		t, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "fd", fd))
+		if err == nil && (strings.HasPrefix(t, "/dev/pts/") || strings.HasPrefix(t, "/dev/tty")) {
+			return t
+		}
+	}
+	return ""
+}
+
+// alive tells whether a process exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
