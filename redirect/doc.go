@@ -76,3 +76,4 @@
 package redirect
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -type config -type origin -type local_key -type refusal redirect bpf/redirect.c -- -O2 -g -Wall -Werror -I./bpf
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -type mark_event marker bpf/marker.c -- -O2 -g -Wall -Werror -I./bpf

@@ -29,6 +29,25 @@ type Config struct {
 	// and unseen; by default it fails with EPERM and is reported (see
 	// Refusals). Datagrams to DNSV4 or DNSV6 themselves always pass.
 	AllowUDP bool
+
+	// MarkedOnly is the machine-wide daemon's mode: the programs, attached
+	// at the cgroup v2 root with AttachMachine, redirect and refuse the
+	// calls of marked processes only and leave every other process alone.
+	// Load then loads the marker too, which marks processes at exec (see
+	// Candidates) and their children at fork. Without it (`chaperone
+	// run`'s mode), everything in the cgroups the programs are attached to
+	// is redirected and nothing is marked.
+	MarkedOnly bool
+	// Candidates are the command names (comm, 1 to 15 bytes, no NUL or
+	// slash) that the marker marks MarkPending at exec, as does
+	// CHAPERONE_AGENT= in an exec's environment. Only with MarkedOnly.
+	Candidates []string
+	// PinDir is where AttachMachine pins the marks map and the marker's
+	// links (on bpffs). When a marks map is pinned there already (a
+	// previous daemon's), Load uses it, so the marks of processes that
+	// outlived that daemon are kept. Only with MarkedOnly; empty: a new
+	// map, and AttachMachine refuses a pinDir that holds another one.
+	PinDir string
 }
 
 // Origin is what a redirected connection or DNS query asked for, and who
@@ -51,4 +70,9 @@ type Origin struct {
 	Cookie uint64
 	// Comm is the connecting thread's command name (at most 15 bytes).
 	Comm string
+	// Mark is the connecting process's mark (MarkPending or the session
+	// slot user space gave it) with Config.MarkedOnly; 0 otherwise. It is
+	// taken at connect() or sendmsg(), so it is known even when the
+	// process is gone by the time the proxy accepts.
+	Mark uint32
 }

@@ -29,7 +29,8 @@ type redirectConfig struct {
 	Dns6Port   uint16
 	AllowQuic  uint8
 	AllowUdp   uint8
-	Pad        [2]uint8
+	MarkedOnly uint8
+	Pad        uint8
 }
 
 type redirectLocalKey struct {
@@ -55,6 +56,8 @@ type redirectOrigin struct {
 	Flags    uint8
 	Pad      [3]uint8
 	Comm     [16]int8
+	Mark     uint32
+	Pad2     uint32
 }
 
 type redirectRefusal struct {
@@ -79,6 +82,7 @@ type redirectRefusal struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	redirectMapConfigMap       = "config_map"
+	redirectMapMarks           = "marks"
 	redirectMapOriginByLocal   = "origin_by_local"
 	redirectMapQuicRefused     = "quic_refused"
 	redirectMapRefusals        = "refusals"
@@ -158,6 +162,7 @@ type redirectProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type redirectMapSpecs struct {
 	ConfigMap       *ebpf.MapSpec `ebpf:"config_map"`
+	Marks           *ebpf.MapSpec `ebpf:"marks"`
 	OriginByLocal   *ebpf.MapSpec `ebpf:"origin_by_local"`
 	QuicRefused     *ebpf.MapSpec `ebpf:"quic_refused"`
 	Refusals        *ebpf.MapSpec `ebpf:"refusals"`
@@ -193,6 +198,7 @@ func (o *redirectObjects) Close() error {
 // It can be passed to loadRedirectObjects or ebpf.CollectionSpec.LoadAndAssign.
 type redirectMaps struct {
 	ConfigMap       *ebpf.Map `ebpf:"config_map"`
+	Marks           *ebpf.Map `ebpf:"marks"`
 	OriginByLocal   *ebpf.Map `ebpf:"origin_by_local"`
 	QuicRefused     *ebpf.Map `ebpf:"quic_refused"`
 	Refusals        *ebpf.Map `ebpf:"refusals"`
@@ -203,6 +209,7 @@ type redirectMaps struct {
 func (m *redirectMaps) Close() error {
 	return _RedirectClose(
 		m.ConfigMap,
+		m.Marks,
 		m.OriginByLocal,
 		m.QuicRefused,
 		m.Refusals,

@@ -34,12 +34,17 @@ type Redirector struct {
 	mu       sync.Mutex
 	attached map[*attachment]struct{}
 	refusals *ringbuf.Reader // once Refusals is called
-	closing  chan struct{}   // closed by Close: the reader stops delivering
+	closing  chan struct{}   // closed by Close: the readers stop delivering
 	closed   bool
+
+	marker  *marker  // with Config.MarkedOnly
+	machine *machine // once AttachMachine succeeded
 }
 
 // Load loads the programs and maps and writes cfg into them. Nothing is
-// attached yet. The error wraps ErrNotPermitted (and os.ErrPermission)
+// attached yet. With cfg.MarkedOnly it loads the marker too (see
+// AttachMachine), and mounts tracefs at /sys/kernel/tracing when it is
+// not mounted. The error wraps ErrNotPermitted (and os.ErrPermission)
 // without the privileges to load, ErrNotSupported when the kernel lacks a
 // needed feature.
 func Load(cfg Config) (*Redirector, error) {
@@ -52,11 +57,21 @@ func Load(cfg Config) (*Redirector, error) {
 		return nil, loadError("remove memlock limit", err)
 	}
 	r := &Redirector{attached: make(map[*attachment]struct{}), closing: make(chan struct{})}
-	if err := loadRedirectObjects(&r.objs, nil); err != nil {
+	var opts *ebpf.CollectionOptions
+	if cfg.MarkedOnly {
+		if err := r.loadMarker(cfg); err != nil {
+			return nil, err
+		}
+		opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{pinMarks: r.marker.marks}}
+	}
+	if err := loadRedirectObjects(&r.objs, opts); err != nil {
+		if r.marker != nil {
+			r.marker.close()
+		}
 		return nil, loadError("load programs", err)
 	}
 	if err := r.objs.ConfigMap.Put(uint32(0), kcfg); err != nil {
-		r.objs.Close()
+		r.Close()
 		return nil, fmt.Errorf("redirect: write config: %w", err)
 	}
 	return r, nil
@@ -81,6 +96,12 @@ func loadError(what string, err error) error {
 // kernel validates c and converts it to the programs' configuration.
 func (c Config) kernel() (redirectConfig, error) {
 	var k redirectConfig
+	if err := c.validateMarking(); err != nil {
+		return k, err
+	}
+	if c.MarkedOnly {
+		k.MarkedOnly = 1
+	}
 	if !c.ProxyV4.IsValid() && !c.ProxyV6.IsValid() {
 		return k, errors.New("redirect: config: no proxy address")
 	}
@@ -314,9 +335,18 @@ func (r *Redirector) LookupUDP(client netip.AddrPort) (Origin, error) {
 // QUICRefused counts the UDP sends and connects to port 443 refused since
 // Load, over every cgroup the Redirector is attached to.
 func (r *Redirector) QUICRefused() (uint64, error) {
-	var perCPU []uint64
-	if err := r.objs.QuicRefused.Lookup(uint32(0), &perCPU); err != nil {
+	n, err := sumPerCPU(r.objs.QuicRefused)
+	if err != nil {
 		return 0, fmt.Errorf("redirect: read quic refusals: %w", err)
+	}
+	return n, nil
+}
+
+// sumPerCPU reads a one-entry per-CPU counter.
+func sumPerCPU(m *ebpf.Map) (uint64, error) {
+	var perCPU []uint64
+	if err := m.Lookup(uint32(0), &perCPU); err != nil {
+		return 0, err
 	}
 	var n uint64
 	for _, c := range perCPU {
@@ -329,13 +359,9 @@ func (r *Redirector) QUICRefused() (uint64, error) {
 // ring buffer was full (the reader fell behind), since Load. The calls were
 // refused all the same.
 func (r *Redirector) RefusalsDropped() (uint64, error) {
-	var perCPU []uint64
-	if err := r.objs.RefusalsDropped.Lookup(uint32(0), &perCPU); err != nil {
+	n, err := sumPerCPU(r.objs.RefusalsDropped)
+	if err != nil {
 		return 0, fmt.Errorf("redirect: read dropped refusals: %w", err)
-	}
-	var n uint64
-	for _, c := range perCPU {
-		n += c
 	}
 	return n, nil
 }
@@ -362,7 +388,14 @@ func (r *Redirector) Refusals(ctx context.Context) (<-chan Refusal, error) {
 		return nil, fmt.Errorf("redirect: refusals: %w", err)
 	}
 	r.refusals = rd
-	ch := make(chan Refusal, 64)
+	return deliver(r, ctx, rd, (*redirectRefusal).refusal), nil
+}
+
+// deliver reads rd's records, as V, until ctx is done (then it delivers
+// what is pending and closes the channel) or r is closed, and sends them
+// converted.
+func deliver[V, E any](r *Redirector, ctx context.Context, rd *ringbuf.Reader, conv func(*V) E) <-chan E {
+	ch := make(chan E, 64)
 	// Flush makes the reads return what is pending, then ErrFlushed.
 	stop := context.AfterFunc(ctx, func() { rd.Flush() })
 	go func() {
@@ -375,18 +408,18 @@ func (r *Redirector) Refusals(ctx context.Context) (<-chan Refusal, error) {
 				// blocking read.
 				return
 			}
-			var v redirectRefusal
+			var v V
 			if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &v); err != nil {
 				continue // shorter than a report: not one of ours
 			}
 			select {
-			case ch <- v.refusal():
+			case ch <- conv(&v):
 			case <-r.closing:
 				return
 			}
 		}
 	}()
-	return ch, nil
+	return ch
 }
 
 func (v *redirectRefusal) refusal() Refusal {
@@ -451,6 +484,7 @@ func (v *redirectOrigin) origin() Origin {
 		CgroupID: v.CgroupId,
 		Cookie:   v.Cookie,
 		Comm:     commString(v.Comm),
+		Mark:     v.Mark,
 	}
 }
 
@@ -478,7 +512,9 @@ func (r *Redirector) MapLen() (int, error) {
 }
 
 // Close detaches the programs from every cgroup they are still attached to
-// and releases the maps. It is safe to call more than once.
+// with Attach and releases the maps. What AttachMachine attached stays,
+// pinned (see there): only RemoveMachine removes it. It is safe to call
+// more than once.
 func (r *Redirector) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -491,9 +527,15 @@ func (r *Redirector) Close() error {
 	for a := range r.attached {
 		errs = append(errs, a.detachLocked())
 	}
+	if r.machine != nil {
+		errs = append(errs, r.machine.releaseLocked())
+	}
 	if r.refusals != nil {
 		// Ends the reading goroutine; Close waits for a Read in progress.
 		errs = append(errs, r.refusals.Close())
+	}
+	if r.marker != nil {
+		errs = append(errs, r.marker.close())
 	}
 	errs = append(errs, r.objs.Close())
 	return errors.Join(errs...)

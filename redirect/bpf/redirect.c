@@ -46,10 +46,18 @@
  * Every refusal is reported to user space through the refusals ring buffer,
  * with the task that made it; a full buffer drops the report, never blocks
  * the call, and counts the drop in refusals_dropped.
+ *
+ * Marked only (config.marked_only, the machine-wide daemon's mode, attached
+ * at the cgroup v2 root): connect4/6, sendmsg4/6 and sock_create let a task
+ * whose process (tgid) has no entry in marks (marks.h, filled by marker.c)
+ * through untouched after that one lookup. The others change nothing for a
+ * socket that was not redirected. A redirected socket's origin carries the
+ * process's mark.
  */
 #include "uapi.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "marks.h"
 
 /* A context load the compiler can neither move nor merge. */
 #define READ_CTX(x) (*(volatile typeof(x) *)&(x))
@@ -81,8 +89,9 @@ struct config {
 	__u16 dns4_port;  /* host byte order */
 	__u16 dns6_port;  /* host byte order */
 	__u8 allow_quic;
-	__u8 allow_udp; /* UDP to ports other than 53 and 443 */
-	__u8 pad[2];
+	__u8 allow_udp;   /* UDP to ports other than 53 and 443 */
+	__u8 marked_only; /* only marked processes are redirected or refused */
+	__u8 pad;
 };
 
 /* What the application asked for, and who asked. */
@@ -100,6 +109,8 @@ struct origin {
 	__u8 flags;     /* ORIGIN_F_* */
 	__u8 pad[3];
 	char comm[16];
+	__u32 mark; /* the process's mark (marks.h); 0 unless marked_only */
+	__u32 pad2;
 };
 
 /* refusal.kind */
@@ -247,8 +258,30 @@ static __always_inline int is_v4mapped(const __u32 ip6[4])
 	return ip6[0] == 0 && ip6[1] == 0 && ip6[2] == bpf_htonl(0x0000ffff);
 }
 
+/*
+ * Whether the current task is left alone: with marked_only, a process
+ * without a mark is, after this one lookup. Otherwise *mark is the
+ * process's mark (0 when not marked_only). Without a configuration the
+ * task is not left alone, so the caller fails closed.
+ */
+static __always_inline int unmarked(__u32 *mark)
+{
+	__u32 zero = 0;
+	const struct config *cfg = bpf_map_lookup_elem(&config_map, &zero);
+
+	*mark = 0;
+	if (!cfg || !cfg->marked_only)
+		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	const __u32 *m = bpf_map_lookup_elem(&marks, &tgid);
+	if (!m || !*m)
+		return 1;
+	*mark = *m;
+	return 0;
+}
+
 /* Fills everything but the destination. */
-static __always_inline void origin_fill(struct origin *o, struct bpf_sock_addr *ctx, __u8 family, __u8 proto)
+static __always_inline void origin_fill(struct origin *o, struct bpf_sock_addr *ctx, __u8 family, __u8 proto, __u32 mark)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 uid_gid = bpf_get_current_uid_gid();
@@ -262,6 +295,7 @@ static __always_inline void origin_fill(struct origin *o, struct bpf_sock_addr *
 	o->family = family;
 	o->proto = proto;
 	o->flags = 0;
+	o->mark = mark;
 	bpf_get_current_comm(o->comm, sizeof(o->comm));
 }
 
@@ -318,7 +352,7 @@ static __always_inline int is_resolver6(const struct config *cfg, const __u32 ip
  * AF_INET6 (dual stack) sending to ::ffff:a.b.c.d, which the kernel hands to
  * the IPv4 path; the record then keeps the mapped form.
  */
-static __always_inline int udp4(struct bpf_sock_addr *ctx, int is_connect)
+static __always_inline int udp4(struct bpf_sock_addr *ctx, int is_connect, __u32 mark)
 {
 	__u32 zero = 0;
 	const struct config *cfg = bpf_map_lookup_elem(&config_map, &zero);
@@ -348,7 +382,7 @@ static __always_inline int udp4(struct bpf_sock_addr *ctx, int is_connect)
 		return SOCK_ADDR_REJECT;
 	}
 	__u8 family = ctx->family == AF_INET6 ? AF_INET6 : AF_INET;
-	origin_fill(o, ctx, family, IPPROTO_UDP);
+	origin_fill(o, ctx, family, IPPROTO_UDP, mark);
 	if (family == AF_INET6)
 		o->flags = ORIGIN_F_V4MAPPED;
 	o->dst_ip6[0] = 0;
@@ -367,7 +401,7 @@ static __always_inline int udp4(struct bpf_sock_addr *ctx, int is_connect)
  * v4-mapped ones (sendmsg6 gets them through sendmsg4) and may rewrite to a
  * mapped address.
  */
-static __always_inline int udp6(struct bpf_sock_addr *ctx, int is_connect)
+static __always_inline int udp6(struct bpf_sock_addr *ctx, int is_connect, __u32 mark)
 {
 	__u32 zero = 0;
 	const struct config *cfg = bpf_map_lookup_elem(&config_map, &zero);
@@ -401,7 +435,7 @@ static __always_inline int udp6(struct bpf_sock_addr *ctx, int is_connect)
 		report_addr(ctx, REFUSAL_FAIL_CLOSED, call, ip6, port);
 		return SOCK_ADDR_REJECT;
 	}
-	origin_fill(o, ctx, AF_INET6, IPPROTO_UDP);
+	origin_fill(o, ctx, AF_INET6, IPPROTO_UDP, mark);
 	o->dst_ip6[0] = ip6[0];
 	o->dst_ip6[1] = ip6[1];
 	o->dst_ip6[2] = ip6[2];
@@ -434,8 +468,11 @@ static __always_inline int is_udp(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect4")
 int connect4(struct bpf_sock_addr *ctx)
 {
+	__u32 mark;
+	if (unmarked(&mark))
+		return CONNECT_ALLOW;
 	if (is_udp(ctx))
-		return udp4(ctx, 1);
+		return udp4(ctx, 1, mark);
 
 	__u32 ip = ctx->user_ip4;
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
@@ -463,7 +500,7 @@ int connect4(struct bpf_sock_addr *ctx)
 		report_addr4(ctx, REFUSAL_FAIL_CLOSED, CALL_CONNECT, ip, port);
 		return CONNECT_REJECT;
 	}
-	origin_fill(o, ctx, AF_INET, IPPROTO_TCP);
+	origin_fill(o, ctx, AF_INET, IPPROTO_TCP, mark);
 	o->dst_ip6[0] = 0;
 	o->dst_ip6[1] = 0;
 	o->dst_ip6[2] = bpf_htonl(0x0000ffff);
@@ -478,8 +515,11 @@ int connect4(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect6")
 int connect6(struct bpf_sock_addr *ctx)
 {
+	__u32 mark;
+	if (unmarked(&mark))
+		return CONNECT_ALLOW;
 	if (is_udp(ctx))
-		return udp6(ctx, 1);
+		return udp6(ctx, 1, mark);
 
 	__u32 ip6[4];
 	ip6[0] = ctx->user_ip6[0];
@@ -531,7 +571,7 @@ int connect6(struct bpf_sock_addr *ctx)
 		report_addr(ctx, REFUSAL_FAIL_CLOSED, CALL_CONNECT, ip6, port);
 		return CONNECT_REJECT;
 	}
-	origin_fill(o, ctx, AF_INET6, IPPROTO_TCP);
+	origin_fill(o, ctx, AF_INET6, IPPROTO_TCP, mark);
 	o->dst_ip6[0] = ip6[0];
 	o->dst_ip6[1] = ip6[1];
 	o->dst_ip6[2] = ip6[2];
@@ -691,17 +731,23 @@ int getpeername6(struct bpf_sock_addr *ctx)
 SEC("cgroup/sendmsg4")
 int sendmsg4(struct bpf_sock_addr *ctx)
 {
+	__u32 mark;
+	if (unmarked(&mark))
+		return SOCK_ADDR_ALLOW;
 	if (ctx->protocol != IPPROTO_UDP) {
 		/* UDP-Lite: refused at socket(), unless made elsewhere. */
 		report_addr4(ctx, REFUSAL_SOCKET, CALL_SENDMSG, ctx->user_ip4, bpf_ntohs((__u16)ctx->user_port));
 		return SOCK_ADDR_REJECT;
 	}
-	return udp4(ctx, 0);
+	return udp4(ctx, 0, mark);
 }
 
 SEC("cgroup/sendmsg6")
 int sendmsg6(struct bpf_sock_addr *ctx)
 {
+	__u32 mark;
+	if (unmarked(&mark))
+		return SOCK_ADDR_ALLOW;
 	if (ctx->protocol != IPPROTO_UDP) {
 		__u32 ip6[4];
 		ip6[0] = ctx->user_ip6[0];
@@ -711,7 +757,7 @@ int sendmsg6(struct bpf_sock_addr *ctx)
 		report_addr(ctx, REFUSAL_SOCKET, CALL_SENDMSG, ip6, bpf_ntohs((__u16)ctx->user_port));
 		return SOCK_ADDR_REJECT;
 	}
-	return udp6(ctx, 0);
+	return udp6(ctx, 0, mark);
 }
 
 /*
@@ -721,6 +767,10 @@ int sendmsg6(struct bpf_sock_addr *ctx)
 SEC("cgroup/sock_create")
 int sock_create(struct bpf_sock *ctx)
 {
+	__u32 mark;
+	if (unmarked(&mark))
+		return 1;
+
 	__u32 type = ctx->type;
 	__u32 protocol = ctx->protocol;
 

@@ -28,6 +28,7 @@ typedef __u32 __wsum;
 	} __attribute__((aligned(8)))
 
 enum {
+	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
