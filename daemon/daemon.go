@@ -179,5 +179,5 @@ func Remove(pinDir string) error {
 	if pinDir == "" {
 		pinDir = DefaultPinDir
 	}
-	return redirect.RemoveMachine(pinDir)
+	return (&redirect.Redirector{}).RemoveMachine(pinDir)
 }

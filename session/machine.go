@@ -85,11 +85,7 @@ func (m *machineScope) start(ts *transparentSession) error {
 	if err != nil {
 		return err
 	}
-	for pid, mark := range marks {
-		if mark > redirect.MarkPending {
-			m.survivor(int(pid), mark)
-		}
-	}
+	m.survivors(marks)
 	ctx, cancel := context.WithCancel(context.Background())
 	events, err := ts.red.MarkEvents(ctx)
 	if err != nil {
@@ -120,25 +116,56 @@ func (m *machineScope) stop() {
 	}
 }
 
-// survivor makes a session again of a process a previous daemon marked:
-// the oldest process of each mark is its root.
-func (m *machineScope) survivor(pid int, mark uint32) {
+// survivors makes sessions again of the processes a previous daemon
+// marked: per mark, its processes that still run (the map also holds
+// threads' ids), the one whose parent is not among them its root.
+func (m *machineScope) survivors(marks map[uint32]uint32) {
+	procs := map[uint32][]int{}
+	for pid, mark := range marks {
+		if mark > redirect.MarkPending && alive(int(pid)) && isProcess(int(pid)) {
+			procs[mark] = append(procs[mark], int(pid))
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.next <= mark {
-		m.next = mark + 1
-	}
-	if a := m.bySlot[mark]; a != nil {
-		if pid < a.info.RootPID {
-			a.info.RootPID = pid
+	for mark, pids := range procs {
+		slices.Sort(pids)
+		root := pids[0]
+		for _, pid := range pids {
+			if p, err := m.s.procs.Process(pid); err == nil && !slices.Contains(pids, p.PPID) {
+				root = pid
+				break
+			}
 		}
-		return
+		name := "agent"
+		if p, err := m.s.procs.Process(root); err == nil && len(p.Argv) > 0 {
+			name = AgentName(p.Argv)
+		}
+		if m.next <= mark {
+			m.next = mark + 1
+		}
+		m.addLocked(root, name, mark, "found again after the daemon restarted")
 	}
-	name := "agent"
-	if p, err := m.s.procs.Process(pid); err == nil && len(p.Argv) > 0 {
-		name = AgentName(p.Argv)
+}
+
+// isProcess tells a process (a thread group's leader) from a thread.
+func isProcess(pid int) bool {
+	_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid)))
+	if err != nil {
+		return false
 	}
-	m.addLocked(pid, name, mark, "found again after the daemon restarted")
+	// /proc lists processes only; a thread's id is found there too, but
+	// its status names another thread group.
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+			return strings.TrimSpace(v) == strconv.Itoa(pid)
+		}
+	}
+	return false
 }
 
 func (m *machineScope) handle(ev redirect.MarkEvent) {
@@ -255,6 +282,9 @@ func (m *machineScope) addLocked(pid int, name string, slot uint32, how string) 
 	info.TTY = terminalOf(pid)
 	a := &agentSession{slot: slot, info: info, rw: m.s.agentRewrites(id, name)}
 	m.bySlot[slot], m.byID[id] = a, a
+	// The proxy serves known sessions only; the token is for its explicit
+	// side, which the daemon's agents do not use.
+	m.s.proxy.AddSession(id, newID(24))
 	m.s.log.Info("daemon: agent session", "session", id, "agent", name, "pid", pid, "how", how)
 	publishSession(m.s.bus, event.KindSessionStart, info, m.s.log)
 	return a
@@ -312,6 +342,7 @@ func (m *machineScope) end(a *agentSession) {
 	delete(m.bySlot, a.slot)
 	delete(m.byID, a.info.ID)
 	m.mu.Unlock()
+	m.s.proxy.RemoveSession(a.info.ID)
 	info := a.info
 	info.Duration = time.Since(info.Started)
 	publishSession(m.s.bus, event.KindSessionEnd, info, m.s.log)

@@ -27,7 +27,6 @@ import (
 	"github.com/chaperone-dev/chaperone/internal/privdrop"
 	"github.com/chaperone-dev/chaperone/policy"
 	"github.com/chaperone-dev/chaperone/proxy"
-	"github.com/chaperone-dev/chaperone/redirect"
 	"github.com/chaperone-dev/chaperone/rewrite/inject"
 	"github.com/chaperone-dev/chaperone/telemetry"
 	chtls "github.com/chaperone-dev/chaperone/tls"

@@ -154,7 +154,7 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 	cfg.AllowQUIC = o.allowQUIC
 	cfg.AllowUDP = o.allowUDP
 	if o.machine != nil {
-		cfg.MarkedOnly, cfg.Candidates = true, o.machine.candidates
+		cfg.MarkedOnly, cfg.Candidates, cfg.PinDir = true, o.machine.candidates, o.machine.pinDir
 	}
 	if ts.red, err = redirect.Load(cfg); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)

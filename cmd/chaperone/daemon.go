@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/chaperone-dev/chaperone/certs"
 	"github.com/chaperone-dev/chaperone/config"
 	"github.com/chaperone-dev/chaperone/daemon"
 	"github.com/chaperone-dev/chaperone/event"
@@ -124,8 +126,13 @@ func joinDaemon(e env, cfg config.Config, agent string, argv []string) (ok bool,
 		return ok, err
 	}
 	fmt.Fprintf(e.stderr, "chaperone: session %s of the daemon (%s); its audit log has it\n", info.ID, info.Agent)
-	env := append(e.environ(), trust...)
-	return true, syscall.Exec(path, argv, env)
+	// The daemon's trust replaces any the environment had: a program
+	// reads the first of two values.
+	env := slices.DeleteFunc(e.environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(certs.TrustEnvNames(), k)
+	})
+	return true, syscall.Exec(path, argv, append(env, trust...))
 }
 
 // printLiveSessions prints a daemon's live sessions.

@@ -25,8 +25,9 @@ import (
 )
 
 // binary is the chaperone executable built once for the end-to-end tests;
-// sdkAgent is the agent that speaks LLM APIs with the official SDKs.
-var binary, sdkAgent string
+// sdkAgent is the agent that speaks LLM APIs with the official SDKs;
+// fakeAgent stands for an agent the daemon finds.
+var binary, sdkAgent, fakeAgent string
 
 func TestMain(m *testing.M) {
 	// A fuzz worker runs only the fuzz function: building the binaries in
@@ -43,7 +44,8 @@ func TestMain(m *testing.M) {
 	os.Chmod(dir, 0o755) // tests run it as other users too
 	binary = filepath.Join(dir, "chaperone")
 	sdkAgent = filepath.Join(dir, "sdkagent")
-	for out, pkg := range map[string]string{binary: ".", sdkAgent: "./testdata/sdkagent"} {
+	fakeAgent = filepath.Join(dir, "fakeagent")
+	for out, pkg := range map[string]string{binary: ".", sdkAgent: "./testdata/sdkagent", fakeAgent: "./testdata/fakeagent"} {
 		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out, pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/chaperone-dev/chaperone/config"
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/session"
 )

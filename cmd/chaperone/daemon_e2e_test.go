@@ -1,0 +1,433 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chaperone-dev/chaperone/certs"
+	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/telemetry"
+)
+
+// The daemon's tests use the loopback addresses 127.0.34.0/24: the world's
+// upstreams on .2 (allowed) and .3 (denied), echo servers from .4 on.
+
+// daemonConfig makes the daemon find one agent only, claude by its command
+// name: what other tests run at the same time (node, python) is no
+// candidate of its.
+const daemonConfig = `builtin_agents: false
+agents:
+  - name: claude
+    commands: [claude]
+`
+
+// daemonProc is a daemon the test started.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+	socket string
+	pinDir string
+}
+
+// startDaemon starts `chaperone daemon` for w: the world's upstream CA
+// trusted, its exfil host denied, its state and audit log w's. The hooks
+// are removed when the test ends.
+func (w *world) startDaemon(t *testing.T, extra ...string) *daemonProc {
+	t.Helper()
+	cfg := filepath.Join(w.dir, "daemon.yaml")
+	if err := os.WriteFile(cfg, []byte(daemonConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemonProc{
+		socket: filepath.Join(w.dir, "daemon.sock"),
+		pinDir: "/sys/fs/bpf/chaperone-e2e-" + strconv.Itoa(os.Getpid()),
+	}
+	t.Cleanup(func() {
+		d.stop(t)
+		if out, err := exec.Command(binary, "daemon", "remove", "--pin-dir", d.pinDir).CombinedOutput(); err != nil {
+			t.Errorf("daemon remove: %v: %s", err, out)
+		}
+	})
+	d.start(t, w, cfg, extra)
+	return d
+}
+
+func (d *daemonProc) start(t *testing.T, w *world, cfg string, extra []string) {
+	t.Helper()
+	args := append([]string{"daemon", "--config", cfg, "--daemon-socket", d.socket, "--pin-dir", d.pinDir,
+		"--dns-upstream", fakeDNSUpstreamAt(t, "127.0.34.9").String(),
+		"--upstream-ca", w.caFile, "--deny-host", w.exfil.Addr.Addr().String(), "--log", w.log}, extra...)
+	d.cmd = exec.Command(binary, args...)
+	d.cmd.Env = baseEnv(w.dir)
+	d.stderr = &syncBuffer{}
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.done = make(chan struct{})
+	go func() { d.cmd.Wait(); close(d.done) }()
+	waitUntil(t, 30*time.Second, "the daemon to be ready", func() bool {
+		select {
+		case <-d.done:
+			t.Fatalf("the daemon exited: %s", d.stderr)
+		default:
+		}
+		return strings.Contains(d.stderr.String(), "daemon ready")
+	})
+}
+
+// stop stops the daemon (SIGTERM) and waits for it.
+func (d *daemonProc) stop(t *testing.T) {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		d.cmd.Process.Kill()
+		<-d.done
+		t.Errorf("the daemon did not stop on SIGTERM: %s", d.stderr)
+	}
+}
+
+// kill kills the daemon as a crash would.
+func (d *daemonProc) kill() {
+	d.cmd.Process.Kill()
+	<-d.done
+}
+
+// waitUntil polls cond until it holds or the deadline passes.
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// echoServer answers each connection's first line with "pong <line>" and
+// counts the connections it accepted.
+type echoServer struct {
+	addr     string
+	accepted atomic.Int64
+}
+
+func startEcho(t *testing.T, ip string) *echoServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	e := &echoServer{addr: ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			e.accepted.Add(1)
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				line, err := bufio.NewReader(c).ReadString('\n')
+				if err == nil {
+					io.WriteString(c, "pong "+line)
+				}
+			}()
+		}
+	}()
+	return e
+}
+
+// installAgent puts the fake agent in a directory of its own under name,
+// and returns its path.
+func installAgent(t *testing.T, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	b, err := os.ReadFile(fakeAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// sessionsOf returns the session_start records of agent, by root pid.
+func (w *world) sessionsOf(agent string) map[int]telemetry.Record {
+	out := map[int]telemetry.Record{}
+	for _, r := range w.records() {
+		if r.Kind == event.KindSessionStart && r.Agent == agent {
+			out[r.RootPID] = r
+		}
+	}
+	return out
+}
+
+// waitSession waits until the audit log has the session whose agent's
+// first process is pid.
+func (w *world) waitSession(t *testing.T, agent string, pid int) telemetry.Record {
+	t.Helper()
+	var rec telemetry.Record
+	waitUntil(t, 10*time.Second, fmt.Sprintf("the session of %s (pid %d)", agent, pid), func() bool {
+		r, ok := w.sessionsOf(agent)[pid]
+		rec = r
+		return ok
+	})
+	return rec
+}
+
+// waitRecord waits until the audit log has a record that match accepts.
+func (w *world) waitRecord(t *testing.T, what string, match func(telemetry.Record) bool) telemetry.Record {
+	t.Helper()
+	var found telemetry.Record
+	waitUntil(t, 10*time.Second, what, func() bool {
+		for _, r := range w.records() {
+			if match(r) {
+				found = r
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// An agent started with no wrapper becomes a session; its children's
+// connections are its session's, decided by its policy; a process that is
+// no agent is left alone; run joins the daemon; attach adopts a process.
+func TestDaemon(t *testing.T) {
+	needTransparent(t)
+	need(t, "curl", "sh")
+	w := newWorldAt(t, t.TempDir(), "127.0.34.2", "127.0.34.3")
+	d := w.startDaemon(t)
+	daemonCA := certs.CertFile(filepath.Join(w.dir, "state"))
+	port := strconv.Itoa(int(w.api.Addr.Port()))
+	exfilPort := strconv.Itoa(int(w.exfil.Addr.Port()))
+	claude := installAgent(t, "claude")
+
+	t.Run("agent found at its exec", func(t *testing.T) {
+		script := `curl -fsS --cacert "$1" --resolve "api.e2e.test:$2:127.0.34.2" "https://api.e2e.test:$2/found" && echo
+curl -fsS --cacert "$1" --resolve "exfil.e2e.test:$3:127.0.34.3" "https://exfil.e2e.test:$3/leak" && echo LEAKED`
+		cmd := exec.Command(claude, "exec", "sh", "-c", script, "sh", daemonCA, port, exfilPort)
+		out, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(out), "hello from api.e2e.test") || strings.Contains(string(out), "LEAKED") {
+			t.Fatalf("the agent's curls printed %q", out)
+		}
+		s := w.waitSession(t, "claude", cmd.Process.Pid)
+		if s.Mode != "daemon" || s.ParentPID != os.Getpid() {
+			t.Errorf("session_start mode %q parent %d, want daemon and the test (%d)", s.Mode, s.ParentPID, os.Getpid())
+		}
+		r := w.waitRecord(t, "the agent's request", func(r telemetry.Record) bool {
+			return r.Session == s.Session && r.Kind == event.KindHTTP && strings.HasSuffix(r.URL, "/found")
+		})
+		if l := r.Process.Lineage; len(l) < 2 || l[0] != "claude" || l[len(l)-1] != "curl" {
+			t.Errorf("the request's lineage %q, want claude ... curl", l)
+		}
+		w.waitRecord(t, "the agent's denied connection", func(r telemetry.Record) bool {
+			return r.Session == s.Session && r.Verdict == event.Deny && strings.HasPrefix(r.Dst, "127.0.34.3:")
+		})
+		if n := len(w.exfil.Requests()); n != 0 {
+			t.Errorf("the denied host received %d requests", n)
+		}
+	})
+
+	t.Run("unrelated process untouched", func(t *testing.T) {
+		out, err := exec.Command("curl", "-sS", "--cacert", w.caFile, "--resolve", "api.e2e.test:"+port+":127.0.34.2", "https://api.e2e.test:"+port+"/direct").CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl outside any session (trusting the upstream's CA only): %v: %s", err, out)
+		}
+		for _, r := range w.records() {
+			if strings.HasSuffix(r.URL, "/direct") {
+				t.Errorf("an unrelated process's request was recorded: %+v", r)
+			}
+		}
+	})
+
+	t.Run("run joins the daemon", func(t *testing.T) {
+		r := w.chaperone(nil, "run", "--daemon-socket", d.socket, "--", "curl", "-sS", "--resolve", "api.e2e.test:"+port+":127.0.34.2", "https://api.e2e.test:"+port+"/joined")
+		mustSucceed(t, r)
+		if !strings.Contains(r.stderr, "of the daemon") || strings.Contains(r.stderr, "ended, exit status") {
+			t.Errorf("run did not join the daemon: %s", r.stderr)
+		}
+		rec := w.waitRecord(t, "the joined session's request in the daemon's audit log", func(r telemetry.Record) bool {
+			return r.Kind == event.KindHTTP && strings.HasSuffix(r.URL, "/joined")
+		})
+		if s := w.sessionsOf("curl"); len(s) != 1 {
+			t.Errorf("sessions of curl: %v", s)
+		} else {
+			for _, start := range s {
+				if start.Session != rec.Session {
+					t.Errorf("the request is in session %s, the joined session is %s", rec.Session, start.Session)
+				}
+			}
+		}
+	})
+
+	t.Run("attach adopts a running process", func(t *testing.T) {
+		echo := startEcho(t, "127.0.34.4")
+		cmd := exec.Command(fakeAgent, "wait", echo.addr)
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Wait()
+		lines := bufio.NewScanner(stdout)
+		if !lines.Scan() || lines.Text() != "ready" {
+			t.Fatalf("the process said %q", lines.Text())
+		}
+		r := w.chaperone(nil, "attach", "--daemon-socket", d.socket, "--agent", "worker", strconv.Itoa(cmd.Process.Pid))
+		mustSucceed(t, r)
+		io.WriteString(stdin, "go\n")
+		if !lines.Scan() || lines.Text() != "pong ping" {
+			t.Fatalf("the adopted process's connection: %q", lines.Text())
+		}
+		stdin.Close()
+		s := w.waitSession(t, "worker", cmd.Process.Pid)
+		w.waitRecord(t, "the adopted process's connect record", func(r telemetry.Record) bool {
+			return r.Session == s.Session && r.Kind == event.KindConnect && r.Dst == echo.addr
+		})
+	})
+
+	t.Run("a malformed control message gets a clear error", func(t *testing.T) {
+		c, err := net.Dial("unix", d.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, `{"op":"adopt","pid":"one"}`+"\n")
+		reply, _ := io.ReadAll(c)
+		if !strings.Contains(string(reply), "pid") || !strings.Contains(string(reply), "error") {
+			t.Errorf("reply %s, want an error naming pid", reply)
+		}
+	})
+}
+
+// The daemon dies: its agents' connections fail, other processes' do not;
+// a new daemon takes the surviving agent up again.
+func TestDaemonFailsClosed(t *testing.T) {
+	needTransparent(t)
+	w := newWorldAt(t, t.TempDir(), "127.0.34.2", "127.0.34.3")
+	d := w.startDaemon(t)
+	echo := startEcho(t, "127.0.34.5")
+	claude := installAgent(t, "claude")
+	cmd := exec.Command(claude, "wait", echo.addr, echo.addr, echo.addr, echo.addr) // one more than asked: it stays
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	lines := bufio.NewScanner(stdout)
+	ask := func() string {
+		io.WriteString(stdin, "go\n")
+		if !lines.Scan() {
+			t.Fatal("the agent is gone")
+		}
+		return lines.Text()
+	}
+	if !lines.Scan() || lines.Text() != "ready" {
+		t.Fatalf("the agent said %q", lines.Text())
+	}
+	if got := ask(); got != "pong ping" {
+		t.Fatalf("with the daemon: %q", got)
+	}
+	w.waitSession(t, "claude", cmd.Process.Pid)
+
+	d.kill()
+	if got := ask(); !strings.HasPrefix(got, "error:") {
+		t.Errorf("the agent connected with the daemon dead: %q", got)
+	}
+	out, err := exec.Command(fakeAgent, "connect", echo.addr).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "pong ping" {
+		t.Errorf("an unrelated process with the daemon dead: %v: %s", err, out)
+	}
+
+	d.start(t, w, filepath.Join(w.dir, "daemon.yaml"), nil)
+	if got := ask(); got != "pong ping" {
+		t.Errorf("after the restart: %q", got)
+	}
+	r := w.chaperone(nil, "daemon", "sessions", "--daemon-socket", d.socket)
+	mustSucceed(t, r)
+	if !strings.Contains(r.stdout, " "+strconv.Itoa(cmd.Process.Pid)+" ") {
+		t.Errorf("daemon sessions after the restart does not list the agent (pid %d):\n%s\ndaemon: %s\n%+v", cmd.Process.Pid, r.stdout, d.stderr, w.sessionsOf("claude"))
+	}
+}
+
+// An agent that connects first thing, started 1,000 times with no
+// wrapper, is mediated 1,000 times: its destination is denied, and the
+// server never sees a connection.
+func TestDaemonThousandStarts(t *testing.T) {
+	needTransparent(t)
+	if testing.Short() {
+		t.Skip("1,000 starts")
+	}
+	w := newWorldAt(t, t.TempDir(), "127.0.34.2", "127.0.34.3")
+	echo := startEcho(t, "127.0.34.6")
+	w.startDaemon(t, "--deny-host", "127.0.34.6")
+	claude := installAgent(t, "claude")
+	const starts, workers = 1000, 4
+	var leaked atomic.Int64
+	var wg sync.WaitGroup
+	jobs := make(chan int)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range jobs {
+				out, _ := exec.Command(claude, "connect", echo.addr).Output()
+				if strings.Contains(string(out), "pong") {
+					leaked.Add(1)
+				}
+			}
+		}()
+	}
+	for i := range starts {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if n := leaked.Load(); n != 0 || echo.accepted.Load() != 0 {
+		t.Errorf("%d of %d starts reached the denied server (it accepted %d connections)", n, starts, echo.accepted.Load())
+	}
+	var denied int
+	waitUntil(t, 30*time.Second, "every start's denial in the audit log", func() bool {
+		denied = 0
+		for _, r := range w.records() {
+			if r.Kind == event.KindConnect && r.Verdict == event.Deny && r.Dst == echo.addr {
+				denied++
+			}
+		}
+		return denied >= starts
+	})
+	if sessions := len(w.sessionsOf("claude")); sessions != starts {
+		t.Errorf("%d sessions of claude, want %d", sessions, starts)
+	}
+}
