@@ -196,6 +196,9 @@ func Fields() []Field {
 		of(session("workdir", nil, "", 0, "session.workdir"), sp, func(s *Session) *string { return &s.Workdir }),
 		of(session("home", nil, "", 0, "session.home"), sp, func(s *Session) *string { return &s.Home }),
 		of(session("state_dir", nil, "", 0, "session.state_dir"), sp, func(s *Session) *string { return &s.StateDir }),
+		of(session("container_id", sess, "container_id", both, ""), sp, func(s *Session) *string { return &s.ContainerID }),
+		of(session("container_runtime", sess, "container_runtime", both, ""), sp, func(s *Session) *string { return &s.ContainerRuntime }),
+		of(session("pod_uid", sess, "pod_uid", both, ""), sp, func(s *Session) *string { return &s.PodUID }),
 		of(session("exit_code", end, "exit_code", both, ""), sp, func(s *Session) *int { return &s.ExitCode }),
 		// In whole milliseconds in the flat forms.
 		of(session("duration", end, "duration_ms", both, ""), sp, func(s *Session) *time.Duration { return &s.Duration }),

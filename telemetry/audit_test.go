@@ -33,7 +33,8 @@ func sampleEvents() []*event.Event {
 	deny := event.Verdict{Action: event.Deny, Rule: "deny_hosts", Reason: "evil.example is listed in deny_hosts", DecidedBy: event.DecidedByRule}
 	return []*event.Event{
 		{Time: t0, Kind: event.KindSessionStart, Session: "7f3a9c01", Verdict: allow, SessionInfo: &event.Session{
-			ID: "7f3a9c01", Agent: "claude", Command: []string{"claude", "--print", "hi"}, RootPID: 1200, Mode: "proxy"}},
+			ID: "7f3a9c01", Agent: "claude", Command: []string{"claude", "--print", "hi"}, RootPID: 1200, Mode: "proxy",
+			ContainerID: "8c046cb0b72cd4c99f51b5591cd5b095967f58ee003710a45280c28ee1a9c7fa", ContainerRuntime: "containerd", PodUID: "fd52ef25-a87d-11e9-9423-0800271a638e"}},
 		{Time: t0, Kind: event.KindConnect, Session: "7f3a9c01", Process: proc(), Verdict: allow, Connect: &event.Connect{
 			Dst: netip.MustParseAddrPort("127.0.0.2:443"), Host: "api.example.com", Port: 443, Transport: event.TCP, Via: "connect"}},
 		{Time: t0, Kind: event.KindConnect, Session: "7f3a9c01", Process: proc(), Verdict: deny, Connect: &event.Connect{
