@@ -9,7 +9,7 @@ import (
 )
 
 // systemStoreSupported: Install knows Linux's trust stores only. On macOS
-// the CA goes into the System keychain by hand (docs/daemon.md):
+// the CA goes into the System keychain by hand (docs/proxy.md):
 //
 //	sudo security add-trusted-cert -d -r trustRoot -k /Library/Keychains/System.keychain "$(chaperone ca path)"
 func systemStoreSupported() error {
