@@ -667,7 +667,7 @@ func TestFormatRecord(t *testing.T) {
 		e    *event.Event
 		want string
 	}{
-		{ev[0], "13:04:05.123 7f3a9c01 session_start allow   claude proxy $ claude --print hi\n"},
+		{ev[0], "13:04:05.123 7f3a9c01 session_start allow   claude proxy container containerd:8c046cb0b72c pod fd52ef25-a87d-11e9-9423-0800271a638e $ claude --print hi\n"},
 		{ev[1], "13:04:05.123 7f3a9c01 connect       allow   api.example.com:443 (127.0.0.2:443)  curl[1234]\n"},
 		{ev[2], "13:04:05.123 7f3a9c01 connect       deny    evil.example:8443 ([::1]:8443)  curl[1234]  deny_hosts: evil.example is listed in deny_hosts (by rule)\n"},
 		{ev[3], "13:04:05.123 7f3a9c01 tls           allow   api.example.com alpn=h2,http/1.1 tls1.3 intercepted  curl[1234]\n"},
