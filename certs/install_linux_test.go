@@ -124,6 +124,22 @@ func installRealStoreChild(t *testing.T, dir string) {
 		t.Errorf("a shell that sourced %s has %v", ProfileDropIn, got)
 	}
 
+	// systemd's own reader of environment.d, as user sessions get it.
+	const generator = "/usr/lib/systemd/user-environment-generators/30-systemd-environment-d-generator"
+	if _, err := os.Stat(generator); err == nil {
+		out, err := exec.Command(generator).Output()
+		if err != nil {
+			t.Fatalf("%s: %v", generator, err)
+		}
+		for _, n := range TrustEnvNames() {
+			if !strings.Contains("\n"+string(out), "\n"+n+"="+BundlePath+"\n") {
+				t.Errorf("systemd's environment.d generator does not give %s=%s:\n%s", n, BundlePath, out)
+			}
+		}
+	} else {
+		t.Logf("no %s: environment.d not read by systemd here", generator)
+	}
+
 	if err := Uninstall(InstallOptions{}); err != nil {
 		t.Fatal(err)
 	}
