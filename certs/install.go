@@ -106,7 +106,9 @@ type InstallOptions struct {
 	// the update commands are looked for; "" is $PATH followed by the
 	// sbin directories, which sudo may leave out.
 	Path string
-	// Run runs the update command; nil runs it for real.
+	// Run runs the update command; nil runs it for real when Root is the
+	// running system's, and fails otherwise (the command of another tree
+	// would still update this system's store).
 	Run Runner
 }
 
@@ -129,10 +131,17 @@ func (o InstallOptions) root() string {
 func (o InstallOptions) path(p string) string { return filepath.Join(o.root(), p) }
 
 func (o InstallOptions) runner() Runner {
-	if o.Run == nil {
-		return RunnerFunc(runCommand)
+	if o.Run != nil {
+		return o.Run
 	}
-	return o.Run
+	if o.root() != "/" {
+		// The command found in another tree would update this system's
+		// store (its paths are absolute): it runs only when asked to.
+		return RunnerFunc(func(name string, _ ...string) error {
+			return fmt.Errorf("%s under root %s: no Runner given, not run", filepath.Base(name), o.root())
+		})
+	}
+	return RunnerFunc(runCommand)
 }
 
 // lookCommand finds name in the PATH directories within the root.

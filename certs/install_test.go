@@ -479,3 +479,26 @@ func corpCA(t *testing.T) []byte {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
+
+// TestInstallOtherRootNeedsRunner: under a root that is not the running
+// system's, the update command is never run unless a Runner is given: the
+// files are written and the error says the command did not run.
+func TestInstallOtherRootNeedsRunner(t *testing.T) {
+	ca := newTestCA(t, t0)
+	marker := filepath.Join(t.TempDir(), "ran")
+	root := layout{
+		"usr/sbin/update-ca-certificates":   "#!/bin/sh\ntouch " + shellQuote(marker) + "\n",
+		"usr/local/share/ca-certificates/":  "",
+		"etc/ssl/certs/ca-certificates.crt": string(ca.PEM()),
+	}.build(t)
+	_, err := Install(ca, InstallOptions{Root: root, Path: "/usr/sbin"})
+	if err == nil || !strings.Contains(err.Error(), "no Runner given, not run") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the update command ran: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/local/share/ca-certificates/chaperone.crt")); err != nil {
+		t.Errorf("anchor not written: %v", err)
+	}
+}
