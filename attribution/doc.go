@@ -3,8 +3,11 @@
 // process is (exe, argv, cwd, uid, parent, start time), its lineage, and
 // whether it descends from a session's root process; the SHA-256 of the
 // executable a process runs (ExeDigest), the names of the programs between a
-// session's root and a process (LineageNames), and which coding agent a
-// command line runs (DetectAgent, pure).
+// session's root and a process (LineageNames), which coding agent a
+// command line runs (DetectAgent, pure), and which container a process
+// runs in (Container, pure, from a cgroup path; ProcessContainer, from
+// /proc/PID/cgroup): docker, containerd, cri-o or podman, and under
+// Kubernetes the pod's UID.
 //
 // Everything is read from /proc through the small FS interface, so tests run
 // the same code against a fake tree (DirFS) and the real /proc (OSProc). The

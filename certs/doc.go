@@ -17,6 +17,15 @@
 // CA) and the variables (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, ...) that point a
 // session's processes at it.
 //
+// Install puts the CA in the system trust store of Debian/Ubuntu,
+// Fedora/RHEL or Arch (recognised by the update command in PATH and the
+// anchor directory), and writes BundlePath and the drop-ins that set the
+// trust variables for new login shells and systemd user sessions;
+// Uninstall removes exactly what Install wrote (files are recognised by
+// their content or a marker line, never by name alone). Both run the
+// store's update command through a Runner, and work under any root
+// directory (InstallOptions.Root), which is how they are tested.
+//
 // This package imports only the standard library, golang-lru/v2 and
 // x/sync/singleflight; it must not import any other Chaperone package.
 package certs

@@ -1,7 +1,6 @@
 package certs
 
 import (
-	"bytes"
 	"encoding/pem"
 	"fmt"
 	"io/fs"
@@ -56,7 +55,8 @@ func hasCertificate(b []byte) bool {
 }
 
 // WriteTrustBundle writes dir/trust-bundle.pem (mode 0644, atomically): the
-// system roots followed by the CA, so that a process pointed at it trusts the
+// system roots followed by the CA (once: not again when Install put it in
+// the system roots), so that a process pointed at it trusts the
 // proxy's leaves and, for connections the proxy passes through, the real
 // servers. dir is created with mode 0755 if missing, since the session's
 // processes must reach the file. It returns the bundle's absolute path, which
@@ -77,14 +77,8 @@ func writeTrustBundle(dir string, ca *CA, rootFiles []string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("certs: write trust bundle: %w", err)
 	}
-	var buf bytes.Buffer
-	buf.Write(roots)
-	if len(roots) > 0 && roots[len(roots)-1] != '\n' {
-		buf.WriteByte('\n')
-	}
-	buf.Write(ca.pem)
 	path := filepath.Join(dir, trustBundleName)
-	if err := writeFileAtomic(path, buf.Bytes(), 0o644); err != nil {
+	if err := writeFileAtomic(path, trustBundle(roots, ca), 0o644); err != nil {
 		return "", fmt.Errorf("certs: write trust bundle: %w", err)
 	}
 	return path, nil

@@ -21,7 +21,6 @@ import (
 // DefaultPinDir is where the daemon pins its kernel hooks on bpffs.
 const DefaultPinDir = "/sys/fs/bpf/chaperone"
 
-
 // Options is one daemon.
 type Options struct {
 	// Settings is Chaperone's configuration, validated.

@@ -98,6 +98,13 @@ type Session struct {
 	UID       int    `json:"uid,omitempty"`
 	TTY       string `json:"tty,omitempty"`
 	ParentPID int    `json:"parent_pid,omitempty"`
+	// The container the session's root process runs in, when it runs in
+	// one (attribution.Container): its id (64 hex digits), its runtime
+	// ("docker", "containerd", "cri-o", "podman"; empty when the cgroup
+	// path does not say) and, under Kubernetes, its pod's UID.
+	ContainerID      string `json:"container_id,omitempty"`
+	ContainerRuntime string `json:"container_runtime,omitempty"`
+	PodUID           string `json:"pod_uid,omitempty"`
 	// Set on session_end only.
 	ExitCode int           `json:"exit_code"`
 	Duration time.Duration `json:"duration,omitempty"`

@@ -199,6 +199,9 @@ func Fields() []Field {
 		of(session("uid", sess, "agent_uid", both, "session.uid"), sp, func(s *Session) *int { return &s.UID }),
 		of(session("tty", sess, "tty", both, "session.tty"), sp, func(s *Session) *string { return &s.TTY }),
 		of(session("parent_pid", sess, "parent_pid", both, "session.parent_pid"), sp, func(s *Session) *int { return &s.ParentPID }),
+		of(session("container_id", sess, "container_id", both, ""), sp, func(s *Session) *string { return &s.ContainerID }),
+		of(session("container_runtime", sess, "container_runtime", both, ""), sp, func(s *Session) *string { return &s.ContainerRuntime }),
+		of(session("pod_uid", sess, "pod_uid", both, ""), sp, func(s *Session) *string { return &s.PodUID }),
 		of(session("exit_code", end, "exit_code", both, ""), sp, func(s *Session) *int { return &s.ExitCode }),
 		// In whole milliseconds in the flat forms.
 		of(session("duration", end, "duration_ms", both, ""), sp, func(s *Session) *time.Duration { return &s.Duration }),

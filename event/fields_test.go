@@ -201,6 +201,9 @@ type flatForm struct {
 	TTY       string    `json:"tty"`
 	ParentPID int       `json:"parent_pid"`
 	Mode      string    `json:"mode"`
+	Container string    `json:"container_id"`
+	Runtime   string    `json:"container_runtime"`
+	Pod       string    `json:"pod_uid"`
 	ExitCode  *int      `json:"exit_code"`
 	Duration  *int64    `json:"duration_ms"`
 }
@@ -242,9 +245,12 @@ func TestFlat(t *testing.T) {
 			want: flatForm{Time: t0.UTC(), Kind: KindDNS, Name: "n", QType: "A", Rcode: "NOERROR", Answers: []string{"127.0.0.2", "::1"}},
 		},
 		{
-			e:    &Event{Time: t0.UTC(), Kind: KindSessionEnd, SessionInfo: &Session{Agent: "a", Command: []string{"c"}, RootPID: 9, Mode: "proxy", Duration: 1999 * time.Microsecond}},
-			want: flatForm{Time: t0.UTC(), Kind: KindSessionEnd, Agent: "a", Command: []string{"c"}, RootPID: 9, Mode: "proxy", ExitCode: new(0), Duration: new(int64(1))},
-			back: &Event{Time: t0.UTC(), Kind: KindSessionEnd, SessionInfo: &Session{Agent: "a", Command: []string{"c"}, RootPID: 9, Mode: "proxy", Duration: time.Millisecond}},
+			e: &Event{Time: t0.UTC(), Kind: KindSessionEnd, SessionInfo: &Session{Agent: "a", Command: []string{"c"}, RootPID: 9, Mode: "proxy",
+				ContainerID: "c1", ContainerRuntime: "cri-o", PodUID: "p1", Duration: 1999 * time.Microsecond}},
+			want: flatForm{Time: t0.UTC(), Kind: KindSessionEnd, Agent: "a", Command: []string{"c"}, RootPID: 9, Mode: "proxy",
+				Container: "c1", Runtime: "cri-o", Pod: "p1", ExitCode: new(0), Duration: new(int64(1))},
+			back: &Event{Time: t0.UTC(), Kind: KindSessionEnd, SessionInfo: &Session{Agent: "a", Command: []string{"c"}, RootPID: 9, Mode: "proxy",
+				ContainerID: "c1", ContainerRuntime: "cri-o", PodUID: "p1", Duration: time.Millisecond}},
 		},
 		{
 			e:    &Event{Time: t0.UTC(), Kind: KindConnect, Connect: &Connect{Host: "no address yet"}},

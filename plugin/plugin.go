@@ -104,15 +104,18 @@ type Event struct {
 	Interpreter string `json:"interpreter,omitempty"`
 
 	// session_start, session_end
-	Agent      string   `json:"agent,omitempty"`
-	Command    []string `json:"command,omitempty"`
-	RootPID    int      `json:"root_pid,omitempty"`
-	AgentUID   int      `json:"agent_uid,omitempty"`
-	TTY        string   `json:"tty,omitempty"`
-	ParentPID  int      `json:"parent_pid,omitempty"`
-	Mode       string   `json:"mode,omitempty"`
-	ExitCode   *int     `json:"exit_code,omitempty"`   // session_end only
-	DurationMS *int64   `json:"duration_ms,omitempty"` // session_end only
+	Agent            string   `json:"agent,omitempty"`
+	Command          []string `json:"command,omitempty"`
+	RootPID          int      `json:"root_pid,omitempty"`
+	AgentUID         int      `json:"agent_uid,omitempty"`
+	TTY              string   `json:"tty,omitempty"`
+	ParentPID        int      `json:"parent_pid,omitempty"`
+	Mode             string   `json:"mode,omitempty"`
+	ContainerID      string   `json:"container_id,omitempty"`
+	ContainerRuntime string   `json:"container_runtime,omitempty"`
+	PodUID           string   `json:"pod_uid,omitempty"`
+	ExitCode         *int     `json:"exit_code,omitempty"`   // session_end only
+	DurationMS       *int64   `json:"duration_ms,omitempty"` // session_end only
 }
 
 // Process is the process that performed an action.

@@ -198,6 +198,9 @@ func TestEventFrom(t *testing.T) {
 			`{"kind":"session_end","agent":"claude","command":["claude"],"root_pid":9,"mode":"proxy","exit_code":3,"duration_ms":1500}`},
 		{"session_start", event.Event{Kind: event.KindSessionStart, SessionInfo: &event.Session{ID: "s", Agent: "codex"}},
 			`{"kind":"session_start","agent":"codex"}`},
+		{"session_start in a pod's container", event.Event{Kind: event.KindSessionStart, SessionInfo: &event.Session{ID: "s", Agent: "codex",
+			ContainerID: "8c046cb0b72cd4c99f51b5591cd5b095967f58ee003710a45280c28ee1a9c7fa", ContainerRuntime: "cri-o", PodUID: "fd52ef25-a87d-11e9-9423-0800271a638e"}},
+			`{"kind":"session_start","agent":"codex","container_id":"8c046cb0b72cd4c99f51b5591cd5b095967f58ee003710a45280c28ee1a9c7fa","container_runtime":"cri-o","pod_uid":"fd52ef25-a87d-11e9-9423-0800271a638e"}`},
 		{"payload missing", event.Event{Kind: event.KindConnect}, `{"kind":"connect"}`},
 	}
 	for _, tt := range tests {

@@ -280,6 +280,9 @@ func (m *machineScope) addLocked(pid int, name string, slot uint32, how string) 
 		info.UID, info.ParentPID = p.UID, p.PPID
 	}
 	info.TTY = terminalOf(pid)
+	if c, ok, err := m.s.procs.ProcessContainer(pid); err == nil && ok {
+		info.ContainerID, info.ContainerRuntime, info.PodUID = c.ID, c.Runtime, c.PodUID
+	}
 	a := &agentSession{slot: slot, info: info, rw: m.s.agentRewrites(id, name)}
 	m.bySlot[slot], m.byID[id] = a, a
 	// The proxy serves known sessions only; the token is for its explicit

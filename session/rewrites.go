@@ -90,7 +90,7 @@ func sessionRewrites(cfg config.Config, pol *policy.Policy, current func() *poli
 			hideEnv = append(hideEnv, c.Env)
 		}
 	}
-		b, err := inject.NewBroker(creds, rand.Reader)
+	b, err := inject.NewBroker(creds, rand.Reader)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("session: credentials: %w", err)
 	}

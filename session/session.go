@@ -125,9 +125,9 @@ type Session struct {
 	proxyAdr  netip.AddrPort
 	proxyURL  string // with credentials: only ever put in the agent's environment
 	rw        *proxy.Rewrites
-	agentEnv  []string // NAME=placeholder for brokered credentials
+	agentEnv  []string            // NAME=placeholder for brokered credentials
 	creds     []inject.Credential // the brokered credentials, for a daemon's agents' rewrites
-	hideEnv   []string // variables the agent must not inherit
+	hideEnv   []string            // variables the agent must not inherit
 	proxy     *proxy.Proxy
 	serveDone chan error                         // the proxy's Serve's end, once serving
 	ts        atomic.Pointer[transparentSession] // set once, by Start; read by the proxy and the control socket

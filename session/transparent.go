@@ -27,7 +27,7 @@ const CgroupParent = "chaperone"
 type transparentOptions struct {
 	// machine, when set, captures the machine's marked processes instead
 	// of a cgroup's: the daemon (machine.go).
-	machine *machineScope
+	machine   *machineScope
 	procs     *attribution.Table
 	decider   event.Decider
 	publish   func(*event.Event)

@@ -106,6 +106,7 @@ func randomRecord(rng *rand.Rand, pool []string) Record {
 		Access: s(),
 		Argv:   l(), Cwd: s(), Digest: s(),
 		Agent: s(), Command: l(), RootPID: int(i64()), Mode: s(),
+		ContainerID: s(), ContainerRuntime: s(), PodUID: s(),
 		Truncated: rng.IntN(2) == 0,
 	}
 	if rng.IntN(2) == 0 {

@@ -165,6 +165,18 @@ func what(r Record) string {
 		}
 	case event.KindSessionStart:
 		add(r.Agent, r.Mode)
+		if r.ContainerID != "" {
+			// A container is known by its id's first 12 digits, as
+			// docker ps shows it.
+			c := r.ContainerID[:min(len(r.ContainerID), 12)]
+			if r.ContainerRuntime != "" {
+				c = r.ContainerRuntime + ":" + c
+			}
+			add("container " + c)
+		}
+		if r.PodUID != "" {
+			add("pod " + r.PodUID)
+		}
 		if len(r.Command) > 0 {
 			add("$ " + shorten(strings.Join(r.Command, " ")))
 		}

@@ -93,15 +93,18 @@ type Record struct {
 	Trigger string `json:"trigger,omitempty"`
 
 	// session_start, session_end
-	Agent      string   `json:"agent,omitempty"`
-	Command    []string `json:"command,omitempty"`
-	RootPID    int      `json:"root_pid,omitempty"`
-	AgentUID   int      `json:"agent_uid,omitempty"`
-	TTY        string   `json:"tty,omitempty"`
-	ParentPID  int      `json:"parent_pid,omitempty"`
-	Mode       string   `json:"mode,omitempty"`
-	ExitCode   *int     `json:"exit_code,omitempty"`   // session_end only, present even when 0
-	DurationMS *int64   `json:"duration_ms,omitempty"` // session_end only
+	Agent            string   `json:"agent,omitempty"`
+	Command          []string `json:"command,omitempty"`
+	RootPID          int      `json:"root_pid,omitempty"`
+	AgentUID         int      `json:"agent_uid,omitempty"`
+	TTY              string   `json:"tty,omitempty"`
+	ParentPID        int      `json:"parent_pid,omitempty"`
+	Mode             string   `json:"mode,omitempty"`
+	ContainerID      string   `json:"container_id,omitempty"`
+	ContainerRuntime string   `json:"container_runtime,omitempty"`
+	PodUID           string   `json:"pod_uid,omitempty"`
+	ExitCode         *int     `json:"exit_code,omitempty"`   // session_end only, present even when 0
+	DurationMS       *int64   `json:"duration_ms,omitempty"` // session_end only
 
 	// Truncated says long values were shortened to keep the line readable
 	// (under MaxLineSize).
@@ -214,7 +217,8 @@ func (r Record) truncated() Record {
 	}
 	for _, p := range []*string{&r.Session, &r.Rule, &r.Reason, &r.Dst, &r.Host, &r.Transport, &r.Via, &r.Relay, &r.SNI,
 		&r.TLSVersion, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Error, &r.Provider, &r.Model, &r.Path, &r.Name,
-		&r.QType, &r.Rcode, &r.Access, &r.Op, &r.Target, &r.Cwd, &r.Digest, &r.Program, &r.Interpreter, &r.Trigger, &r.Agent, &r.Mode} {
+		&r.QType, &r.Rcode, &r.Access, &r.Op, &r.Target, &r.Cwd, &r.Digest, &r.Program, &r.Interpreter, &r.Trigger, &r.Agent, &r.Mode,
+		&r.ContainerID, &r.ContainerRuntime, &r.PodUID} {
 		s(p)
 	}
 	k := string(r.Kind)

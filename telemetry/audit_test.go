@@ -33,7 +33,8 @@ func sampleEvents() []*event.Event {
 	deny := event.Verdict{Action: event.Deny, Rule: "deny_hosts", Reason: "evil.example is listed in deny_hosts", DecidedBy: event.DecidedByRule}
 	return []*event.Event{
 		{Time: t0, Kind: event.KindSessionStart, Session: "7f3a9c01", Verdict: allow, SessionInfo: &event.Session{
-			ID: "7f3a9c01", Agent: "claude", Command: []string{"claude", "--print", "hi"}, RootPID: 1200, Mode: "proxy"}},
+			ID: "7f3a9c01", Agent: "claude", Command: []string{"claude", "--print", "hi"}, RootPID: 1200, Mode: "proxy",
+			ContainerID: "8c046cb0b72cd4c99f51b5591cd5b095967f58ee003710a45280c28ee1a9c7fa", ContainerRuntime: "containerd", PodUID: "fd52ef25-a87d-11e9-9423-0800271a638e"}},
 		{Time: t0, Kind: event.KindConnect, Session: "7f3a9c01", Process: proc(), Verdict: allow, Connect: &event.Connect{
 			Dst: netip.MustParseAddrPort("127.0.0.2:443"), Host: "api.example.com", Port: 443, Transport: event.TCP, Via: "connect"}},
 		{Time: t0, Kind: event.KindConnect, Session: "7f3a9c01", Process: proc(), Verdict: deny, Connect: &event.Connect{
@@ -666,7 +667,7 @@ func TestFormatRecord(t *testing.T) {
 		e    *event.Event
 		want string
 	}{
-		{ev[0], "13:04:05.123 7f3a9c01 session_start allow   claude proxy $ claude --print hi\n"},
+		{ev[0], "13:04:05.123 7f3a9c01 session_start allow   claude proxy container containerd:8c046cb0b72c pod fd52ef25-a87d-11e9-9423-0800271a638e $ claude --print hi\n"},
 		{ev[1], "13:04:05.123 7f3a9c01 connect       allow   api.example.com:443 (127.0.0.2:443)  curl[1234]\n"},
 		{ev[2], "13:04:05.123 7f3a9c01 connect       deny    evil.example:8443 ([::1]:8443)  curl[1234]  deny_hosts: evil.example is listed in deny_hosts (by rule)\n"},
 		{ev[3], "13:04:05.123 7f3a9c01 tls           allow   api.example.com alpn=h2,http/1.1 tls1.3 intercepted  curl[1234]\n"},

@@ -290,6 +290,17 @@ func (t *Tracer) startSession(id string, at time.Time, info *event.Session) *ses
 		if info.Workdir != "" {
 			attrs = append(attrs, attribute.String(keyCwd, info.Workdir))
 		}
+		// The daemon's sessions share one process's resource: the
+		// container a session runs in is an attribute of its root span.
+		for _, a := range [...]struct{ key, value string }{
+			{keyContainerID, info.ContainerID},
+			{keyContainerRuntime, info.ContainerRuntime},
+			{keyPodUID, info.PodUID},
+		} {
+			if a.value != "" {
+				attrs = append(attrs, attribute.String(a.key, a.value))
+			}
+		}
 	}
 	ctx, span := t.tracer.Start(context.Background(), name,
 		trace.WithNewRoot(), trace.WithTimestamp(at), trace.WithSpanKind(trace.SpanKindInternal),

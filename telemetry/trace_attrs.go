@@ -12,8 +12,8 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 )
 
-// Attribute keys. The gen_ai.*, process.*, http.*, url.*, server.* and
-// session.id keys are OpenTelemetry semantic conventions (GenAI as of
+// Attribute keys. The gen_ai.*, process.*, http.*, url.*, server.*,
+// container.*, k8s.* and session.id keys are OpenTelemetry semantic conventions (GenAI as of
 // semconv 1.41); chaperone.* are this project's: the conventions have no
 // settled names yet for a policy's verdict on an agent's action.
 const (
@@ -49,6 +49,12 @@ const (
 	keySrvPort   = "server.port"
 	keyErrorType = "error.type"
 	keyDNSAnswer = "dns.answers"
+	// The container and pod of a session in one (semconv 1.41: the
+	// runtime's name is container.runtime.name, container.runtime being
+	// deprecated).
+	keyContainerID      = "container.id"
+	keyContainerRuntime = "container.runtime.name"
+	keyPodUID           = "k8s.pod.uid"
 
 	keyVerdict     = "chaperone.verdict"
 	keyRule        = "chaperone.rule"

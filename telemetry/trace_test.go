@@ -646,3 +646,38 @@ func TestTracerNamesProcessAfterExec(t *testing.T) {
 		t.Errorf("spans %v: want the child named after curl", keys(spans))
 	}
 }
+
+// A session in a container carries the container's id, runtime and pod on
+// its root span; one outside any carries none of them.
+func TestTracerContainerAttributes(t *testing.T) {
+	keys := []string{"container.id", "container.runtime.name", "k8s.pod.uid"}
+	tests := []struct {
+		name string
+		info event.Session
+		want map[string]any
+	}{
+		{"pod's container", event.Session{ID: "c1", Agent: "codex", RootPID: 10,
+			ContainerID: "8c046cb0b72cd4c99f51b5591cd5b095967f58ee003710a45280c28ee1a9c7fa", ContainerRuntime: "cri-o",
+			PodUID: "fd52ef25-a87d-11e9-9423-0800271a638e"},
+			map[string]any{"container.id": "8c046cb0b72cd4c99f51b5591cd5b095967f58ee003710a45280c28ee1a9c7fa",
+				"container.runtime.name": "cri-o", "k8s.pod.uid": "fd52ef25-a87d-11e9-9423-0800271a638e"}},
+		{"docker container", event.Session{ID: "c2", Agent: "codex", RootPID: 10,
+			ContainerID: "34dc0b5e626f2c5c4c5170e34b10e7654ce36f0fcd532739f4445baabea03376", ContainerRuntime: "docker"},
+			map[string]any{"container.id": "34dc0b5e626f2c5c4c5170e34b10e7654ce36f0fcd532739f4445baabea03376", "container.runtime.name": "docker"}},
+		{"no container", event.Session{ID: "c3", Agent: "codex", RootPID: 10}, map[string]any{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := &event.Event{Time: at(0), Kind: event.KindSessionStart, Session: tt.info.ID, Verdict: allow(), SessionInfo: &tt.info}
+			end := &event.Event{Time: at(time.Second), Kind: event.KindSessionEnd, Session: tt.info.ID, Verdict: allow(), SessionInfo: &tt.info}
+			spans := record(t, false, []*event.Event{start, end})
+			root, ok := spans["invoke_agent codex"]
+			if !ok {
+				t.Fatalf("no session span in %v", spans)
+			}
+			if d := cmp.Diff(tt.want, pick(attrMap(root.Attributes()), keys...)); d != "" {
+				t.Errorf("session span's container attributes (-want +got):\n%s", d)
+			}
+		})
+	}
+}
