@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -91,6 +92,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer ln.Close()
 	go serve(ln, d.handle)
+	// Starting compiles the secret rules and the policy: most of what the
+	// heap grew to is garbage now. An idle daemon gives it back.
+	debug.FreeOSMemory()
+	releaseStartupPages()
 	if o.Ready != nil {
 		o.Ready(d)
 	}

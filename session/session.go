@@ -314,7 +314,7 @@ func (s *Session) startTrust(context.Context) error {
 	if s.bundle, err = certs.WriteTrustBundle(s.trustDir, ca); err != nil {
 		return fmt.Errorf("session: %w", err)
 	}
-	if s.who.UID == -1 && os.Geteuid() == 0 {
+	if s.who.UID == -1 && os.Geteuid() == 0 && s.machine == nil {
 		fmt.Fprintln(s.stderr, "chaperone: the agent runs as root, without capabilities; use sudo or --user to run it as an ordinary user")
 	}
 	return nil

@@ -431,3 +431,71 @@ func TestDaemonThousandStarts(t *testing.T) {
 		t.Errorf("%d sessions of claude, want %d", sessions, starts)
 	}
 }
+
+// BenchmarkDaemonIdleRSS reports the resident memory of a daemon on its
+// built-in defaults (every agent Chaperone knows) once it is idle: the
+// target is at most 40 MB.
+func BenchmarkDaemonIdleRSS(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("the daemon needs root")
+	}
+	dir := b.TempDir()
+	pinDir := "/sys/fs/bpf/chaperone-bench-" + strconv.Itoa(os.Getpid())
+	defer exec.Command(binary, "daemon", "remove", "--pin-dir", pinDir).Run()
+	var rss, anon float64
+	for b.Loop() {
+		cmd := exec.Command(binary, "daemon", "--daemon-socket", filepath.Join(dir, "daemon.sock"), "--pin-dir", pinDir,
+			"--dns-upstream", "127.0.34.9:53", "--log", filepath.Join(dir, "audit.jsonl"))
+		cmd.Env = baseEnv(dir)
+		stderr := &syncBuffer{}
+		cmd.Stderr = stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(stderr.String(), "daemon ready") {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				b.Fatalf("the daemon is not ready: %s", stderr)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// Idle: two readings a quarter of a second apart within 1%.
+		var last float64
+		for range 40 {
+			r, a := residentKB(b, cmd.Process.Pid)
+			if last > 0 && r > 0 && (r-last)/last < 0.01 && (last-r)/last < 0.01 {
+				rss, anon = r, a
+				break
+			}
+			last = r
+			time.Sleep(250 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}
+	b.ReportMetric(rss/1024, "rss-MB")
+	b.ReportMetric(anon/1024, "anon-MB")
+}
+
+// residentKB reads a process's resident and anonymous memory, in kB.
+func residentKB(b *testing.B, pid int) (rss, anon float64) {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(st), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = v
+		case "RssAnon:":
+			anon = v
+		}
+	}
+	return rss, anon
+}

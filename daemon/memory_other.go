@@ -1,0 +1,6 @@
+//go:build !linux
+
+package daemon
+
+// releaseStartupPages does nothing here.
+func releaseStartupPages() {}
