@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/chaperone-dev/chaperone/event"
 )
 
@@ -92,6 +94,71 @@ func BenchmarkOpen(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(total/float64(b.N), "child-ns/open")
+		})
+	}
+}
+
+// BenchmarkWatchFilesUnmarkedOpen times an open and close of one file with
+// the daemon's file mediation (WatchFiles on a home's credential files and
+// a state directory) running or not, side by side:
+//
+//   - self/unmarked/unwatched: this process opens a file, no group at all
+//   - self/unmarked/watching: the same, the files marked (what every
+//     process on the machine pays for its ordinary opens)
+//   - self/marked/outside: this process opens a marked file, allowed at
+//     once (Chaperone's own opens: the round trip to the reader)
+//   - child/unmarked/unwatched: a helper process opens the unmarked file
+//     (child-ns/open: its own time per open, the pipe to it not counted)
+//   - child/marked/outside: the helper, not in the session, opens a marked
+//     file: each open waits for the reader to see it is not in the session
+func BenchmarkWatchFilesUnmarkedOpen(b *testing.B) {
+	requireRoot(b)
+	home := b.TempDir()
+	key, plain := home+"/.ssh/id_ed25519", home+"/notes.txt"
+	for _, p := range []string{key, home + "/.aws/credentials", home + "/state/ca-key.pem", plain} {
+		writeAt(b, p, "data\n")
+	}
+	paths := append(CredentialFiles([]string{home}), home+"/state")
+	cases := []struct {
+		name  string
+		child bool
+		watch bool
+		path  string
+	}{
+		{"self/unmarked/unwatched", false, false, plain},
+		{"self/unmarked/watching", false, true, plain},
+		{"self/marked/outside", false, true, key},
+		{"child/unmarked/unwatched", true, false, plain},
+		{"child/marked/outside", true, true, key},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			if tc.watch {
+				watchFiles(b, paths, newPIDSet(), allowAll)
+			}
+			if tc.child {
+				c := startChild(b)
+				b.ResetTimer()
+				got := c.do(b, "bench "+tc.path+" "+strconv.Itoa(b.N))
+				b.StopTimer()
+				ns, ok := strings.CutPrefix(got, "ok ")
+				if !ok {
+					b.Fatalf("child got %q", got)
+				}
+				total, err := strconv.ParseFloat(ns, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(total/float64(b.N), "child-ns/open")
+				return
+			}
+			for b.Loop() {
+				fd, err := unix.Open(tc.path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				unix.Close(fd)
+			}
 		})
 	}
 }
