@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -105,6 +106,10 @@ func BenchmarkOpen(b *testing.B) {
 //   - self/unmarked/unwatched: this process opens a file, no group at all
 //   - self/unmarked/watching: the same, the files marked (what every
 //     process on the machine pays for its ordinary opens)
+//   - self/unmarked/alternating: both, in alternating rounds of 2,000 opens
+//     with the group made and closed between them (untimed), so that a
+//     loaded machine's swings fall on both alike: unwatched-ns/open,
+//     watching-ns/open and their ratio, watching/unwatched
 //   - self/marked/outside: this process opens a marked file, allowed at
 //     once (Chaperone's own opens: the round trip to the reader)
 //   - child/unmarked/unwatched: a helper process opens the unmarked file
@@ -127,6 +132,7 @@ func BenchmarkWatchFilesUnmarkedOpen(b *testing.B) {
 	}{
 		{"self/unmarked/unwatched", false, false, plain},
 		{"self/unmarked/watching", false, true, plain},
+		{"self/unmarked/alternating", false, false, plain},
 		{"self/marked/outside", false, true, key},
 		{"child/unmarked/unwatched", true, false, plain},
 		{"child/marked/outside", true, true, key},
@@ -152,13 +158,57 @@ func BenchmarkWatchFilesUnmarkedOpen(b *testing.B) {
 				b.ReportMetric(total/float64(b.N), "child-ns/open")
 				return
 			}
+			if strings.HasSuffix(tc.name, "/alternating") {
+				alternateWatching(b, paths, tc.path)
+				return
+			}
 			for b.Loop() {
-				fd, err := unix.Open(tc.path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-				if err != nil {
+				if err := openClose(tc.path, unix.O_RDONLY); err != nil {
 					b.Fatal(err)
 				}
-				unix.Close(fd)
 			}
 		})
 	}
+}
+
+// alternateWatching opens path b.N times, in rounds of 2,000 with paths
+// watched (WatchFiles) and 2,000 without, and reports each's time per open
+// and their ratio.
+func alternateWatching(b *testing.B, paths []string, path string) {
+	const round = 2000
+	var spent [2]time.Duration // unwatched, watching
+	var opens [2]int
+	b.ResetTimer()
+	for done, watching := 0, false; done < b.N; watching = !watching {
+		n := min(round, b.N-done)
+		var f *Files
+		if watching {
+			b.StopTimer()
+			f, _ = watchFiles(b, paths, newPIDSet(), allowAll)
+			b.StartTimer()
+		}
+		start := time.Now()
+		for range n {
+			if err := openClose(path, unix.O_RDONLY); err != nil {
+				b.Fatal(err)
+			}
+		}
+		i := map[bool]int{false: 0, true: 1}[watching]
+		spent[i] += time.Since(start)
+		opens[i] += n
+		done += n
+		if f != nil {
+			b.StopTimer()
+			f.Close()
+			b.StartTimer()
+		}
+	}
+	if opens[0] == 0 || opens[1] == 0 {
+		return // b.N too small for both
+	}
+	un := float64(spent[0].Nanoseconds()) / float64(opens[0])
+	w := float64(spent[1].Nanoseconds()) / float64(opens[1])
+	b.ReportMetric(un, "unwatched-ns/open")
+	b.ReportMetric(w, "watching-ns/open")
+	b.ReportMetric(w/un, "watching/unwatched")
 }
