@@ -111,6 +111,8 @@ func BenchmarkOpen(b *testing.B) {
 //     with the group made and closed between them (untimed), so that a
 //     loaded machine's swings fall on both alike: unwatched-ns/open,
 //     watching-ns/open and their ratio, watching/unwatched
+//   - self/unmarked/alternating-no-marks: the same with a group that marks
+//     nothing, the method's own bias and noise
 //   - self/marked/outside: this process opens a marked file, allowed at
 //     once (Chaperone's own opens: the round trip to the reader)
 //   - child/unmarked/unwatched: a helper process opens the unmarked file
@@ -134,6 +136,7 @@ func BenchmarkWatchFilesUnmarkedOpen(b *testing.B) {
 		{"self/unmarked/unwatched", false, false, plain},
 		{"self/unmarked/watching", false, true, plain},
 		{"self/unmarked/alternating", false, false, plain},
+		{"self/unmarked/alternating-no-marks", false, false, plain},
 		{"self/marked/outside", false, true, key},
 		{"child/unmarked/unwatched", true, false, plain},
 		{"child/marked/outside", true, true, key},
@@ -159,8 +162,12 @@ func BenchmarkWatchFilesUnmarkedOpen(b *testing.B) {
 				b.ReportMetric(total/float64(b.N), "child-ns/open")
 				return
 			}
-			if strings.HasSuffix(tc.name, "/alternating") {
+			switch {
+			case strings.HasSuffix(tc.name, "/alternating"):
 				alternateWatching(b, paths, tc.path)
+				return
+			case strings.HasSuffix(tc.name, "/alternating-no-marks"):
+				alternateWatching(b, nil, tc.path)
 				return
 			}
 			for b.Loop() {
