@@ -95,6 +95,7 @@ type Files struct {
 	// (markMu), not mounts.
 	byInode bool
 	watched map[inodeKey]struct{}
+	closing bool // Close began: AddPaths marks nothing more (markMu)
 
 	mounts                                            int
 	events, outside, ignored, hits, denied, execOpens atomic.Uint64
@@ -302,12 +303,13 @@ func (f *Files) markDir(dir string) error {
 
 // markInode adds an inode mark for mask on the file open (O_PATH) as fd,
 // whose stat is st, through its magic link (fanotify_mark takes no O_PATH
-// fd as its object), and counts the inode. Not after Close: the group's
-// fd number may be another file's by then.
+// fd as its object), and counts the inode. Not once Close began: its
+// flush would miss the mark, and the group's fd number may be another
+// file's by then.
 func (f *Files) markInode(fd int, st unix.Stat_t, mask uint64) error {
 	f.markMu.Lock()
 	defer f.markMu.Unlock()
-	if f.groupClosed {
+	if f.closing {
 		return errors.New("file mediation closed")
 	}
 	if err := unix.FanotifyMark(f.fd, unix.FAN_MARK_ADD, mask, f.procFD, strconv.Itoa(fd)); err != nil {
@@ -1114,6 +1116,9 @@ func (f *Files) watchedCount() int {
 func (f *Files) Close() error {
 	f.closeOnce.Do(func() {
 		f.cancel()
+		f.markMu.Lock() // no mark after the flush below
+		f.closing = true
+		f.markMu.Unlock()
 		var errs []error
 		flush := uint(unix.FAN_MARK_FLUSH | unix.FAN_MARK_MOUNT)
 		if f.byInode {
