@@ -97,10 +97,17 @@ type catResult struct {
 // then becomes cat, keeping its pid.
 func runCat(tb testing.TB, s *pidSet, path string) (catResult, int) {
 	tb.Helper()
-	if _, err := exec.LookPath("cat"); err != nil {
+	cat, err := exec.LookPath("cat")
+	if err != nil {
 		tb.Skipf("no cat: %v", err)
 	}
-	cmd := exec.Command("sh", "-c", `read _ && exec cat -- "$0"`, path)
+	return runGated(tb, s, cat, path)
+}
+
+// runGated runs prog with args as runCat runs cat.
+func runGated(tb testing.TB, s *pidSet, prog string, args ...string) (catResult, int) {
+	tb.Helper()
+	cmd := exec.Command("sh", append([]string{"-c", `read _ && exec "$0" "$@"`, prog}, args...)...)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	in, err := cmd.StdinPipe()
@@ -219,6 +226,11 @@ func TestWatchFilesDirectory(t *testing.T) {
 	ca, ask := state+"/ca-key.pem", state+"/ask/deep/pending.json"
 	writeAt(t, ca, "key\n")
 	writeAt(t, ask, "{}\n")
+	tool := state + "/bin/tool" // a program kept there: its exec is decided
+	writeAt(t, tool, "#!/bin/sh\necho ran\n")
+	if err := os.Chmod(tool, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	sibling := filepath.Dir(state) + "/" + filepath.Base(state) + ".sibling"
 	writeAt(t, sibling, "x\n")
 	t.Cleanup(func() { os.Remove(sibling) })
@@ -230,8 +242,8 @@ func TestWatchFilesDirectory(t *testing.T) {
 	}
 	s := newPIDSet()
 	f, r := watchFiles(t, []string{state}, s, deny)
-	if got := f.Stats().Files; got != 3 { // state, ask, ask/deep
-		t.Errorf("Stats().Files = %d, want 3 (the directory and the two below it)", got)
+	if got := f.Stats().Files; got != 4 { // state, ask, ask/deep, bin
+		t.Errorf("Stats().Files = %d, want 4 (the directory and the three below it)", got)
 	}
 	later := state + "/ask/made-later.json"
 	writeAt(t, later, "{}\n")
@@ -241,13 +253,16 @@ func TestWatchFilesDirectory(t *testing.T) {
 		content string
 		session bool
 		decided bool
+		exec    bool // run path instead of cat
 	}{
-		{"file in it, session", ca, "", true, true},
-		{"file two levels down, session", ask, "", true, true},
-		{"file made after the mark, session", later, "", true, true},
-		{"file beside it, session", sibling, "x\n", true, false},
-		{"file in it, outside", ca, "key\n", false, false},
-		{"file two levels down, outside", ask, "{}\n", false, false},
+		{"file in it, session", ca, "", true, true, false},
+		{"file two levels down, session", ask, "", true, true, false},
+		{"file made after the mark, session", later, "", true, true, false},
+		{"file beside it, session", sibling, "x\n", true, false, false},
+		{"file in it, outside", ca, "key\n", false, false, false},
+		{"file two levels down, outside", ask, "{}\n", false, false, false},
+		{"program in it run, session", tool, "", true, true, true},
+		{"program in it run, outside", tool, "ran\n", false, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,12 +271,20 @@ func TestWatchFilesDirectory(t *testing.T) {
 			if !tt.session {
 				set = nil
 			}
-			got, pid := runCat(t, set, tt.path)
+			var got catResult
+			var pid int
+			access := event.FileRead
+			if tt.exec {
+				got, pid = runGated(t, set, tt.path)
+				access = event.FileExec
+			} else {
+				got, pid = runCat(t, set, tt.path)
+			}
 			want := catResult{OK: true, Out: tt.content}
 			var wantDecided []event.File
 			if tt.decided {
 				want = catResult{Denied: true}
-				wantDecided = []event.File{{Path: tt.path, Access: event.FileRead}}
+				wantDecided = []event.File{{Path: tt.path, Access: access}}
 			}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("cat %s (-want +got):\n%s", tt.path, d)
