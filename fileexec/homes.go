@@ -61,8 +61,13 @@ func regularFile(p string) bool {
 // Arch: UID_MIN in /etc/login.defs).
 const firstUserUID = 1000
 
+// nobodyUID is the overflow user's, nobody's, whose home is / on some
+// systems (Arch) and holds no one's credentials.
+const nobodyUID = 65534
+
 // Homes returns /root and the home directories of /etc/passwd's users
-// with a uid of 1000 or more, those that exist as directories, each once,
+// with a uid of 1000 or more but nobody (65534), those that exist as
+// directories, each once,
 // /root first and then in /etc/passwd's order. Lines that are not a user
 // entry (comments, NIS "+" and "-" lines, a bad uid, a relative home) are
 // skipped; an unreadable /etc/passwd leaves /root alone.
@@ -87,7 +92,7 @@ func homesOf(b []byte, exists func(string) bool) []string {
 	}
 	add("/root")
 	for _, u := range parsePasswd(b) {
-		if u.UID >= firstUserUID {
+		if u.UID >= firstUserUID && u.UID != nobodyUID {
 			add(u.Home)
 		}
 	}

@@ -50,14 +50,14 @@ func TestParsePasswd(t *testing.T) {
 
 func TestHomesOf(t *testing.T) {
 	passwd := "root:x:0:0:root:/root:/bin/bash\n" +
-		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n" +
+		"nobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n" + // Arch's
 		"sys:x:999:999::/home/sys:/bin/sh\n" + // below 1000
 		"alice:x:1000:1000::/home/alice:/bin/bash\n" +
 		"garbage line\n" +
 		"alias:x:1003:1003::/home/alice/:/bin/bash\n" + // alice's home again
 		"gone:x:1004:1004::/home/gone:/bin/bash\n" +
 		"toor:x:1005:0::/root:/bin/bash\n" // /root again
-	exist := map[string]bool{"/root": true, "/home/alice": true, "/home/sys": true}
+	exist := map[string]bool{"/": true, "/root": true, "/home/alice": true, "/home/sys": true}
 	tests := []struct {
 		name   string
 		passwd string

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -296,6 +297,22 @@ func TestWatchFilesDirectory(t *testing.T) {
 				t.Errorf("the opener outside the session was described")
 			}
 		})
+	}
+}
+
+// TestWatchFilesDirectoryBound checks that a directory with more
+// directories below it than maxDirMarks gets that many marks, no more.
+func TestWatchFilesDirectoryBound(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	for i := range maxDirMarks + 50 {
+		if err := os.MkdirAll(filepath.Join(dir, strconv.Itoa(i%10), strconv.Itoa(i)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, _ := watchFiles(t, []string{dir}, newPIDSet(), allowAll)
+	if got := f.Stats().Files; got != maxDirMarks {
+		t.Errorf("Stats().Files = %d, want %d", got, maxDirMarks)
 	}
 }
 
