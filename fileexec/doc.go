@@ -12,6 +12,19 @@
 // cgroup and the like) are left unmarked (see pseudoFS); tmpfs mounts
 // (/tmp, /dev/shm, /run) are marked.
 //
+// WatchFiles is the daemon's: its agents run in the machine's own
+// namespaces, where a mount mark would make every process on the machine
+// wait for Chaperone on every open. It marks only the files the policy
+// protects (CredentialFiles of Homes, other trees' .env, Chaperone's
+// state), each by its inode, and directories for the files in them and
+// below (up to 1024 directories per path, walked when marked); AddPaths
+// marks more. Any other open by any process raises no event. An open of a
+// marked file by a process outside the session is a round trip to the
+// reader, allowed at once. A marked file replaced by a new inode (renamed
+// over, removed and made again) is not covered until it is named again,
+// unless its directory is marked. Static, Nested and the mount
+// namespaces are WatchMounts's only.
+//
 // Each open raises FAN_OPEN_PERM, and an exec (the program and its ELF
 // interpreter) FAN_OPEN_EXEC_PERM. Access is exec for the latter; for the
 // former it is read from the blocked thread's registers in
@@ -30,7 +43,8 @@
 // Guarantees:
 //   - Every event is answered exactly once, and its fd closed after the
 //     answer. An open by a process that is not in the session, or by
-//     Chaperone itself, is allowed at once and is neither decided nor
+//     Chaperone itself, is allowed at once, before anything else is read
+//     of it (Process is not called), and is neither decided nor
 //     published. An open by a session process is allowed only on an allow
 //     or rewrite verdict; any failure to learn which process or file it is
 //     denies it (EPERM), and is published.

@@ -8,13 +8,13 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 )
 
-// ErrUnavailable is wrapped by WatchMounts's error when fanotify permission
+// ErrUnavailable is wrapped by WatchMounts's and WatchFiles's error when fanotify permission
 // events cannot be used here: not Linux, not root (CAP_SYS_ADMIN), or a
 // kernel without them.
 var ErrUnavailable = errors.New("fanotify permission events unavailable (needs linux and root)")
 
-// FileOptions configures WatchMounts. InSession, Process and Decider are
-// required.
+// FileOptions configures WatchMounts and WatchFiles. InSession, Process
+// and Decider are required.
 type FileOptions struct {
 	// Session is the session id put on every event.
 	Session string
@@ -53,7 +53,7 @@ type FileOptions struct {
 	// An exec is still decided by the execs package. It is called on
 	// handler goroutines after an open of path for access was allowed with
 	// v (the verdict it was given, so that access need not be decided
-	// again), and must return promptly.
+	// again), and must return promptly. WatchFiles does not use it.
 	Static func(path string, access event.FileAccess, v event.Verdict) bool
 	// Alias, when set, names the path an opened file (its device and
 	// inode) is to be decided as, when that is not the path it was opened
@@ -68,9 +68,11 @@ type FileOptions struct {
 	Protected *Protected
 }
 
-// FileStats counts what a Files has answered since WatchMounts.
+// FileStats counts what a Files has answered since WatchMounts or
+// WatchFiles.
 type FileStats struct {
-	Mounts    int    // mounts marked
+	Mounts    int    // mounts marked (WatchMounts)
+	Files     int    // files and directories marked, each inode once (WatchFiles, AddPaths)
 	Events    uint64 // permission events answered, from any process
 	Outside   uint64 // allowed at once: the process is not in the session (or is Chaperone itself)
 	Ignored   uint64 // allowed at once: Ignore matched the path

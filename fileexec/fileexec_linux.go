@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -89,6 +91,11 @@ type Files struct {
 	noEvictable bool                  // the kernel refused FAN_MARK_EVICTABLE
 	groupClosed bool
 	staticMarks atomic.Uint64
+	// byInode: made by WatchFiles, whose marks are the inodes in watched
+	// (markMu), not mounts.
+	byInode bool
+	watched map[inodeKey]struct{}
+	closing bool // Close began: AddPaths marks nothing more (markMu)
 
 	mounts                                            int
 	events, outside, ignored, hits, denied, execOpens atomic.Uint64
@@ -141,8 +148,182 @@ type rawEvent struct {
 // root mount cannot be. Its error wraps ErrUnavailable when the fanotify
 // group cannot be made.
 func WatchMounts(pid int, o FileOptions) (*Files, error) {
+	f, err := newFiles(o, "watch mounts")
+	if err != nil {
+		return nil, err
+	}
+	if f.mounts, err = f.markMounts(pid); err != nil {
+		unix.Close(f.procFD)
+		unix.Close(f.fd)
+		return nil, err
+	}
+	if err := f.start(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// WatchFiles marks, with inode marks for FAN_OPEN_PERM and
+// FAN_OPEN_EXEC_PERM, each of paths that exists (symbolic links followed),
+// and starts the reader: the daemon's file mediation, for agents found
+// running in the machine's own namespaces, where marking whole mounts
+// would make every process on the machine wait for Chaperone on every
+// open. Only the opens of the marked files raise an event; any other open,
+// by any process, costs what it costs without Chaperone.
+//
+// A directory is marked for the files in it (FAN_EVENT_ON_CHILD), and so
+// is each directory below it, walked when it is marked (symbolic links not
+// followed), up to maxDirMarks directories per path: a directory made
+// later, or beyond that bound, is not covered until AddPaths names it.
+// Opening a directory itself (to list it) is not an event. A file marked
+// is known by its inode: another name for it (a hard link) is covered; a
+// file replaced by a new one (renamed over the path, or removed and made
+// again) is not, unless its directory is marked, until AddPaths names it
+// again. Paths that do not exist are skipped with a debug line; one that
+// cannot be marked fails WatchFiles (WatchFiles(nil, o) and then AddPaths
+// marks what it can).
+//
+// The events are handled as WatchMounts's are, through the same options:
+// an open by a process for which InSession is false (or by Chaperone) is
+// allowed at once, without describing the process, a decision or an
+// event. FileOptions.Static is not used (no ignore marks: the marked files
+// are the few the policy protects), nor can the Files be given to Nested.
+// Its error wraps ErrUnavailable when the fanotify group cannot be made.
+func WatchFiles(paths []string, o FileOptions) (*Files, error) {
+	o.Static = nil
+	f, err := newFiles(o, "watch files")
+	if err != nil {
+		return nil, err
+	}
+	f.byInode = true
+	if err := f.markPaths(paths); err != nil {
+		unix.Close(f.procFD)
+		unix.Close(f.fd)
+		return nil, err
+	}
+	if err := f.start(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// AddPaths marks paths as WatchFiles does (a new user's home, a tree's
+// .env made since): marking a file or directory again is harmless. The
+// error names the paths that could not be marked; the others are. It
+// fails on a Files made by WatchMounts, and after Close.
+func (f *Files) AddPaths(paths []string) error {
+	if !f.byInode {
+		return errors.New("fileexec: add paths: the files watch mounts, not files")
+	}
+	return f.markPaths(paths)
+}
+
+// maxDirMarks bounds the directories marked for one path named to
+// WatchFiles or AddPaths, itself included.
+const maxDirMarks = 1024
+
+// markPaths marks each of paths that exists with an inode mark, a
+// directory and the directories below it for their files.
+func (f *Files) markPaths(paths []string) error {
+	var errs []error
+	for _, p := range paths {
+		if err := f.markPath(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (f *Files) markPath(p string) error {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		f.log.Debug("fileexec: a path to mark does not exist", "path", p)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("fileexec: mark %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("fileexec: mark %s: %w", p, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if err := f.markInode(fd, st, markMask); err != nil {
+			return fmt.Errorf("fileexec: mark %s: %w", p, err)
+		}
+		return nil
+	}
+	if err := f.markInode(fd, st, markMask|unix.FAN_EVENT_ON_CHILD); err != nil {
+		return fmt.Errorf("fileexec: mark %s: %w", p, err)
+	}
+	// The directories below, walked from the one just marked (its path as
+	// the kernel names it: p may have been a symbolic link).
+	root, err := readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return fmt.Errorf("fileexec: mark %s: %w", p, err)
+	}
+	var errs []error
+	n := 1
+	filepath.WalkDir(root, func(dir string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			f.log.Debug("fileexec: directory to mark not read", "path", dir, "err", err)
+			return nil
+		case !d.IsDir() || dir == root:
+			return nil
+		case n >= maxDirMarks:
+			f.log.Warn("fileexec: too many directories below a marked one: the rest are not marked", "path", root, "marked", n)
+			return filepath.SkipAll
+		}
+		if err := f.markDir(dir); err != nil {
+			errs = append(errs, fmt.Errorf("fileexec: mark %s: %w", dir, err))
+			return filepath.SkipDir
+		}
+		n++
+		return nil
+	})
+	return errors.Join(errs...)
+}
+
+// markDir marks directory dir, not following a symbolic link (one put
+// there since it was listed), for its files.
+func (f *Files) markDir(dir string) error {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	return f.markInode(fd, st, markMask|unix.FAN_EVENT_ON_CHILD)
+}
+
+// markInode adds an inode mark for mask on the file open (O_PATH) as fd,
+// whose stat is st, through its magic link (fanotify_mark takes no O_PATH
+// fd as its object), and counts the inode. Not once Close began: its
+// flush would miss the mark, and the group's fd number may be another
+// file's by then.
+func (f *Files) markInode(fd int, st unix.Stat_t, mask uint64) error {
+	f.markMu.Lock()
+	defer f.markMu.Unlock()
+	if f.closing {
+		return errors.New("file mediation closed")
+	}
+	if err := unix.FanotifyMark(f.fd, unix.FAN_MARK_ADD, mask, f.procFD, strconv.Itoa(fd)); err != nil {
+		return fmt.Errorf("fanotify_mark: %w", err)
+	}
+	f.watched[inodeKey{dev: uint64(st.Dev), ino: st.Ino}] = struct{}{}
+	return nil
+}
+
+// newFiles makes the group and everything but its marks. what names the
+// caller in errors.
+func newFiles(o FileOptions, what string) (*Files, error) {
 	if o.InSession == nil || o.Process == nil || o.Decider == nil {
-		return nil, errors.New("fileexec: watch mounts: InSession, Process and Decider are required")
+		return nil, fmt.Errorf("fileexec: %s: InSession, Process and Decider are required", what)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -172,28 +353,32 @@ func WatchMounts(pid int, o FileOptions) (*Files, error) {
 	f := &Files{
 		o: o, log: o.Logger, fd: fd, self: os.Getpid(), nrs: nrs,
 		sem: make(chan struct{}, maxDeciding), cache: cache, notStatic: notStatic, flights: map[cacheKey]*flight{},
-		tgids: map[int]int{}, marked: map[inodeKey]struct{}{},
-		readerDone: make(chan struct{}),
+		tgids: map[int]int{}, marked: map[inodeKey]struct{}{}, watched: map[inodeKey]struct{}{},
+		readerDone: make(chan struct{}), mainRoot: -1,
 	}
 	if f.procFD, err = unix.Open("/proc/self/fd", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("fileexec: open /proc/self/fd: %w", err)
 	}
-	if f.mounts, err = f.markMounts(pid); err != nil {
-		unix.Close(f.procFD)
-		unix.Close(fd)
-		return nil, err
-	}
+	return f, nil
+}
+
+// start starts the reader of f, marked; on failure f is closed.
+func (f *Files) start() error {
 	// The fd is non-blocking, so the File is read through the poller;
 	// Close relies on that to wake the reader with a deadline.
-	f.group = os.NewFile(uintptr(fd), "fanotify")
+	f.group = os.NewFile(uintptr(f.fd), "fanotify")
 	if err := f.group.SetReadDeadline(time.Time{}); err != nil {
 		f.group.Close()
-		return nil, fmt.Errorf("fileexec: fanotify fd not pollable: %w", err)
+		unix.Close(f.procFD)
+		if f.mainRoot >= 0 {
+			unix.Close(f.mainRoot)
+		}
+		return fmt.Errorf("fileexec: fanotify fd not pollable: %w", err)
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	go f.read()
-	return f, nil
+	return nil
 }
 
 // markMounts marks the mounts of pid's namespace, the session's own, and
@@ -443,17 +628,8 @@ func (f *Files) handle(ev rawEvent) {
 // answer decides whether the open of ev may go ahead. Any failure to learn
 // what a session process opens, or how, denies.
 func (f *Files) answer(ev rawEvent) bool {
-	var access event.FileAccess
-	if ev.mask&unix.FAN_OPEN_EXEC_PERM == 0 {
-		if access = f.access(ev); access == event.FileExec {
-			// The kernel raises an exec's FAN_OPEN_PERM only after its
-			// FAN_OPEN_EXEC_PERM for the same open was allowed (decided,
-			// or let past by an ignore mark Static put): nothing left to
-			// decide, whoever the process is.
-			f.execOpens.Add(1)
-			return true
-		}
-	}
+	// Who opens first: a process outside the session is let through
+	// without its registers read (which may mean waiting for them).
 	tgid, err := f.tgidOf(ev.tid)
 	if err != nil {
 		// A thread blocked in open exists; not finding it means it was
@@ -464,6 +640,17 @@ func (f *Files) answer(ev rawEvent) bool {
 	if tgid == f.self || !f.o.InSession(tgid) {
 		f.outside.Add(1)
 		return true
+	}
+	var access event.FileAccess
+	if ev.mask&unix.FAN_OPEN_EXEC_PERM == 0 {
+		if access = f.access(ev); access == event.FileExec {
+			// The kernel raises an exec's FAN_OPEN_PERM only after its
+			// FAN_OPEN_EXEC_PERM for the same open was allowed (decided,
+			// or let past by an ignore mark Static put): nothing left to
+			// decide.
+			f.execOpens.Add(1)
+			return true
+		}
 	}
 	gen := f.gen.Load() // before any verdict is looked up
 	e := &event.Event{Time: ev.at, Kind: event.KindFile, Session: f.o.Session, File: &event.File{}}
@@ -676,6 +863,9 @@ func (f *Files) Forget() error {
 	f.gen.Add(1)
 	f.cache.Purge()
 	f.notStatic.Purge()
+	if f.byInode {
+		return nil // no ignore marks; its inode marks are the watch itself
+	}
 	if err := f.flushStatic(); err != nil {
 		return fmt.Errorf("fileexec: forget: remove ignore marks: %w", err)
 	}
@@ -902,6 +1092,7 @@ func (f *Files) decide(e *event.Event, publish bool) (v event.Verdict, decided b
 func (f *Files) Stats() FileStats {
 	return FileStats{
 		Mounts:    f.mounts,
+		Files:     f.watchedCount(),
 		Events:    f.events.Load(),
 		Outside:   f.outside.Load(),
 		Ignored:   f.ignored.Load(),
@@ -912,6 +1103,12 @@ func (f *Files) Stats() FileStats {
 	}
 }
 
+func (f *Files) watchedCount() int {
+	f.markMu.Lock()
+	defer f.markMu.Unlock()
+	return len(f.watched)
+}
+
 // Close removes the marks, denies every open of a session process still
 // waiting for a decision (their Decide contexts are cancelled), answers
 // what is left in the queue, and closes the group. Opens made after Close
@@ -919,8 +1116,15 @@ func (f *Files) Stats() FileStats {
 func (f *Files) Close() error {
 	f.closeOnce.Do(func() {
 		f.cancel()
+		f.markMu.Lock() // no mark after the flush below
+		f.closing = true
+		f.markMu.Unlock()
 		var errs []error
-		if err := unix.FanotifyMark(f.fd, unix.FAN_MARK_FLUSH|unix.FAN_MARK_MOUNT, 0, unix.AT_FDCWD, ""); err != nil {
+		flush := uint(unix.FAN_MARK_FLUSH | unix.FAN_MARK_MOUNT)
+		if f.byInode {
+			flush = unix.FAN_MARK_FLUSH // its inode marks
+		}
+		if err := unix.FanotifyMark(f.fd, flush, 0, unix.AT_FDCWD, ""); err != nil {
 			errs = append(errs, fmt.Errorf("fileexec: remove marks: %w", err))
 		}
 		f.stopping.Store(true)
@@ -936,7 +1140,9 @@ func (f *Files) Close() error {
 		if err := f.group.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("fileexec: close fanotify: %w", err))
 		}
-		unix.Close(f.mainRoot)
+		if f.mainRoot >= 0 {
+			unix.Close(f.mainRoot)
+		}
 		unix.Close(f.procFD)
 		f.closeErr = errors.Join(errs...)
 	})

@@ -15,6 +15,16 @@ func WatchMounts(pid int, o FileOptions) (*Files, error) {
 	return nil, fmt.Errorf("fileexec: watch mounts: fanotify needs linux: %w", ErrUnavailable)
 }
 
+// WatchFiles fails with an error wrapping ErrUnavailable.
+func WatchFiles(paths []string, o FileOptions) (*Files, error) {
+	return nil, fmt.Errorf("fileexec: watch files: fanotify needs linux: %w", ErrUnavailable)
+}
+
+// AddPaths fails with an error wrapping ErrUnavailable.
+func (*Files) AddPaths(paths []string) error {
+	return fmt.Errorf("fileexec: add paths: fanotify needs linux: %w", ErrUnavailable)
+}
+
 // Stats returns zero counts.
 func (*Files) Stats() FileStats { return FileStats{} }
 

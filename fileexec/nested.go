@@ -44,7 +44,8 @@ type NestedOptions struct {
 	// Files is the session's file mediation, whose marks are carried into
 	// the mount namespaces the session's processes make. Nil when opens
 	// are not mediated: then there is nothing to carry, and the calls run
-	// (but for NoCgroupNS's).
+	// (but for NoCgroupNS's). WatchMounts's only: NewNested refuses
+	// WatchFiles's.
 	Files *Files
 	// Cgroup is the session's cgroup v2 directory. Its processes are
 	// frozen while a call that makes mounts completes and its mounts are

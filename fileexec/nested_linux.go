@@ -64,6 +64,9 @@ func NewNested(o NestedOptions) (*Nested, error) {
 	if o.InSession == nil {
 		return nil, errors.New("fileexec: nested: InSession is required")
 	}
+	if o.Files != nil && o.Files.byInode {
+		return nil, errors.New("fileexec: nested: Files watches files (WatchFiles), not a session's mounts")
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
