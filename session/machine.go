@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/fileexec"
 	"github.com/chaperone-dev/chaperone/proxy"
 	"github.com/chaperone-dev/chaperone/redirect"
 )
@@ -61,6 +62,9 @@ type machineScope struct {
 
 	stopEvents context.CancelFunc
 	eventsDone chan struct{}
+	// files guards the protected files themselves (by inode) from the
+	// agents: nil when fanotify is not available.
+	files *fileexec.Files
 }
 
 // agentSession is one agent a daemon found, and its session.
@@ -105,11 +109,64 @@ func (m *machineScope) start(ts *transparentSession) error {
 			m.settle(int(pid))
 		}
 	}
+	m.guardFiles()
 	return nil
+}
+
+// guardFiles puts permission marks on the files the agents may not open
+// whatever they run: the credential files of the machine's users and
+// Chaperone's own state and configuration. Opens of other files, and of
+// these by other processes, are not the agents' and are not decided.
+func (m *machineScope) guardFiles() {
+	paths := fileexec.CredentialFiles(fileexec.Homes())
+	for _, p := range []string{m.s.cfg.StateDir, m.s.configFile, m.s.cfg.Policy} {
+		if p != "" {
+			paths = append(paths, p)
+		}
+	}
+	f, err := fileexec.WatchFiles(paths, fileexec.FileOptions{
+		InSession: func(pid int) bool { _, ok := m.ownerOf(pid); return ok },
+		Process: func(pid int) (*event.Process, error) {
+			who, _ := m.ownerOf(pid)
+			return describeProcess(m.s.procs, pid, who.root)
+		},
+		Decider: event.DeciderFunc(m.decideFile),
+		Publish: m.s.bus.Publish,
+		Logger:  m.s.log,
+		Ignore:  ignoredPath,
+	})
+	if err != nil {
+		fmt.Fprintf(m.s.stderr, "chaperone: the agents' opens of credential files are not decided: %v\n", err)
+		return
+	}
+	m.files = f
+}
+
+// decideFile decides an agent's open of a guarded file in the agent's
+// session; what is left of an ask is a deny.
+func (m *machineScope) decideFile(ctx context.Context, e *event.Event) event.Verdict {
+	if e.Process == nil {
+		return event.Verdict{Action: event.Deny, DecidedBy: event.DecidedByDefault, Reason: "the process that opened the file is unknown"}
+	}
+	who, ok := m.ownerOf(e.Process.PID)
+	if !ok {
+		return event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByDefault, Reason: "not an agent's process"}
+	}
+	e.Session = who.session
+	m.mu.Lock()
+	if a := m.byID[who.session]; a != nil {
+		info := a.info
+		e.SessionInfo = &info
+	}
+	m.mu.Unlock()
+	return m.s.chain.Decide(ctx, e).Enforced()
 }
 
 // stop stops following the kernel's reports.
 func (m *machineScope) stop() {
+	if m.files != nil {
+		m.files.Close()
+	}
 	if m.stopEvents != nil {
 		m.stopEvents()
 		<-m.eventsDone

