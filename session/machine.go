@@ -228,10 +228,16 @@ func isProcess(pid int) bool {
 func (m *machineScope) handle(ev redirect.MarkEvent) {
 	switch {
 	case ev.Kind == redirect.MarkExec && ev.Mark == redirect.MarkPending:
-		m.settle(int(ev.PID))
+		// A process forked before its agent was classified inherited
+		// pending: once it is found in the agent's session, its exec is
+		// decided like the session's others. An agent's own first exec
+		// is what made it one.
+		if a := m.agent(m.settle(int(ev.PID))); a != nil && a.info.RootPID != int(ev.PID) {
+			go m.decideExec(a, ev)
+		}
 	case ev.Kind == redirect.MarkExec:
 		if a := m.agent(ev.Mark); a != nil {
-			m.recordExec(a, ev)
+			go m.decideExec(a, ev) // an ask may wait for a person
 		}
 	case ev.Kind == redirect.MarkExit:
 		m.exited(ev.Mark)
@@ -360,18 +366,34 @@ func (m *machineScope) rewrites(id string) *proxy.Rewrites {
 	return nil
 }
 
-// recordExec records an exec in an agent's session: the kernel reported
-// it after it happened, so it is a record, not a decision.
-func (m *machineScope) recordExec(a *agentSession, ev redirect.MarkEvent) {
+// decideExec decides an exec the kernel reported in an agent's session.
+// The program already runs: the daemon cannot refuse an exec as run
+// mode's filter does, so a denied one is killed as soon as it is decided
+// (through a pidfd taken first, so that no other process can be hit).
+func (m *machineScope) decideExec(a *agentSession, ev redirect.MarkEvent) {
+	kill, release, holdErr := holdProcess(int(ev.PID))
+	defer release()
 	proc, err := describeProcess(m.s.procs, int(ev.PID), a.info.RootPID)
 	if err != nil {
 		proc = &event.Process{PID: int(ev.PID), UID: int(ev.UID), Argv: []string{ev.Comm}}
 	}
-	ex := &event.Exec{Path: proc.Exe, Argv: proc.Argv, Cwd: proc.Cwd, Program: proc.Exe}
-	m.s.bus.Publish(&event.Event{
-		Time: time.Now(), Kind: event.KindExec, Session: a.info.ID, Process: proc, Exec: ex,
-		Verdict: event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByDefault, Reason: "recorded: the daemon sees an agent's execs after the kernel ran them"},
-	})
+	info := a.info
+	e := &event.Event{
+		Time: time.Now(), Kind: event.KindExec, Session: a.info.ID, SessionInfo: &info, Process: proc,
+		Exec: &event.Exec{Path: proc.Exe, Argv: proc.Argv, Cwd: proc.Cwd, Program: proc.Exe},
+	}
+	v := m.s.chain.Decide(context.Background(), e).Enforced()
+	if !v.Allowed() {
+		if holdErr != nil {
+			v.Reason += " (the program had exited, or could not be killed: " + holdErr.Error() + ")"
+		} else if err := kill(); err != nil {
+			v.Reason += " (it could not be killed: " + err.Error() + ")"
+		} else {
+			v.Reason += " (the daemon saw the exec after it happened: the program was killed)"
+		}
+	}
+	e.Verdict = v
+	m.s.bus.Publish(e)
 }
 
 // exited ends a session once none of its processes is left.

@@ -524,3 +524,40 @@ func residentKB(b *testing.B, pid int) (rss, anon float64) {
 	}
 	return rss, anon
 }
+
+// An exec the policy denies is killed: the daemon sees an agent's execs
+// only after the kernel ran them.
+func TestDaemonExecDenied(t *testing.T) {
+	needTransparent(t)
+	need(t, "sh", "sleep")
+	w := newWorldAt(t, t.TempDir(), "127.0.34.2", "127.0.34.3")
+	policy := filepath.Join(w.dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte(`rules:
+  - name: no-forbidden
+    on: exec
+    when: exec.argv.exists(a, a == "forbidden")
+    action: deny
+    reason: the argument is forbidden
+default: allow
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.startDaemon(t, "--policy", policy)
+	claude := installAgent(t, "claude")
+	cmd := exec.Command(claude, "exec", "sh", "-c", "sleep 5; echo survived", "forbidden")
+	out, _ := cmd.CombinedOutput()
+	if strings.Contains(string(out), "survived") {
+		t.Fatalf("the denied program ran to its end: %s", out)
+	}
+	s := w.waitSession(t, "claude", cmd.Process.Pid)
+	r := w.waitRecord(t, "the denied exec", func(r telemetry.Record) bool {
+		return r.Session == s.Session && r.Kind == event.KindExec && r.Verdict == event.Deny
+	})
+	if r.Rule != "no-forbidden" || !strings.Contains(r.Reason, "killed") {
+		t.Errorf("the exec's record: rule %q reason %q", r.Rule, r.Reason)
+	}
+	// Allowed execs are recorded too.
+	w.waitRecord(t, "the agent's allowed exec", func(r telemetry.Record) bool {
+		return r.Session == s.Session && r.Kind == event.KindExec && r.Verdict == event.Allow
+	})
+}
