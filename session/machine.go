@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	osuser "os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -346,7 +347,11 @@ func (m *machineScope) addLocked(pid int, name string, slot uint32, how string) 
 	if c, ok, err := m.s.procs.ProcessContainer(pid); err == nil && ok {
 		info.ContainerID, info.ContainerRuntime, info.PodUID = c.ID, c.Runtime, c.PodUID
 	}
-	a := &agentSession{slot: slot, info: info, rw: m.s.agentRewrites(id, name)}
+	user := strconv.Itoa(info.UID)
+	if u, err := osuser.LookupId(user); err == nil {
+		user = u.Username
+	}
+	a := &agentSession{slot: slot, info: info, rw: m.s.agentRewrites(id, name, user)}
 	m.bySlot[slot], m.byID[id] = a, a
 	// The proxy serves known sessions only; the token is for its explicit
 	// side, which the daemon's agents do not use.

@@ -137,7 +137,7 @@ func credentialValue(c config.Credential, getenv func(string) string) (string, e
 // agentRewrites are the rewrites of an agent a daemon found: the
 // daemon's, with a redaction key, known values, identity and trace of the
 // agent's session's own.
-func (s *Session) agentRewrites(id, agent string) *proxy.Rewrites {
+func (s *Session) agentRewrites(id, agent, user string) *proxy.Rewrites {
 	base := s.rw
 	key := make([]byte, 32)
 	rand.Read(key)
@@ -153,7 +153,7 @@ func (s *Session) agentRewrites(id, agent string) *proxy.Rewrites {
 		Task:            func(task string) { s.tasks.set(id, task) },
 	}
 	if len(rw.IdentityPresets) > 0 {
-		rw.Identity = inject.Identity{Session: id, Agent: agent}
+		rw.Identity = inject.Identity{Session: id, Agent: agent, User: user}
 		rand.Read(rw.Identity.TraceID[:])
 	}
 	for _, c := range s.creds {

@@ -58,7 +58,7 @@ func TestUnitSettings(t *testing.T) {
 		"Unit": {"StartLimitIntervalSec": "0"},
 		"Service": {
 			"Type":                   "simple",
-			"ExecStart":              binary + " daemon --config /etc/chaperone/config.yaml",
+			"ExecStart":              binary + " daemon --config /etc/chaperone/config.yaml --group chaperone",
 			"ExecReload":             "/bin/kill -HUP $MAINPID",
 			"KillSignal":             "SIGTERM",
 			"Restart":                "always",

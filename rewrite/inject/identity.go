@@ -14,6 +14,9 @@ import (
 type Identity struct {
 	Session string
 	Agent   string
+	// User is the agent's user name, when Chaperone knows it (a daemon's
+	// sessions); empty sets no user header.
+	User    string
 	Lineage []string // program names from the session's root down to the requesting process
 	TraceID [16]byte
 	SpanID  [8]byte
@@ -36,8 +39,8 @@ type preset struct {
 
 // identityValues are an Identity's fields, sanitised once.
 type identityValues struct {
-	id             Identity
-	session, agent string
+	id                   Identity
+	session, agent, user string // user: "" when unknown
 }
 
 // lookupPreset is a switch rather than a table so that the package keeps no
@@ -46,13 +49,16 @@ func lookupPreset(name string) (preset, bool) {
 	switch strings.ToLower(name) {
 	case "chaperone":
 		return preset{
-			names: []string{"X-Chaperone-Session", "X-Chaperone-Agent", "X-Chaperone-Lineage"},
+			names: []string{"X-Chaperone-Session", "X-Chaperone-Agent", "X-Chaperone-User", "X-Chaperone-Lineage"},
 			// The whole namespace is ours: an agent-set X-Chaperone-Anything
 			// could be mistaken for Chaperone's word downstream.
 			prefixes: []string{"X-Chaperone-"},
 			build: func(h http.Header, v identityValues) error {
 				h.Set("X-Chaperone-Session", v.session)
 				h.Set("X-Chaperone-Agent", v.agent)
+				if v.user != "" {
+					h.Set("X-Chaperone-User", v.user)
+				}
 				if l := lineage(v.id.Lineage, ">", maxValueLen); l != "" {
 					h.Set("X-Chaperone-Lineage", l)
 				}
@@ -66,7 +72,11 @@ func lookupPreset(name string) (preset, bool) {
 				h.Set("X-Litellm-Session-Id", v.session)
 				// Tags are a comma list: a comma in the agent's name would
 				// split it into tags of its own.
-				h.Set("X-Litellm-Tags", "agent:"+strings.ReplaceAll(v.agent, ",", "_")+",chaperone")
+				tags := "agent:" + strings.ReplaceAll(v.agent, ",", "_")
+				if v.user != "" {
+					tags += ",user:" + strings.ReplaceAll(v.user, ",", "_")
+				}
+				h.Set("X-Litellm-Tags", tags+",chaperone")
 				return nil
 			},
 		}, true
@@ -155,6 +165,9 @@ func IdentityHeaders(presets []string, id Identity) (http.Header, error) {
 		id:      id,
 		session: sanitize(id.Session, maxValueLen),
 		agent:   sanitize(id.Agent, maxValueLen),
+	}
+	if id.User != "" {
+		v.user = sanitize(id.User, maxValueLen)
 	}
 	h := http.Header{}
 	for _, name := range presets {

@@ -35,6 +35,13 @@ func TestIdentityHeaders(t *testing.T) {
 			"X-Chaperone-Session": {"s"},
 			"X-Chaperone-Agent":   {"a"},
 		}},
+		{"with a user", []string{"chaperone", "litellm"}, Identity{Session: "s", Agent: "a", User: "alice,bob"}, http.Header{
+			"X-Chaperone-Session":  {"s"},
+			"X-Chaperone-Agent":    {"a"},
+			"X-Chaperone-User":     {"alice,bob"},
+			"X-Litellm-Session-Id": {"s"},
+			"X-Litellm-Tags":       {"agent:a,user:alice_bob,chaperone"},
+		}},
 		{"litellm", []string{"litellm"}, testIdentity(), http.Header{
 			"X-Litellm-Session-Id": {"ses_01HZX3"},
 			"X-Litellm-Tags":       {"agent:claude,chaperone"},
