@@ -49,6 +49,7 @@ type daemonProc struct {
 // are removed when the test ends.
 func (w *world) startDaemon(t *testing.T, extra ...string) *daemonProc {
 	t.Helper()
+	lockMachine(t)
 	cfg := filepath.Join(w.dir, "daemon.yaml")
 	if err := os.WriteFile(cfg, []byte(daemonConfig), 0o644); err != nil {
 		t.Fatal(err)
@@ -112,6 +113,22 @@ func (d *daemonProc) stop(t *testing.T) {
 func (d *daemonProc) kill() {
 	d.cmd.Process.Kill()
 	<-d.done
+}
+
+// lockMachine holds, until the test ends, the lock that every test of any
+// package takes before it attaches kernel hooks at the cgroup root (the
+// redirect package's too): two at once would each redirect the other's
+// marked processes.
+func lockMachine(tb testing.TB) {
+	tb.Helper()
+	f, err := os.OpenFile("/run/chaperone-machine-test.lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { f.Close() })
 }
 
 // waitUntil polls cond until it holds or the deadline passes.
@@ -464,6 +481,7 @@ func BenchmarkDaemonIdleRSS(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("the daemon needs root")
 	}
+	lockMachine(b)
 	dir := b.TempDir()
 	pinDir := "/sys/fs/bpf/chaperone-bench-" + strconv.Itoa(os.Getpid())
 	defer exec.Command(binary, "daemon", "remove", "--pin-dir", pinDir).Run()
