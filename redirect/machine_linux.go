@@ -40,8 +40,8 @@ func (m *marker) close() error {
 
 // The pins under a pin directory.
 const (
-	pinMarks     = "marks"
-	pinCgroup    = "cg_" // + hook name: a program attached at the root
+	pinMarks      = "marks"
+	pinCgroup     = "cg_" // + hook name: a program attached at the root
 	pinTracepoint = "tp_" // + tracepoint name: a link
 )
 
