@@ -791,4 +791,3 @@ func closedPort30(tb testing.TB) uint16 {
 	ln.Close()
 	return p
 }
-
