@@ -361,6 +361,67 @@ func TestMachineMarksAtExec(t *testing.T) {
 
 var equateAddrs = cmpopts.EquateComparable(netip.AddrPort{})
 
+// TestMachineEveryStart starts an agent that connects at once (a bash
+// script named agentComm: its comm is the script's name) 1,000 times, 8
+// at a time, outside any wrapper: every one of its connections must reach
+// the proxy, marked, and none the server.
+func TestMachineEveryStart(t *testing.T) {
+	requireRoot(t)
+	bash := lookPath(t, "bash")
+	proxy := newMachineProxy(t)
+	server := machineServer(t)
+	r := loadMachine(t, proxy.addr(), testPinDir(t))
+	proxy.serve(r.Lookup, true)
+	script := filepath.Join(t.TempDir(), agentComm)
+	body := fmt.Sprintf("#!%s\nexec 3<>/dev/tcp/%s/%d\nread -r -n1 x <&3\nprintf %%s \"$x\"\n", bash, server.Addr(), server.Port())
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := 1000
+	if testing.Short() {
+		n = 100
+	}
+	const parallel = 8
+	answers := make(chan string, n)
+	var wg sync.WaitGroup
+	next := make(chan struct{})
+	for range parallel {
+		wg.Go(func() {
+			for range next {
+				out, err := exec.Command(script).Output()
+				if err != nil {
+					answers <- "error: " + err.Error()
+					continue
+				}
+				answers <- string(out)
+			}
+		})
+	}
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	wg.Wait()
+	close(answers)
+	got := make(map[string]int)
+	for a := range answers {
+		got[a]++
+	}
+	if diff := cmp.Diff(map[string]int{"x": n}, got); diff != "" {
+		t.Errorf("what %d starts saw (-want +got):\n%s", n, diff)
+	}
+	pending := 0
+	for range n {
+		o := proxy.next(t)
+		if o.Mark == MarkPending && o.Dst == server && o.Comm == agentComm {
+			pending++
+		}
+	}
+	if pending != n {
+		t.Errorf("%d of %d connections looked up marked pending, from %s to %s", pending, n, agentComm, server)
+	}
+}
+
 // manyVars returns n environment variables that are not the agent's.
 func manyVars(n int) []string {
 	vars := make([]string, n)
