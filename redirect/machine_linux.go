@@ -358,10 +358,8 @@ func (m *machine) releaseLocked() error {
 	return errors.Join(errs...)
 }
 
-// RemoveMachine detaches everything that AttachMachine attached with
-// pinDir, by this process or a previous one: the programs at the cgroup
-// root and the tracepoints. It unpins the marks map (the marks are lost)
-// and removes pinDir. A pinDir that does not exist is no error.
+// RemoveMachine releases r's hold on the machine-wide attachment with
+// pinDir, if it has one, and removes it (see the function RemoveMachine).
 func (r *Redirector) RemoveMachine(pinDir string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -370,6 +368,16 @@ func (r *Redirector) RemoveMachine(pinDir string) error {
 			return fmt.Errorf("redirect: remove machine: %w", err)
 		}
 	}
+	return RemoveMachine(pinDir)
+}
+
+// RemoveMachine detaches everything that AttachMachine attached with
+// pinDir, by this process or another, living or dead: the marker's
+// tracepoints, then the programs at the cgroup root. It unpins the marks
+// map (the marks are lost) and removes pinDir. A pinDir that does not
+// exist is no error. It needs no Redirector: `daemon --remove` calls it
+// without loading anything.
+func RemoveMachine(pinDir string) error {
 	if _, err := os.Stat(pinDir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -389,7 +397,7 @@ func (r *Redirector) RemoveMachine(pinDir string) error {
 		return fmt.Errorf("redirect: remove machine: open cgroup root: %w", err)
 	}
 	defer root.Close()
-	hooks := r.hooks()
+	hooks := hooksOf(&redirectPrograms{})
 	for i := len(hooks) - 1; i >= 0; i-- {
 		h := hooks[i]
 		pin := filepath.Join(pinDir, pinCgroup+h.name)

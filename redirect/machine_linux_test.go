@@ -180,6 +180,16 @@ func testPinDir(tb testing.TB) string {
 	if err := makePinDir("/sys/fs/bpf"); err != nil {
 		tb.Skipf("redirect: no bpffs: %v", err)
 	}
+	// A test that crashed left its attachment, which would still mark
+	// agentComm: remove those of runs that ended long ago.
+	stale, _ := filepath.Glob("/sys/fs/bpf/chaperone-redirect-test-*")
+	for _, d := range stale {
+		if st, err := os.Stat(d); err == nil && time.Since(st.ModTime()) > time.Hour {
+			if err := RemoveMachine(d); err != nil {
+				tb.Logf("remove stale test attachment: %v", err)
+			}
+		}
+	}
 	dir, err := os.MkdirTemp("/sys/fs/bpf", "chaperone-redirect-test-")
 	if err != nil {
 		tb.Fatal(err)
@@ -644,6 +654,45 @@ func TestMachineDaemonDeath(t *testing.T) {
 	}
 }
 
+// TestRemoveMachineAfterDeath: `daemon --remove` after the daemon died
+// removes its attachment without loading anything.
+func TestRemoveMachineAfterDeath(t *testing.T) {
+	requireRoot(t)
+	server := machineServer(t)
+	pinDir := testPinDir(t)
+	proxy := newMachineProxy(t)
+	r := loadMarked(t, proxy.addr(), pinDir)
+	if _, err := r.AttachMachine(pinDir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { RemoveMachine(pinDir) })
+	ids := rootProgramIDs(t, r)
+	// The daemon dies: its objects are closed, its listener too.
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.close()
+	agent := agentBinary(t, agentComm)
+	if rep := startHelper(t, agent, server); rep.rep.Err != "refused" {
+		t.Fatalf("agent after the daemon died saw %+v, want refused", rep.rep)
+	}
+	if err := RemoveMachine(pinDir); err != nil {
+		t.Fatal(err)
+	}
+	left := rootProgramIDs(t, nil)
+	for id := range ids {
+		if left[id] {
+			t.Errorf("program %d still attached at the root after RemoveMachine", id)
+		}
+	}
+	if _, err := os.Stat(pinDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pin directory after RemoveMachine: %v, want it gone", err)
+	}
+	if rep := startHelper(t, agent, server); rep.rep.Data != "u" {
+		t.Errorf("agent after RemoveMachine saw %+v, want the server", rep.rep)
+	}
+}
+
 // rootProgramIDs returns the ids of r's cgroup programs, or with r nil,
 // of every program attached at the cgroup root.
 func rootProgramIDs(tb testing.TB, r *Redirector) map[ebpf.ProgramID]bool {
@@ -669,7 +718,7 @@ func rootProgramIDs(tb testing.TB, r *Redirector) map[ebpf.ProgramID]bool {
 		tb.Fatal(err)
 	}
 	defer root.Close()
-	for _, h := range (&Redirector{}).hooks() {
+	for _, h := range hooksOf(&redirectPrograms{}) {
 		res, err := link.QueryPrograms(link.QueryOptions{Target: int(root.Fd()), Attach: h.typ})
 		if err != nil {
 			tb.Fatal(err)

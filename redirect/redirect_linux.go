@@ -191,7 +191,11 @@ func unwords(w [4]uint32) [16]byte {
 // can be found; a connection redirected without a record would be refused
 // by the proxy, never let through.
 func (r *Redirector) hooks() []hook {
-	p := &r.objs.redirectPrograms
+	return hooksOf(&r.objs.redirectPrograms)
+}
+
+// hooksOf lists p's hooks; with p empty, their names and types only.
+func hooksOf(p *redirectPrograms) []hook {
 	return []hook{
 		{"sockops", p.PublishOrigin, ebpf.AttachCGroupSockOps},
 		{"egress", p.PublishUdp, ebpf.AttachCGroupInetEgress},
