@@ -69,8 +69,12 @@
 // a moment; marking twice is harmless). RemoveMachine detaches and
 // unpins everything.
 //
-// Cost (BenchmarkMachineConnect, BenchmarkMachineExec; medians of ten
-// runs on a shared 2-core VM, see bpf/README.md): see the figures there.
+// Cost (BenchmarkMachineConnect, BenchmarkMachineExec; bpf/README.md has
+// the figures): the programs' own time, from the kernel's BPF statistics,
+// is some 1.5 µs per loopback connect() of an unmarked process (4 µs
+// marked) and 11 µs per fork+exec+exit of /bin/true (the environment scan
+// is 8 µs of it), on a VM where those take 100 µs and 3 to 9 ms: under
+// 2% and 0.4%.
 //
 // Guarantees:
 //   - Fail closed. A connect() that cannot be redirected (no proxy address
