@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -56,6 +57,23 @@ type helperReport struct {
 }
 
 func helperMain(mode string) int {
+	if mode == "execveat" {
+		// Become the waiting helper through execveat(2), the agent
+		// variable in the new environment only.
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, helperEnv+"=") {
+				env = append(env, kv)
+			}
+		}
+		env = append(env, helperEnv+"=wait", "CHAPERONE_AGENT=x")
+		self, err := os.Executable()
+		if err == nil {
+			err = execveat(self, []string{self}, env)
+		}
+		fmt.Fprintln(os.Stderr, "execveat:", err)
+		return 1
+	}
 	rep := helperReport{PID: os.Getpid()}
 	c, err := net.DialTimeout("tcp4", os.Getenv(helperAddr), 10*time.Second)
 	if err == nil {
@@ -78,6 +96,27 @@ func helperMain(mode string) int {
 		io.Copy(io.Discard, os.Stdin)
 	}
 	return 0
+}
+
+// execveat is execve(2) through execveat(2), which the marker sees at
+// another tracepoint; it returns only on failure.
+func execveat(path string, argv, env []string) error {
+	p, err := unix.BytePtrFromString(path)
+	if err != nil {
+		return err
+	}
+	a, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return err
+	}
+	e, err := syscall.SlicePtrFromStrings(env)
+	if err != nil {
+		return err
+	}
+	atFDCWD := unix.AT_FDCWD
+	_, _, errno := unix.Syscall6(unix.SYS_EXECVEAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(p)),
+		uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&e[0])), 0, 0)
+	return errno
 }
 
 // machineProxy plays the daemon's proxy on 127.0.30.1: it looks up each
@@ -184,7 +223,7 @@ func testPinDir(tb testing.TB) string {
 	// agentComm: remove those of runs that ended long ago.
 	stale, _ := filepath.Glob("/sys/fs/bpf/chaperone-redirect-test-*")
 	for _, d := range stale {
-		if st, err := os.Stat(d); err == nil && time.Since(st.ModTime()) > time.Hour {
+		if st, err := os.Stat(d); err == nil && time.Since(st.ModTime()) > 15*time.Minute {
 			if err := RemoveMachine(d); err != nil {
 				tb.Logf("remove stale test attachment: %v", err)
 			}
@@ -294,6 +333,9 @@ func startHelper(tb testing.TB, bin string, dst netip.AddrPort, env ...string) *
 	}
 	h := &running{cmd: cmd, stdin: stdin}
 	tb.Cleanup(func() { h.stop() })
+	// A helper that hangs is killed, which ends the read.
+	timer := time.AfterFunc(20*time.Second, func() { cmd.Process.Kill() })
+	defer timer.Stop()
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		tb.Fatalf("%s: %v", bin, err)
@@ -333,6 +375,7 @@ func TestMachineMarksAtExec(t *testing.T) {
 	}{
 		{"candidate", agent, nil, true},
 		{"env", plain, []string{"CHAPERONE_AGENT=x"}, true},
+		{"env at execveat", plain, []string{helperEnv + "=execveat"}, true},
 		{"env 128th", plain, append(manyVars(128-3), "CHAPERONE_AGENT="), true},
 		{"env 129th", plain, append(manyVars(129-3), "CHAPERONE_AGENT="), false},
 		{"neither", plain, nil, false},
@@ -476,6 +519,9 @@ func (sp *shellParent) pid() uint32 { return uint32(sp.cmd.Process.Pid) }
 // child runs one child and returns what it saw.
 func (sp *shellParent) child(tb testing.TB) helperReport {
 	tb.Helper()
+	// A shell that hangs is killed, which ends the read.
+	timer := time.AfterFunc(20*time.Second, func() { sp.cmd.Process.Kill() })
+	defer timer.Stop()
 	if _, err := io.WriteString(sp.stdin, "go\n"); err != nil {
 		tb.Fatal(err)
 	}
