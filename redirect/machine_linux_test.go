@@ -568,6 +568,56 @@ func TestMachineForkInherits(t *testing.T) {
 	}
 }
 
+// TestMachineMarksFull: with the marks map full, a marked process's child
+// runs unmarked, the limit doc.go states, and is counted.
+func TestMachineMarksFull(t *testing.T) {
+	requireRoot(t)
+	proxy := newMachineProxy(t)
+	server := machineServer(t)
+	r := loadMachine(t, proxy.addr(), testPinDir(t))
+	proxy.serve(r.Lookup, false)
+	sp := startShellParent(t, agentBinary(t, "chp30-child"), server)
+	if err := r.Mark(sp.pid(), 5); err != nil {
+		t.Fatal(err)
+	}
+	if rep := sp.child(t); rep.Data != "x" {
+		t.Fatalf("marked shell's child saw %+v, want the proxy", rep)
+	}
+	// Fill the map with ids above any pid_max (2^22).
+	marks, err := r.Marks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int(r.marker.marks.MaxEntries()) - len(marks)
+	keys, values := make([]uint32, n), make([]uint32, n)
+	for i := range keys {
+		keys[i], values[i] = 1<<30+uint32(i), 2
+	}
+	if _, err := r.marker.marks.BatchUpdate(keys, values, nil); err != nil {
+		t.Fatalf("fill marks: %v", err)
+	}
+	before, err := r.MarksFailed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := sp.child(t); rep.Data != "u" {
+		t.Errorf("child with the marks full saw %+v, want the server (unmarked)", rep)
+	}
+	after, err := r.MarksFailed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("MarksFailed %d, then %d: the failed mark is not counted", before, after)
+	}
+	if _, err := r.marker.marks.BatchDelete(keys, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rep := sp.child(t); rep.Data != "x" {
+		t.Errorf("marked shell's child with room again saw %+v, want the proxy", rep)
+	}
+}
+
 func TestMachineExitReported(t *testing.T) {
 	requireRoot(t)
 	proxy := newMachineProxy(t)
