@@ -242,7 +242,6 @@ func testPinDir(tb testing.TB) string {
 // closes it and removes the attachment.
 func loadMachine(tb testing.TB, proxy netip.AddrPort, pinDir string) *Redirector {
 	tb.Helper()
-	requireRoot(tb)
 	r := loadMarked(tb, proxy, pinDir)
 	if _, err := r.AttachMachine(pinDir); err != nil {
 		tb.Fatal(err)
@@ -255,7 +254,9 @@ func loadMachine(tb testing.TB, proxy netip.AddrPort, pinDir string) *Redirector
 	return r
 }
 
-func requireRoot(tb testing.TB) {
+// machineTest skips the test without root or cgroup v2, and takes
+// machineLock until the test ends.
+func machineTest(tb testing.TB) {
 	tb.Helper()
 	if os.Geteuid() != 0 {
 		tb.Skip("redirect: loading BPF programs needs root")
@@ -263,7 +264,20 @@ func requireRoot(tb testing.TB) {
 	if _, err := CgroupRoot(); err != nil {
 		tb.Skipf("redirect: no cgroup v2 hierarchy: %v", err)
 	}
+	f, err := os.OpenFile(machineLock, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		tb.Fatalf("lock %s: %v", machineLock, err)
+	}
+	tb.Cleanup(func() { f.Close() })
 }
+
+// machineLock is held by every test, of any package, that attaches at the
+// cgroup root: two at once would each redirect the other's marked
+// processes (CHAPERONE_AGENT= marks a process for both).
+const machineLock = "/run/chaperone-machine-test.lock"
 
 // loadMarked loads without attaching; the test's cleanup closes it.
 func loadMarked(tb testing.TB, proxy netip.AddrPort, pinDir string) *Redirector {
@@ -359,7 +373,7 @@ func (h *running) stop() {
 }
 
 func TestMachineMarksAtExec(t *testing.T) {
-	requireRoot(t)
+	machineTest(t)
 	proxy := newMachineProxy(t)
 	server := machineServer(t)
 	r := loadMachine(t, proxy.addr(), testPinDir(t))
@@ -420,7 +434,7 @@ var equateAddrs = cmpopts.EquateComparable(netip.AddrPort{})
 // at a time, outside any wrapper: every one of its connections must reach
 // the proxy, marked, and none the server.
 func TestMachineEveryStart(t *testing.T) {
-	requireRoot(t)
+	machineTest(t)
 	bash := lookPath(t, "bash")
 	proxy := newMachineProxy(t)
 	server := machineServer(t)
@@ -537,7 +551,7 @@ func (sp *shellParent) child(tb testing.TB) helperReport {
 }
 
 func TestMachineForkInherits(t *testing.T) {
-	requireRoot(t)
+	machineTest(t)
 	proxy := newMachineProxy(t)
 	server := machineServer(t)
 	r := loadMachine(t, proxy.addr(), testPinDir(t))
@@ -571,7 +585,7 @@ func TestMachineForkInherits(t *testing.T) {
 // TestMachineMarksFull: with the marks map full, a marked process's child
 // runs unmarked, the limit doc.go states, and is counted.
 func TestMachineMarksFull(t *testing.T) {
-	requireRoot(t)
+	machineTest(t)
 	proxy := newMachineProxy(t)
 	server := machineServer(t)
 	r := loadMachine(t, proxy.addr(), testPinDir(t))
@@ -580,14 +594,26 @@ func TestMachineMarksFull(t *testing.T) {
 	if err := r.Mark(sp.pid(), 5); err != nil {
 		t.Fatal(err)
 	}
-	if rep := sp.child(t); rep.Data != "x" {
+	rep := sp.child(t)
+	if rep.Data != "x" {
 		t.Fatalf("marked shell's child saw %+v, want the proxy", rep)
 	}
-	// Fill the map with ids above any pid_max (2^22).
-	marks, err := r.Marks()
-	if err != nil {
-		t.Fatal(err)
+	// Wait for the child's entry to go: it would make room.
+	var marks map[uint32]uint32
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		if marks, err = r.Marks(); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := marks[uint32(rep.PID)]; !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("exited child %d still marked", rep.PID)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
+	// Fill the map with ids above any pid_max (2^22), to the last entry.
 	n := int(r.marker.marks.MaxEntries()) - len(marks)
 	keys, values := make([]uint32, n), make([]uint32, n)
 	for i := range keys {
@@ -595,6 +621,12 @@ func TestMachineMarksFull(t *testing.T) {
 	}
 	if _, err := r.marker.marks.BatchUpdate(keys, values, nil); err != nil {
 		t.Fatalf("fill marks: %v", err)
+	}
+	for i := uint32(n); ; i++ {
+		if err := r.marker.marks.Put(1<<30+i, uint32(2)); err != nil {
+			break
+		}
+		keys = append(keys, 1<<30+i)
 	}
 	before, err := r.MarksFailed()
 	if err != nil {
@@ -619,7 +651,7 @@ func TestMachineMarksFull(t *testing.T) {
 }
 
 func TestMachineExitReported(t *testing.T) {
-	requireRoot(t)
+	machineTest(t)
 	proxy := newMachineProxy(t)
 	server := machineServer(t)
 	r := loadMachine(t, proxy.addr(), testPinDir(t))
@@ -668,7 +700,7 @@ func TestMachineExitReported(t *testing.T) {
 // the next daemon takes over the marks and the attachment, and
 // RemoveMachine leaves nothing behind.
 func TestMachineDaemonDeath(t *testing.T) {
-	requireRoot(t)
+	machineTest(t)
 	server := machineServer(t)
 	pinDir := testPinDir(t)
 	plain := agentBinary(t, "chp30-plain")
@@ -753,7 +785,7 @@ func TestMachineDaemonDeath(t *testing.T) {
 // TestRemoveMachineAfterDeath: `daemon --remove` after the daemon died
 // removes its attachment without loading anything.
 func TestRemoveMachineAfterDeath(t *testing.T) {
-	requireRoot(t)
+	machineTest(t)
 	server := machineServer(t)
 	pinDir := testPinDir(t)
 	proxy := newMachineProxy(t)
@@ -914,7 +946,7 @@ func FuzzFormatField(f *testing.F) {
 // marked one (sent to the proxy, which looks it up). The proxy looks up
 // every connection in each case, so the server side costs the same.
 func BenchmarkMachineConnect(b *testing.B) {
-	requireRoot(b)
+	machineTest(b)
 	proxy := newMachineProxy(b)
 	pinDir := testPinDir(b)
 	r := loadMarked(b, proxy.addr(), pinDir)
@@ -996,7 +1028,7 @@ func bpfCost(b *testing.B, r *Redirector) func() {
 // marked one (whose child inherits the mark and is reported at exec and
 // exit).
 func BenchmarkMachineExec(b *testing.B) {
-	requireRoot(b)
+	machineTest(b)
 	proxy := newMachineProxy(b)
 	pinDir := testPinDir(b)
 	r := loadMarked(b, proxy.addr(), pinDir)
