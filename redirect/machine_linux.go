@@ -555,7 +555,8 @@ func formatField(format []byte, field string) (offset, size int, ok bool) {
 	return 0, 0, false
 }
 
-// Mark gives process pid (a tgid) the mark mark, MarkPending or a session
+// Mark gives process pid (a tgid, as the initial pid namespace numbers it:
+// /proc's as the daemon sees it) the mark mark, MarkPending or a session
 // slot (2 and up): its connections are redirected from its next call on,
 // with Origin.Mark set, and its children forked from now on inherit it.
 // r must have been loaded with Config.MarkedOnly.
@@ -636,7 +637,7 @@ func (r *Redirector) MarkEventsDropped() (uint64, error) {
 // once AttachMachine attached the marker. The delivery rules are
 // Refusals': when ctx is done the reports already made are delivered,
 // then the channel is closed; Close closes it at once; a reader that falls
-// 256 KiB (some 5,000 reports) behind loses new ones, which are counted
+// 256 KiB (some 4,600 reports) behind loses new ones, which are counted
 // (MarkEventsDropped); only one reader may exist.
 func (r *Redirector) MarkEvents(ctx context.Context) (<-chan MarkEvent, error) {
 	r.mu.Lock()
