@@ -72,16 +72,67 @@ func (r *Redirector) loadMarker(cfg Config) error {
 		marks.Close()
 		return loadError("load marker", err)
 	}
-	for _, name := range cfg.Candidates {
+	r.marker = m
+	if err := r.SetCandidates(cfg.Candidates); err != nil {
+		m.close()
+		r.marker = nil
+		return fmt.Errorf("redirect: load marker: %w", err)
+	}
+	return nil
+}
+
+// SetCandidates replaces the command names that the marker marks at exec
+// (Config.Candidates), for a configuration reload; processes already
+// marked keep their marks. On error (a name is invalid: nothing changed;
+// or the kernel refused an update) the set may be partly updated: call it
+// again.
+func (r *Redirector) SetCandidates(names []string) error {
+	if r.marker == nil {
+		return errors.New("redirect: set candidates: loaded without MarkedOnly")
+	}
+	want := make(map[[commLen]byte]bool, len(names))
+	for _, name := range names {
+		if err := validComm(name); err != nil {
+			return fmt.Errorf("redirect: set candidates: %q: %w", name, err)
+		}
 		var key [commLen]byte
 		copy(key[:], name)
-		if err := m.objs.Candidates.Put(key, uint8(1)); err != nil {
-			m.close()
-			return fmt.Errorf("redirect: load marker: candidate %q: %w", name, err)
+		want[key] = true
+	}
+	m := r.marker.objs.Candidates
+	var (
+		key  [commLen]byte
+		val  uint8
+		drop [][commLen]byte
+	)
+	it := m.Iterate()
+	for it.Next(&key, &val) {
+		if !want[key] {
+			drop = append(drop, key)
 		}
 	}
-	r.marker = m
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("redirect: set candidates: %w", err)
+	}
+	for k := range want {
+		if err := m.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("redirect: set candidates: %q: %w", commString8(k), err)
+		}
+	}
+	for _, k := range drop {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("redirect: set candidates: remove %q: %w", commString8(k), err)
+		}
+	}
 	return nil
+}
+
+func commString8(b [commLen]byte) string {
+	n := bytes.IndexByte(b[:], 0)
+	if n < 0 {
+		n = len(b)
+	}
+	return string(b[:n])
 }
 
 // openMarks returns the marks map pinned in pinDir, if there is one, else

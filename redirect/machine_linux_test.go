@@ -490,6 +490,35 @@ func TestMachineEveryStart(t *testing.T) {
 	}
 }
 
+func TestMachineSetCandidates(t *testing.T) {
+	machineTest(t)
+	proxy := newMachineProxy(t)
+	server := machineServer(t)
+	r := loadMachine(t, proxy.addr(), testPinDir(t))
+	proxy.serve(r.Lookup, false)
+	agent := agentBinary(t, agentComm)
+	other := agentBinary(t, "chp30-other")
+	for _, tt := range []struct {
+		candidates   []string
+		agent, other string // what each saw
+	}{
+		{[]string{"chp30-other"}, "u", "x"},
+		{[]string{agentComm, "chp30-other"}, "x", "x"},
+		{nil, "u", "u"},
+	} {
+		if err := r.SetCandidates(tt.candidates); err != nil {
+			t.Fatal(err)
+		}
+		got := []string{startHelper(t, agent, server).rep.Data, startHelper(t, other, server).rep.Data}
+		if diff := cmp.Diff([]string{tt.agent, tt.other}, got); diff != "" {
+			t.Errorf("candidates %q: what %s and chp30-other saw (-want +got):\n%s", tt.candidates, agentComm, diff)
+		}
+	}
+	if err := r.SetCandidates([]string{"ok", "bad/name"}); err == nil || !strings.Contains(err.Error(), `"bad/name"`) {
+		t.Errorf("SetCandidates with a bad name: %v, want an error naming it", err)
+	}
+}
+
 // manyVars returns n environment variables that are not the agent's.
 func manyVars(n int) []string {
 	vars := make([]string, n)
