@@ -71,10 +71,10 @@
 //
 // Cost (BenchmarkMachineConnect, BenchmarkMachineExec; bpf/README.md has
 // the figures): the programs' own time, from the kernel's BPF statistics,
-// is some 1.5 µs per loopback connect() of an unmarked process (4 µs
-// marked) and 11 µs per fork+exec+exit of /bin/true (the environment scan
-// is 8 µs of it), on a VM where those take 100 µs and 3 to 9 ms: under
-// 2% and 0.4%.
+// is some 1.4 µs per loopback connect() of an unmarked process (3 µs
+// marked) and 12 µs per fork+exec+exit of /bin/true (the environment scan
+// is 8 µs of it), on a VM where those take 95 µs and 5.5 ms: 1.4% and
+// 0.2%. open() shows no difference.
 //
 // Guarantees:
 //   - Fail closed. A connect() that cannot be redirected (no proxy address

@@ -993,6 +993,16 @@ func BenchmarkMachineConnect(b *testing.B) {
 			c.Close()
 		}
 	}
+	// Warm up, so that the first case does not pay for what the loading
+	// left (garbage, cold caches).
+	for range 2000 {
+		c, err := net.Dial("tcp4", proxy.addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	}
 	b.Run("unmarked/without", func(b *testing.B) { dial(b, proxy.addr()) })
 	if _, err := r.AttachMachine(pinDir); err != nil {
 		b.Fatal(err)
@@ -1069,6 +1079,12 @@ func BenchmarkMachineExec(b *testing.B) {
 			}
 		}
 	}
+	// Warm up, as BenchmarkMachineConnect does.
+	for range 50 {
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.Run("unmarked/without", run)
 	if _, err := r.AttachMachine(pinDir); err != nil {
 		b.Fatal(err)
@@ -1090,6 +1106,44 @@ func BenchmarkMachineExec(b *testing.B) {
 		defer bpfCost(b, r)()
 		run(b)
 	})
+}
+
+// BenchmarkMachineOpen measures open()+close() of a file by an unmarked
+// process without and with the machine hooks: the marker's syscall
+// tracepoints put every system call of the machine on the kernel's
+// tracing path.
+func BenchmarkMachineOpen(b *testing.B) {
+	machineTest(b)
+	proxy := newMachineProxy(b)
+	pinDir := testPinDir(b)
+	r := loadMarked(b, proxy.addr(), pinDir)
+	path := filepath.Join(b.TempDir(), "f")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	run := func(b *testing.B) {
+		for b.Loop() {
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			unix.Close(fd)
+		}
+	}
+	for range 100000 {
+		fd, _ := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+	}
+	b.Run("unmarked/without", run)
+	if _, err := r.AttachMachine(pinDir); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := r.RemoveMachine(pinDir); err != nil {
+			b.Error(err)
+		}
+	}()
+	b.Run("unmarked/machine", run)
 }
 
 // closedPort30 returns a port on which nothing listens on 127.0.30.2.
