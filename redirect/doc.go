@@ -92,7 +92,8 @@
 //     them), sit in a bounded LRU map (65536) and are evicted, never
 //     leaked; per-socket records are freed with their socket.
 //   - Redirector's methods are safe for concurrent use; Close detaches every
-//     attachment still in place and is safe to call twice.
+//     attachment that Attach made and is still in place (not AttachMachine's:
+//     see above) and is safe to call twice.
 //   - Load errors wrap ErrNotPermitted without the privileges and
 //     ErrNotSupported where the platform or kernel cannot do it; other
 //     platforms always return ErrNotSupported.
@@ -116,7 +117,9 @@
 // environment built just before exec is). A process marked only after it
 // started (Mark) has its children forked before that unmarked. A marked
 // process inside a `chaperone run` session is redirected by both the
-// session's programs and the root's, the root's last.
+// session's programs and the root's, the root's last. A process started
+// by a marked one is marked: the daemon must Unmark itself, or its own
+// connections would come back to it.
 //
 // redirect imports cilium/ebpf and the standard library only; it must not
 // import policy, proxy or any other Chaperone package but event.
