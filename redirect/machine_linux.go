@@ -40,8 +40,8 @@ func (m *marker) close() error {
 
 // The pins under a pin directory.
 const (
-	pinMarks     = "marks"
-	pinCgroup    = "cg_" // + hook name: a program attached at the root
+	pinMarks      = "marks"
+	pinCgroup     = "cg_" // + hook name: a program attached at the root
 	pinTracepoint = "tp_" // + tracepoint name: a link
 )
 
@@ -72,16 +72,67 @@ func (r *Redirector) loadMarker(cfg Config) error {
 		marks.Close()
 		return loadError("load marker", err)
 	}
-	for _, name := range cfg.Candidates {
+	r.marker = m
+	if err := r.SetCandidates(cfg.Candidates); err != nil {
+		m.close()
+		r.marker = nil
+		return fmt.Errorf("redirect: load marker: %w", err)
+	}
+	return nil
+}
+
+// SetCandidates replaces the command names that the marker marks at exec
+// (Config.Candidates), for a configuration reload; processes already
+// marked keep their marks. On error (a name is invalid: nothing changed;
+// or the kernel refused an update) the set may be partly updated: call it
+// again.
+func (r *Redirector) SetCandidates(names []string) error {
+	if r.marker == nil {
+		return errors.New("redirect: set candidates: loaded without MarkedOnly")
+	}
+	want := make(map[[commLen]byte]bool, len(names))
+	for _, name := range names {
+		if err := validComm(name); err != nil {
+			return fmt.Errorf("redirect: set candidates: %q: %w", name, err)
+		}
 		var key [commLen]byte
 		copy(key[:], name)
-		if err := m.objs.Candidates.Put(key, uint8(1)); err != nil {
-			m.close()
-			return fmt.Errorf("redirect: load marker: candidate %q: %w", name, err)
+		want[key] = true
+	}
+	m := r.marker.objs.Candidates
+	var (
+		key  [commLen]byte
+		val  uint8
+		drop [][commLen]byte
+	)
+	it := m.Iterate()
+	for it.Next(&key, &val) {
+		if !want[key] {
+			drop = append(drop, key)
 		}
 	}
-	r.marker = m
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("redirect: set candidates: %w", err)
+	}
+	for k := range want {
+		if err := m.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("redirect: set candidates: %q: %w", commString8(k), err)
+		}
+	}
+	for _, k := range drop {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("redirect: set candidates: remove %q: %w", commString8(k), err)
+		}
+	}
 	return nil
+}
+
+func commString8(b [commLen]byte) string {
+	n := bytes.IndexByte(b[:], 0)
+	if n < 0 {
+		n = len(b)
+	}
+	return string(b[:n])
 }
 
 // openMarks returns the marks map pinned in pinDir, if there is one, else
@@ -358,10 +409,8 @@ func (m *machine) releaseLocked() error {
 	return errors.Join(errs...)
 }
 
-// RemoveMachine detaches everything that AttachMachine attached with
-// pinDir, by this process or a previous one: the programs at the cgroup
-// root and the tracepoints. It unpins the marks map (the marks are lost)
-// and removes pinDir. A pinDir that does not exist is no error.
+// RemoveMachine releases r's hold on the machine-wide attachment with
+// pinDir, if it has one, and removes it (see the function RemoveMachine).
 func (r *Redirector) RemoveMachine(pinDir string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -370,6 +419,16 @@ func (r *Redirector) RemoveMachine(pinDir string) error {
 			return fmt.Errorf("redirect: remove machine: %w", err)
 		}
 	}
+	return RemoveMachine(pinDir)
+}
+
+// RemoveMachine detaches everything that AttachMachine attached with
+// pinDir, by this process or another, living or dead: the marker's
+// tracepoints, then the programs at the cgroup root. It unpins the marks
+// map (the marks are lost) and removes pinDir. A pinDir that does not
+// exist is no error. It needs no Redirector: `daemon --remove` calls it
+// without loading anything.
+func RemoveMachine(pinDir string) error {
 	if _, err := os.Stat(pinDir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -389,7 +448,7 @@ func (r *Redirector) RemoveMachine(pinDir string) error {
 		return fmt.Errorf("redirect: remove machine: open cgroup root: %w", err)
 	}
 	defer root.Close()
-	hooks := r.hooks()
+	hooks := hooksOf(&redirectPrograms{})
 	for i := len(hooks) - 1; i >= 0; i-- {
 		h := hooks[i]
 		pin := filepath.Join(pinDir, pinCgroup+h.name)
@@ -547,7 +606,8 @@ func formatField(format []byte, field string) (offset, size int, ok bool) {
 	return 0, 0, false
 }
 
-// Mark gives process pid (a tgid) the mark mark, MarkPending or a session
+// Mark gives process pid (a tgid, as the initial pid namespace numbers it:
+// /proc's as the daemon sees it) the mark mark, MarkPending or a session
 // slot (2 and up): its connections are redirected from its next call on,
 // with Origin.Mark set, and its children forked from now on inherit it.
 // r must have been loaded with Config.MarkedOnly.
@@ -628,7 +688,7 @@ func (r *Redirector) MarkEventsDropped() (uint64, error) {
 // once AttachMachine attached the marker. The delivery rules are
 // Refusals': when ctx is done the reports already made are delivered,
 // then the channel is closed; Close closes it at once; a reader that falls
-// 256 KiB (some 5,000 reports) behind loses new ones, which are counted
+// 256 KiB (some 4,600 reports) behind loses new ones, which are counted
 // (MarkEventsDropped); only one reader may exist.
 func (r *Redirector) MarkEvents(ctx context.Context) (<-chan MarkEvent, error) {
 	r.mu.Lock()

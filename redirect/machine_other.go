@@ -18,6 +18,16 @@ func (*Redirector) RemoveMachine(string) error {
 	return fmt.Errorf("redirect: remove machine: %w", ErrNotSupported)
 }
 
+// RemoveMachine fails with an error wrapping ErrNotSupported.
+func RemoveMachine(string) error {
+	return fmt.Errorf("redirect: remove machine: %w", ErrNotSupported)
+}
+
+// SetCandidates fails with an error wrapping ErrNotSupported.
+func (*Redirector) SetCandidates([]string) error {
+	return fmt.Errorf("redirect: set candidates: %w", ErrNotSupported)
+}
+
 // Mark fails with an error wrapping ErrNotSupported.
 func (*Redirector) Mark(pid, mark uint32) error {
 	return fmt.Errorf("redirect: mark %d: %w", pid, ErrNotSupported)

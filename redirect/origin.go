@@ -40,7 +40,8 @@ type Config struct {
 	MarkedOnly bool
 	// Candidates are the command names (comm, 1 to 15 bytes, no NUL or
 	// slash) that the marker marks MarkPending at exec, as does
-	// CHAPERONE_AGENT= in an exec's environment. Only with MarkedOnly.
+	// CHAPERONE_AGENT= in an exec's environment. Only with MarkedOnly;
+	// SetCandidates changes them.
 	Candidates []string
 	// PinDir is where AttachMachine pins the marks map and the marker's
 	// links (on bpffs). When a marks map is pinned there already (a

@@ -57,14 +57,21 @@ func Load(cfg Config) (*Redirector, error) {
 		return nil, loadError("remove memlock limit", err)
 	}
 	r := &Redirector{attached: make(map[*attachment]struct{}), closing: make(chan struct{})}
+	spec, err := loadRedirect()
+	if err != nil {
+		return nil, fmt.Errorf("redirect: load programs: %w", err)
+	}
 	var opts *ebpf.CollectionOptions
 	if cfg.MarkedOnly {
 		if err := r.loadMarker(cfg); err != nil {
 			return nil, err
 		}
 		opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{pinMarks: r.marker.marks}}
+	} else {
+		// Unused: the smallest map, not 4 MiB of buckets per session.
+		spec.Maps[pinMarks].MaxEntries = 1
 	}
-	if err := loadRedirectObjects(&r.objs, opts); err != nil {
+	if err := spec.LoadAndAssign(&r.objs, opts); err != nil {
 		if r.marker != nil {
 			r.marker.close()
 		}
@@ -184,7 +191,11 @@ func unwords(w [4]uint32) [16]byte {
 // can be found; a connection redirected without a record would be refused
 // by the proxy, never let through.
 func (r *Redirector) hooks() []hook {
-	p := &r.objs.redirectPrograms
+	return hooksOf(&r.objs.redirectPrograms)
+}
+
+// hooksOf lists p's hooks; with p empty, their names and types only.
+func hooksOf(p *redirectPrograms) []hook {
 	return []hook{
 		{"sockops", p.PublishOrigin, ebpf.AttachCGroupSockOps},
 		{"egress", p.PublishUdp, ebpf.AttachCGroupInetEgress},
