@@ -122,6 +122,8 @@ func (d *Daemon) reload(o Options) {
 	c, err := o.Reload()
 	if err != nil {
 		r.Error = err.Error()
+	} else if err := d.s.SetCandidates(NewMatchers(c).Candidates()); err != nil {
+		r.Error = err.Error()
 	} else {
 		m := NewMatchers(c)
 		d.matchers.Store(&m)
@@ -183,5 +185,5 @@ func Remove(pinDir string) error {
 	if pinDir == "" {
 		pinDir = DefaultPinDir
 	}
-	return (&redirect.Redirector{}).RemoveMachine(pinDir)
+	return redirect.RemoveMachine(pinDir)
 }

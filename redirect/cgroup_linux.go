@@ -408,3 +408,24 @@ func parseProcCgroup(data []byte) (string, bool) {
 	}
 	return "", false
 }
+
+// cgroupIDLevel is a cgroup v2 directory's id (its inode) and its depth
+// under the hierarchy's root (the root's own is 0).
+func cgroupIDLevel(dir string) (id uint64, level uint8, err error) {
+	root, err := CgroupRoot()
+	if err != nil {
+		return 0, 0, err
+	}
+	rel, err := filepath.Rel(root, dir)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return 0, 0, fmt.Errorf("%s is not under the cgroup v2 root %s", dir, root)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", dir, err)
+	}
+	if rel != "." {
+		level = uint8(strings.Count(rel, "/") + 1)
+	}
+	return st.Ino, level, nil
+}

@@ -91,6 +91,9 @@ func (c Config) validateMarking() error {
 		if c.PinDir != "" {
 			return errors.New("redirect: config: a pin directory needs MarkedOnly")
 		}
+		if c.SkipCgroup != "" {
+			return errors.New("redirect: config: a cgroup to skip needs MarkedOnly")
+		}
 		return nil
 	}
 	for _, name := range c.Candidates {

@@ -49,6 +49,10 @@ type Config struct {
 	// outlived that daemon are kept. Only with MarkedOnly; empty: a new
 	// map, and AttachMachine refuses a pinDir that holds another one.
 	PinDir string
+	// SkipCgroup, with MarkedOnly, is a cgroup v2 directory whose tasks
+	// the programs leave alone even when marked: the parent of `chaperone
+	// run`'s session cgroups, whose own hooks redirect them. Empty: none.
+	SkipCgroup string
 }
 
 // Origin is what a redirected connection or DNS query asked for, and who

@@ -30,7 +30,8 @@ type redirectConfig struct {
 	AllowQuic  uint8
 	AllowUdp   uint8
 	MarkedOnly uint8
-	Pad        uint8
+	SkipLevel  uint8
+	SkipCgroup uint64
 }
 
 type redirectLocalKey struct {

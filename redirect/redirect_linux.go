@@ -109,6 +109,13 @@ func (c Config) kernel() (redirectConfig, error) {
 	if c.MarkedOnly {
 		k.MarkedOnly = 1
 	}
+	if c.SkipCgroup != "" {
+		id, level, err := cgroupIDLevel(c.SkipCgroup)
+		if err != nil {
+			return k, fmt.Errorf("redirect: config: skip cgroup: %w", err)
+		}
+		k.SkipCgroup, k.SkipLevel = id, level
+	}
 	if !c.ProxyV4.IsValid() && !c.ProxyV6.IsValid() {
 		return k, errors.New("redirect: config: no proxy address")
 	}

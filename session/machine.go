@@ -49,6 +49,7 @@ type machineScope struct {
 	s          *Session
 	candidates []string
 	pinDir     string
+	runParent  string // the cgroup of run sessions' cgroups: not the daemon's
 	classify   func(pid int) (string, bool)
 	ts         *transparentSession
 
@@ -86,6 +87,11 @@ func newMachineScope(s *Session, m *Machine) *machineScope {
 // again, and follows the kernel's reports of marked execs and exits.
 func (m *machineScope) start(ts *transparentSession) error {
 	m.ts = ts
+	// A daemon started by a marked process would be marked too: its own
+	// connections would come back to it.
+	if err := ts.red.Unmark(uint32(os.Getpid())); err != nil {
+		return err
+	}
 	marks, err := ts.red.Marks()
 	if err != nil {
 		return err
@@ -297,6 +303,12 @@ func (m *machineScope) settle(pid int) uint32 {
 	if err != nil || mark != redirect.MarkPending {
 		return mark // settled meanwhile, or gone
 	}
+	if m.inRunSession(pid) {
+		if err := m.ts.red.Unmark(uint32(pid)); err != nil {
+			m.s.log.Warn("daemon: unmark", "pid", pid, "err", err)
+		}
+		return 0
+	}
 	// A child forked before its parent was classified inherited pending:
 	// it is in its ancestor's session, if that is one.
 	for p, depth := pid, 0; p > 1 && depth < 64; depth++ {
@@ -326,6 +338,35 @@ func (m *machineScope) settle(pid int) uint32 {
 	}
 	return a.slot
 }
+
+// inRunSession tells whether a process is in a `chaperone run` session's
+// cgroup: that session's, not the daemon's.
+func (m *machineScope) inRunSession(pid int) bool {
+	if m.runParent == "" {
+		return false
+	}
+	root, err := redirect.CgroupRoot()
+	if err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(root, m.runParent)
+	if err != nil {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(l, "0::"); ok {
+			return strings.HasPrefix(p, "/"+rel+"/")
+		}
+	}
+	return false
+}
+
+// setCandidates replaces the command names the kernel marks at exec.
+func (m *machineScope) setCandidates(names []string) error { return m.ts.red.SetCandidates(names) }
 
 // add starts the session of an agent whose first process is pid.
 func (m *machineScope) add(pid int, name, how string) *agentSession {

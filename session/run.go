@@ -62,6 +62,15 @@ func (s *Session) Sessions() []event.Session {
 	return s.machine.sessions()
 }
 
+// SetCandidates replaces the command names whose exec the daemon's kernel
+// hooks mark for a look (Machine.Candidates), for a reload.
+func (s *Session) SetCandidates(names []string) error {
+	if s.machine == nil || s.machine.ts == nil {
+		return errors.New("session: set candidates: not a started daemon")
+	}
+	return s.machine.setCandidates(names)
+}
+
 // Trust is the trust bundle the session's agents are given: the system's
 // roots and Chaperone's CA.
 func (s *Session) Trust() string { return s.bundle }

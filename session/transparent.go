@@ -107,8 +107,18 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 			ts.Close()
 		}
 	}()
+	var runParent string // the machine's: where run sessions' cgroups are
 	if o.machine != nil {
 		ts.scope = o.machine
+		root, err := redirect.CgroupRoot()
+		if err != nil {
+			return nil, fmt.Errorf("daemon: %w", err)
+		}
+		parent, err := redirect.OpenParent(root, CgroupParent)
+		if err != nil {
+			return nil, fmt.Errorf("daemon: %w", err)
+		}
+		runParent = parent.Path
 	} else {
 		root, err := redirect.CgroupRoot()
 		if err != nil {
@@ -155,6 +165,9 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 	cfg.AllowUDP = o.allowUDP
 	if o.machine != nil {
 		cfg.MarkedOnly, cfg.Candidates, cfg.PinDir = true, o.machine.candidates, o.machine.pinDir
+		// run sessions' processes are theirs, even when marked.
+		cfg.SkipCgroup = runParent
+		o.machine.runParent = runParent
 	}
 	if ts.red, err = redirect.Load(cfg); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)

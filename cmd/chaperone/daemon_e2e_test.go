@@ -312,6 +312,31 @@ curl -fsS --cacert "$1" --resolve "exfil.e2e.test:$3:127.0.34.3" "https://exfil.
 		}
 	})
 
+	t.Run("a run session's agent is the run session's", func(t *testing.T) {
+		echo := startEcho(t, "127.0.34.7")
+		// No daemon at this socket: run starts a transparent session of
+		// its own, whose agent the daemon marks as a candidate too; run
+		// from within a daemon's agent, the run session's processes
+		// inherit that agent's mark too.
+		run := []string{binary, "run", "--mode", "transparent", "--daemon-socket", filepath.Join(w.dir, "none.sock"),
+			"--log", filepath.Join(w.dir, "run.jsonl"), "--", claude, "connect", echo.addr}
+		for _, argv := range [][]string{run, append([]string{claude, "exec"}, run...)} {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Env = baseEnv(t.TempDir()) // a state of its own: the daemon's is not its agents' to read
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "pong ping") {
+				t.Fatalf("%s: the run session's agent: %v\n%s", argv[0], err, out)
+			}
+		}
+		// The run session's own proxy, a process of the daemon's agent in
+		// the second case, is the daemon's to mediate; its agent is not.
+		for _, rec := range w.records() {
+			if rec.Kind == event.KindConnect && rec.Dst == echo.addr && (rec.Process == nil || rec.Process.Exe != binary) {
+				t.Errorf("the daemon mediated a run session's agent's connection: %+v", rec.Process)
+			}
+		}
+	})
+
 	t.Run("attach adopts a running process", func(t *testing.T) {
 		echo := startEcho(t, "127.0.34.4")
 		cmd := exec.Command(fakeAgent, "wait", echo.addr)

@@ -91,7 +91,8 @@ struct config {
 	__u8 allow_quic;
 	__u8 allow_udp;   /* UDP to ports other than 53 and 443 */
 	__u8 marked_only; /* only marked processes are redirected or refused */
-	__u8 pad;
+	__u8 skip_level;  /* the depth of skip_cgroup under the root */
+	__u64 skip_cgroup; /* with marked_only: a cgroup whose tasks are left alone (0: none) */
 };
 
 /* What the application asked for, and who asked. */
@@ -275,6 +276,12 @@ static __always_inline int unmarked(__u32 *mark)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	const __u32 *m = bpf_map_lookup_elem(&marks, &tgid);
 	if (!m || !*m)
+		return 1;
+	/*
+	 * A marked process in a run session's cgroup is that session's: its
+	 * own hooks, attached lower in the hierarchy, redirected it already.
+	 */
+	if (cfg->skip_cgroup && bpf_get_current_ancestor_cgroup_id(cfg->skip_level) == cfg->skip_cgroup)
 		return 1;
 	*mark = *m;
 	return 0;
