@@ -382,6 +382,47 @@ curl -fsS --cacert "$1" --resolve "exfil.e2e.test:$3:127.0.34.3" "https://exfil.
 		}
 	})
 
+	t.Run("reload: a bad configuration keeps the last good one", func(t *testing.T) {
+		cfg := filepath.Join(w.dir, "daemon.yaml")
+		reloads := func() []telemetry.Record {
+			var out []telemetry.Record
+			for _, r := range w.records() {
+				if r.Kind == event.KindPolicyReload {
+					out = append(out, r)
+				}
+			}
+			return out
+		}
+		if err := os.WriteFile(cfg, []byte("builtin_agents: false\nagents:\n  - name: Bad Name\n    commands: [worker2]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d.cmd.Process.Signal(syscall.SIGHUP)
+		waitUntil(t, 10*time.Second, "the failed reload's record", func() bool { return len(reloads()) == 1 })
+		if r := reloads()[0]; r.Verdict != event.Deny || !strings.Contains(r.Reason, "agents[0].name") {
+			t.Errorf("the failed reload's record: %s %q", r.Verdict, r.Reason)
+		}
+		worker := installAgent(t, "worker2")
+		if out, err := exec.Command(worker, "exec", "true").CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if err := os.WriteFile(cfg, []byte(daemonConfig+"  - name: worker\n    commands: [worker2]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d.cmd.Process.Signal(syscall.SIGHUP)
+		waitUntil(t, 10*time.Second, "the reload's record", func() bool { return len(reloads()) == 2 })
+		if r := reloads()[1]; r.Verdict != event.Allow {
+			t.Errorf("the reload's record: %s %q", r.Verdict, r.Reason)
+		}
+		cmd := exec.Command(worker, "exec", "true")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		w.waitSession(t, "worker", cmd.Process.Pid)
+		if n := len(w.sessionsOf("worker")); n != 1 {
+			t.Errorf("%d sessions of worker, want 1 (the run after the good reload)", n)
+		}
+	})
+
 	t.Run("a malformed control message gets a clear error", func(t *testing.T) {
 		c, err := net.Dial("unix", d.socket)
 		if err != nil {
