@@ -1,0 +1,234 @@
+package proxy
+
+import (
+	"context"
+	stdtls "crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+const (
+	// rejectMemory bounds how many (session, host) pairs the proxy
+	// remembers as refusing its CA; the least recently used is forgotten.
+	rejectMemory = 4096
+	// silentWindow is how close together two silent closes must be for a
+	// host to count as refusing the CA.
+	silentWindow = time.Minute
+	// alertSilentClose is the tls event's alert for a client that refused
+	// the certificate by closing without a word (Node).
+	alertSilentClose = "silent_close"
+	// rejectPassReason is the reason of a passthrough of a client that
+	// refuses the CA when the verdict gives none.
+	rejectPassReason = "the client rejects Chaperone's CA: passed through uninspected"
+)
+
+// rejectAlerts are the alerts with which a client refuses a certificate
+// it does not trust, by value, with their names in RFC 8446.
+var rejectAlerts = [...]struct {
+	code uint8
+	name string
+}{
+	{42, "bad_certificate"},
+	{43, "unsupported_certificate"},
+	{45, "certificate_expired"},
+	{46, "certificate_unknown"},
+	{48, "unknown_ca"},
+}
+
+// rejectAlertName is the name of alert code when it refuses a certificate,
+// else "".
+func rejectAlertName(code uint8) string {
+	for _, a := range rejectAlerts {
+		if a.code == code {
+			return a.name
+		}
+	}
+	return ""
+}
+
+// caRejections remembers, per session and host, the clients that refused
+// Chaperone's certificate, and counts silent closes in a row. It is safe
+// for concurrent use.
+type caRejections struct {
+	mu  sync.Mutex
+	lru *simplelru.LRU[rejectKey, rejectState]
+}
+
+type rejectKey struct{ session, host string }
+
+type rejectState struct {
+	rejected bool
+	silent   int       // silent closes in a row, the last at last
+	last     time.Time // of the last silent close
+}
+
+func newCARejections() *caRejections {
+	l, err := simplelru.NewLRU[rejectKey, rejectState](rejectMemory, nil)
+	if err != nil {
+		panic("proxy: " + err.Error()) // only for a size below 1
+	}
+	return &caRejections{lru: l}
+}
+
+// rejects reports whether a client of session refused the CA for host.
+func (r *caRejections) rejects(session, host string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.lru.Get(rejectKey{session, host})
+	return ok && s.rejected
+}
+
+// reject remembers that a client of session refused the CA for host.
+func (r *caRejections) reject(session, host string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lru.Add(rejectKey{session, host}, rejectState{rejected: true})
+}
+
+// silentClose counts a client of session that closed its connection to
+// host right after the handshake (or during it) without a word; true when
+// it is the second in a row within silentWindow, and the host is from now
+// on remembered as refusing the CA.
+func (r *caRejections) silentClose(session, host string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := rejectKey{session, host}
+	s, _ := r.lru.Get(k)
+	if s.silent > 0 && now.Sub(s.last) <= silentWindow {
+		s.silent++
+	} else {
+		s.silent = 1
+	}
+	s.last = now
+	became := s.silent >= 2 && !s.rejected
+	if became {
+		s.rejected = true
+	}
+	r.lru.Add(k, s)
+	return became
+}
+
+// served notes that a client of session spoke over an intercepted
+// connection to host: silent closes are no longer in a row.
+func (r *caRejections) served(session, host string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := rejectKey{session, host}
+	if s, ok := r.lru.Peek(k); ok && s.silent > 0 {
+		s.silent = 0
+		r.lru.Add(k, s)
+	}
+}
+
+// forget drops what is remembered of session.
+func (r *caRejections) forget(session string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range r.lru.Keys() {
+		if k.session == session {
+			r.lru.Remove(k)
+		}
+	}
+}
+
+// clientWatch is the client's side of an intercepted handshake as the TLS
+// server reads it. Until the handshake is over it looks for an alert sent
+// in the clear: a TLS 1.3 client (OpenSSL) that refuses the certificate
+// sends its alert unencrypted, which Go's server reports only as "bad
+// record MAC". After the handshake it reports the first read's outcome
+// once, to tell a client that closed without a word.
+type clientWatch struct {
+	net.Conn
+	sniff     alertSniffer
+	handshook bool // set before the connection is handed on
+	first     func(n int, err error)
+}
+
+func (w *clientWatch) Read(b []byte) (int, error) {
+	n, err := w.Conn.Read(b)
+	switch {
+	case !w.handshook:
+		w.sniff.feed(b[:n])
+	case w.first != nil:
+		f := w.first
+		w.first = nil
+		f(n, err)
+	}
+	return n, err
+}
+
+// rejection tells why a client's handshake failed, err, when it refused
+// the certificate: the name of the alert it refused it with. silent means
+// it closed without a word, which is not enough on its own.
+func rejection(err error, w *clientWatch) (alert string, silent bool) {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "remote error" {
+		// crypto/tls's alert type is its own; its text is AlertError's.
+		for _, a := range rejectAlerts {
+			if oe.Err.Error() == stdtls.AlertError(a.code).Error() {
+				return a.name, false
+			}
+		}
+		return "", false
+	}
+	if w.sniff.found {
+		return rejectAlertName(w.sniff.desc), false
+	}
+	return "", errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// clientRejected publishes the tls event of a client that refused the
+// certificate on the connection of e, the connection's tls event, with
+// alert, remembers it, and decides it as later connections to the host
+// will be: their fate is the policy's (allow: passed through uninspected;
+// deny: refused).
+func (p *Proxy) clientRejected(ctx context.Context, t *tunnel, e *event.Event, alert string) {
+	p.rejections.reject(t.session, t.host)
+	re := &event.Event{Time: p.now(), Kind: event.KindTLS, Session: t.session, Process: t.process, TLS: &event.TLS{
+		ServerName: e.TLS.ServerName, ALPN: e.TLS.ALPN, Version: e.TLS.Version, Intercepted: true,
+		ClientRejected: true, Alert: alert, ClientRejectsCA: true,
+	}}
+	if t.denied != nil {
+		re.Verdict = *t.denied
+	} else {
+		re.Verdict = p.decide(ctx, re)
+	}
+	p.publish(re)
+}
+
+// handshakeFailed handles a client's failed handshake on an intercepted
+// connection: a refusal of the certificate is a tls event, a silent close
+// only the second in a row.
+func (p *Proxy) handshakeFailed(ctx context.Context, t *tunnel, e *event.Event, w *clientWatch, err error) {
+	alert, silent := rejection(err, w)
+	if silent && p.rejections.silentClose(t.session, t.host, p.now()) {
+		alert = alertSilentClose
+	}
+	if alert == "" {
+		p.log.Debug("proxy: client handshake failed", "session", t.session, "host", t.host, "err", err)
+		return
+	}
+	p.clientRejected(ctx, t, e, alert)
+}
+
+// watchFirstRead arms w, whose handshake is over, to tell whether the
+// client spoke or closed without a word (Node, which does not trust the
+// certificate, completes a TLS 1.2 handshake and closes).
+func (p *Proxy) watchFirstRead(ctx context.Context, t *tunnel, e *event.Event, w *clientWatch) {
+	w.handshook = true
+	w.first = func(n int, err error) {
+		switch {
+		case n > 0:
+			p.rejections.served(t.session, t.host)
+		case errors.Is(err, io.EOF) && p.rejections.silentClose(t.session, t.host, p.now()):
+			p.clientRejected(ctx, t, e, alertSilentClose)
+		}
+	}
+}
