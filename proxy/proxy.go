@@ -165,7 +165,7 @@ type Proxy struct {
 	// rejections remembers the hosts whose clients refused the CA, per
 	// session (reject.go).
 	rejections *caRejections
-	rewrites           func(string) *Rewrites
+	rewrites   func(string) *Rewrites
 	// readHeaderTimeout and maxHeaderBytes are the limits on a client's
 	// request header; the servers enforce the first, the handlers the
 	// second (the servers' limit is headerHardLimit).
