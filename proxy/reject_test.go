@@ -306,4 +306,3 @@ func TestClientTrustsCA(t *testing.T) {
 		}
 	}
 }
-
