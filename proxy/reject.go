@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -181,7 +182,13 @@ func rejection(err error, w *clientWatch) (alert string, silent bool) {
 	if w.sniff.found {
 		return rejectAlertName(w.sniff.desc), false
 	}
-	return "", errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+	return "", closedSilently(err)
+}
+
+// closedSilently reports whether err says the client closed the
+// connection, at a record boundary or not, or reset it.
+func closedSilently(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // clientRejected publishes the tls event of a client that refused the
@@ -227,7 +234,7 @@ func (p *Proxy) watchFirstRead(ctx context.Context, t *tunnel, e *event.Event, w
 		switch {
 		case n > 0:
 			p.rejections.served(t.session, t.host)
-		case errors.Is(err, io.EOF) && p.rejections.silentClose(t.session, t.host, p.now()):
+		case n == 0 && closedSilently(err) && p.rejections.silentClose(t.session, t.host, p.now()):
 			p.clientRejected(ctx, t, e, alertSilentClose)
 		}
 	}
