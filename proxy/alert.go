@@ -4,6 +4,9 @@ package proxy
 const (
 	recordHeaderLen = 5
 	recordAlert     = 21
+	// recordApplicationData is also the outer type of every record that
+	// TLS 1.3 encrypts.
+	recordApplicationData = 23
 	// recordMaxLen is the longest record body a peer may send (a TLS 1.2
 	// ciphertext: 2^14 + 2048); longer is not TLS.
 	recordMaxLen = 1<<14 + 2048
@@ -26,6 +29,8 @@ type alertSniffer struct {
 	found       bool // level and desc are the first alert in the clear
 	level, desc uint8
 	done        bool // found, or the bytes are not TLS records
+	// data counts the application_data records begun.
+	data int
 }
 
 // feed reads b, the next bytes of the stream.
@@ -45,6 +50,9 @@ func (s *alertSniffer) feed(b []byte) {
 				return
 			}
 			s.left = length
+			if typ == recordApplicationData {
+				s.data++
+			}
 			s.alert = typ == recordAlert && length == 2
 			s.nbody = 0
 			continue

@@ -139,30 +139,54 @@ func (r *caRejections) forget(session string) {
 	}
 }
 
-// clientWatch is the client's side of an intercepted handshake as the TLS
-// server reads it. Until the handshake is over it looks for an alert sent
-// in the clear: a TLS 1.3 client (OpenSSL) that refuses the certificate
-// sends its alert unencrypted, which Go's server reports only as "bad
-// record MAC". After the handshake it reports the first read's outcome
-// once, to tell a client that closed without a word.
+// clientWatch is the client's side of an intercepted connection as the
+// TLS server reads it, watched until the client is known to have spoken.
+// During the handshake it looks for an alert sent in the clear: a TLS 1.3
+// client (OpenSSL) that refuses the certificate sends its alert
+// unencrypted, which Go's server reports only as "bad record MAC". After
+// the handshake it tells a client that sends an application_data record
+// of its own from one that closes without a word: the record layer is
+// read, since Go's server may have read the first request with the
+// client's Finished.
 type clientWatch struct {
 	net.Conn
-	sniff     alertSniffer
-	handshook bool // set before the connection is handed on
-	first     func(n int, err error)
+	sniff alertSniffer
+	// After the handshake (set before the connection is handed on):
+	// spoke is called once, with whether the client sent a record of
+	// data or closed without one; handshakeData is how many
+	// application_data records its handshake sent (TLS 1.3's Finished).
+	handshook     bool
+	handshakeData int
+	spoke         func(bool)
 }
 
 func (w *clientWatch) Read(b []byte) (int, error) {
 	n, err := w.Conn.Read(b)
-	switch {
-	case !w.handshook:
-		w.sniff.feed(b[:n])
-	case w.first != nil:
-		f := w.first
-		w.first = nil
-		f(n, err)
+	if w.handshook && w.spoke == nil {
+		return n, err
+	}
+	w.sniff.feed(b[:n])
+	if w.handshook {
+		w.decide(err != nil && closedSilently(err))
 	}
 	return n, err
+}
+
+// decide calls spoke once the client is known to have sent data, or to
+// have closed (closed) without.
+func (w *clientWatch) decide(closed bool) {
+	var spoke bool
+	switch {
+	case w.sniff.data > w.handshakeData:
+		spoke = true
+	case w.sniff.done && !w.sniff.found:
+		spoke = true // not records: not a silent client either
+	case !closed:
+		return
+	}
+	f := w.spoke
+	w.spoke = nil
+	f(spoke)
 }
 
 // rejection tells why a client's handshake failed, err, when it refused
@@ -225,17 +249,20 @@ func (p *Proxy) handshakeFailed(ctx context.Context, t *tunnel, e *event.Event, 
 	p.clientRejected(ctx, t, e, alert)
 }
 
-// watchFirstRead arms w, whose handshake is over, to tell whether the
-// client spoke or closed without a word (Node, which does not trust the
-// certificate, completes a TLS 1.2 handshake and closes).
-func (p *Proxy) watchFirstRead(ctx context.Context, t *tunnel, e *event.Event, w *clientWatch) {
+// watchClient arms w, whose handshake on conn is over, to tell whether
+// the client speaks or closes without a word (Node, which does not trust
+// the certificate, completes a TLS 1.2 handshake and closes).
+func (p *Proxy) watchClient(ctx context.Context, t *tunnel, e *event.Event, w *clientWatch, conn *stdtls.Conn) {
 	w.handshook = true
-	w.first = func(n int, err error) {
-		switch {
-		case n > 0:
+	if conn.ConnectionState().Version == stdtls.VersionTLS13 {
+		w.handshakeData = 1
+	}
+	w.spoke = func(spoke bool) {
+		if spoke {
 			p.rejections.served(t.session, t.host)
-		case n == 0 && closedSilently(err) && p.rejections.silentClose(t.session, t.host, p.now()):
+		} else if p.rejections.silentClose(t.session, t.host, p.now()) {
 			p.clientRejected(ctx, t, e, alertSilentClose)
 		}
 	}
+	w.decide(false)
 }

@@ -267,7 +267,7 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) 
 		return false
 	}
 	tc.Conn.SetDeadline(time.Time{})
-	p.watchFirstRead(ctx, t, e, w)
+	p.watchClient(ctx, t, e, w, conn)
 	return p.serveInnerConn(conn, tc)
 }
 
