@@ -71,17 +71,24 @@ func (s *alertSniffer) feed(b []byte) {
 }
 
 // firstClearAlert is alertSniffer's rule applied to a whole stream at
-// once: the reference the fuzz test holds the sniffer to.
-func firstClearAlert(b []byte) (level, desc uint8, ok bool) {
+// once: the reference the fuzz test holds the sniffer to. data counts the
+// application_data records begun before it stopped.
+func firstClearAlert(b []byte) (level, desc uint8, ok bool, data int) {
 	for len(b) >= recordHeaderLen {
 		typ, major, length := b[0], b[1], int(b[3])<<8|int(b[4])
-		if typ < 20 || typ > 24 || major != 3 || length > recordMaxLen || len(b) < recordHeaderLen+length {
-			return 0, 0, false
+		if typ < 20 || typ > 24 || major != 3 || length > recordMaxLen {
+			break
+		}
+		if typ == recordApplicationData {
+			data++
+		}
+		if len(b) < recordHeaderLen+length {
+			break
 		}
 		if typ == recordAlert && length == 2 {
-			return b[5], b[6], true
+			return b[5], b[6], true, data
 		}
 		b = b[recordHeaderLen+length:]
 	}
-	return 0, 0, false
+	return 0, 0, false, data
 }

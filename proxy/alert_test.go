@@ -34,6 +34,7 @@ var (
 type sniffed struct {
 	Found       bool
 	Level, Desc uint8
+	Data        int
 }
 
 func TestAlertSniffer(t *testing.T) {
@@ -42,17 +43,20 @@ func TestAlertSniffer(t *testing.T) {
 		stream []byte
 		want   sniffed
 	}{
-		{"TLS 1.3 alert in the clear after ChangeCipherSpec", cat(helloRecord, ccsRecord, unknownCA), sniffed{true, 2, 48}},
-		{"TLS 1.2 alert", cat(helloRecord, tlsRecord(21, 3, 2, 42)), sniffed{true, 2, 42}},
-		{"after an empty record", cat(helloRecord, emptyRecord, unknownCA), sniffed{true, 2, 48}},
-		{"the first alert only", cat(helloRecord, tlsRecord(21, 3, 1, 0), unknownCA), sniffed{true, 1, 0}},
-		{"encrypted, TLS 1.3", cat(helloRecord, ccsRecord, encrypted), sniffed{}},
+		{"TLS 1.3 alert in the clear after ChangeCipherSpec", cat(helloRecord, ccsRecord, unknownCA), sniffed{true, 2, 48, 0}},
+		{"TLS 1.2 alert", cat(helloRecord, tlsRecord(21, 3, 2, 42)), sniffed{true, 2, 42, 0}},
+		{"after an empty record", cat(helloRecord, emptyRecord, unknownCA), sniffed{true, 2, 48, 0}},
+		{"the first alert only", cat(helloRecord, tlsRecord(21, 3, 1, 0), unknownCA), sniffed{true, 1, 0, 0}},
+		{"encrypted, TLS 1.3", cat(helloRecord, ccsRecord, encrypted), sniffed{Data: 1}},
+		{"Finished and a request, TLS 1.3", cat(helloRecord, ccsRecord, encrypted, encrypted[:7]), sniffed{Data: 2}},
+		{"data after the alert", cat(unknownCA, encrypted), sniffed{true, 2, 48, 0}},
 		{"encrypted, TLS 1.2", cat(helloRecord, encAlert12), sniffed{}},
 		{"alert cut short", cat(helloRecord, unknownCA[:6]), sniffed{}},
 		{"not TLS", cat(notTLS, unknownCA), sniffed{}},
 		{"bad type", cat(tlsRecord(19, 3, 0), unknownCA), sniffed{}},
 		{"bad version", cat([]byte{22, 2, 0, 0, 0}, unknownCA), sniffed{}},
 		{"too long a record", cat([]byte{23, 3, 3, 0xff, 0xff}, unknownCA), sniffed{}},
+		{"data cut short", encrypted[:9], sniffed{Data: 1}},
 		{"nothing", nil, sniffed{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,7 +68,7 @@ func TestAlertSniffer(t *testing.T) {
 					s.feed(b[:n])
 					b = b[n:]
 				}
-				if diff := cmp.Diff(tc.want, sniffed{s.found, s.level, s.desc}); diff != "" {
+				if diff := cmp.Diff(tc.want, sniffed{s.found, s.level, s.desc, s.data}); diff != "" {
 					t.Errorf("fed %d bytes at a time (-want +got):\n%s", step, diff)
 				}
 			}
@@ -98,8 +102,8 @@ func FuzzAlertSniffer(f *testing.F) {
 			s.feed(b[:n])
 			b = b[n:]
 		}
-		level, desc, ok := firstClearAlert(stream)
-		if got, want := (sniffed{s.found, s.level, s.desc}), (sniffed{ok, level, desc}); got != want {
+		level, desc, ok, data := firstClearAlert(stream)
+		if got, want := (sniffed{s.found, s.level, s.desc, s.data}), (sniffed{ok, level, desc, data}); got != want {
 			t.Fatalf("sniffer %+v, whole stream %+v", got, want)
 		}
 	})
