@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	stdtls "crypto/tls"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -304,5 +306,87 @@ func TestClientTrustsCA(t *testing.T) {
 		if ev.TLS.ClientRejected || ev.TLS.ClientRejectsCA || !ev.TLS.Intercepted {
 			t.Errorf("tls event %+v, want intercepted and no rejection", *ev.TLS)
 		}
+	}
+}
+
+// TestClientTrustsCARequestWithFinished: a client that trusts the CA and
+// sends its first request with its TLS 1.3 Finished (which Go's server
+// reads with the handshake), then closes, has spoken: closing so, again and
+// again, is not a refusal.
+func TestClientTrustsCARequestWithFinished(t *testing.T) {
+	e := newEnv(t, envOptions{decider: rejectEngine(t, policy.DefaultPolicyYAML()), addr: rejectProxyAddr})
+	up := e.upstream(upstream.Options{Name: rejectHost, Addr: rejectOriginAddr, CA: e.upCA})
+	for i := range 3 {
+		c, _, resp := e.connect(hostPort(up), basicAuth(proxyUser, testToken))
+		if resp != nil {
+			t.Fatalf("CONNECT answered %d", resp.StatusCode)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		cw := &coalescing{Conn: c}
+		tc := stdtls.Client(cw, &stdtls.Config{RootCAs: e.caPool, ServerName: rejectHost, MinVersion: stdtls.VersionTLS13, NextProtos: []string{"http/1.1"}})
+		if err := tc.Handshake(); err != nil {
+			t.Fatalf("connection %d: handshake: %v", i, err)
+		}
+		// Kept alive: the client closes, the proxy reads the end.
+		io.WriteString(tc, "GET / HTTP/1.1\r\nHost: "+hostPort(up)+"\r\n\r\n")
+		if err := cw.flush(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		if !bytes.HasPrefix(b, []byte("hello from "+rejectHost)) {
+			t.Fatalf("connection %d: %q", i, b)
+		}
+		tc.Close()
+		waitNoTunnels(t, e) // the proxy read the end
+	}
+	for _, ev := range e.rec.kinds(event.KindTLS) {
+		if ev.TLS.ClientRejected || ev.TLS.ClientRejectsCA || !ev.TLS.Intercepted {
+			t.Errorf("tls event %+v, want intercepted and no rejection", *ev.TLS)
+		}
+	}
+}
+
+// coalescing holds a client's writes after its first (the ClientHello)
+// until flush, so that what it writes after the handshake reaches the
+// proxy with its Finished.
+type coalescing struct {
+	net.Conn
+	n   int
+	buf []byte
+}
+
+func (c *coalescing) Write(b []byte) (int, error) {
+	if c.n++; c.n == 1 {
+		return c.Conn.Write(b)
+	}
+	c.buf = append(c.buf, b...)
+	return len(b), nil
+}
+
+func (c *coalescing) flush() error {
+	_, err := c.Conn.Write(c.buf)
+	c.buf = nil
+	return err
+}
+
+// waitNoTunnels waits until the proxy's tunnels have all ended.
+func waitNoTunnels(t *testing.T, e *env) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.p.mu.Lock()
+		n := len(e.p.tunnels)
+		e.p.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tunnels still open", n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
