@@ -221,7 +221,7 @@ func closedSilently(err error) bool {
 // will be: their fate is the policy's (allow: passed through uninspected;
 // deny: refused).
 func (p *Proxy) clientRejected(ctx context.Context, t *tunnel, e *event.Event, alert string) {
-	p.rejections.reject(t.session, t.host)
+	p.rejections.reject(t.session, rejectHostOf(t))
 	re := &event.Event{Time: p.now(), Kind: event.KindTLS, Session: t.session, Process: t.process, TLS: &event.TLS{
 		ServerName: e.TLS.ServerName, ALPN: e.TLS.ALPN, Version: e.TLS.Version, Intercepted: true,
 		ClientRejected: true, Alert: alert, ClientRejectsCA: true,
@@ -239,7 +239,7 @@ func (p *Proxy) clientRejected(ctx context.Context, t *tunnel, e *event.Event, a
 // only the second in a row.
 func (p *Proxy) handshakeFailed(ctx context.Context, t *tunnel, e *event.Event, w *clientWatch, err error) {
 	alert, silent := rejection(err, w)
-	if silent && p.rejections.silentClose(t.session, t.host, p.now()) {
+	if silent && p.rejections.silentClose(t.session, rejectHostOf(t), p.now()) {
 		alert = alertSilentClose
 	}
 	if alert == "" {
@@ -259,10 +259,19 @@ func (p *Proxy) watchClient(ctx context.Context, t *tunnel, e *event.Event, w *c
 	}
 	w.spoke = func(spoke bool) {
 		if spoke {
-			p.rejections.served(t.session, t.host)
-		} else if p.rejections.silentClose(t.session, t.host, p.now()) {
+			p.rejections.served(t.session, rejectHostOf(t))
+		} else if p.rejections.silentClose(t.session, rejectHostOf(t), p.now()) {
 			p.clientRejected(ctx, t, e, alertSilentClose)
 		}
 	}
 	w.decide(false)
+}
+
+// rejectHostOf is the host a tunnel's refusals are remembered for: its
+// name, else (TLS without SNI to an address) its destination address.
+func rejectHostOf(t *tunnel) string {
+	if t.host == "" && t.dst.IsValid() {
+		return t.dst.Addr().Unmap().String()
+	}
+	return t.host
 }

@@ -243,7 +243,7 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) 
 		// clients did; one whose client refused the CA before, as the
 		// policy says (allow: passed through, deny: refused).
 		listed := p.noIntercept != nil && p.noIntercept(t.host, t.dst.Addr())
-		e.TLS.ClientRejectsCA = !listed && p.rejections.rejects(t.session, t.host)
+		e.TLS.ClientRejectsCA = !listed && p.rejections.rejects(t.session, rejectHostOf(t))
 		e.Verdict = p.decide(ctx, e)
 		pass := e.Verdict.Allowed() && (listed || e.TLS.ClientRejectsCA)
 		e.TLS.Intercepted = e.Verdict.Allowed() && !pass
