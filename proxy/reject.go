@@ -26,7 +26,7 @@ const (
 	// the certificate by closing without a word (Node).
 	alertSilentClose = "silent_close"
 	// rejectPassReason is the reason of a passthrough of a client that
-	// refuses the CA when the verdict gives none.
+	// refuses the CA when no rule gave one.
 	rejectPassReason = "the client rejects Chaperone's CA: passed through uninspected"
 )
 
@@ -66,8 +66,8 @@ type rejectKey struct{ session, host string }
 
 type rejectState struct {
 	rejected bool
-	silent   int       // silent closes in a row, the last at last
-	last     time.Time // of the last silent close
+	silent   int       // silent closes in a row
+	last     time.Time // when the last of them was
 }
 
 func newCARejections() *caRejections {

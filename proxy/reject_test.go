@@ -390,3 +390,30 @@ func waitNoTunnels(t *testing.T, e *env) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestClientRejectsCAAllowedByDefault: under a policy with no rule for it
+// that allows by default, a client that refuses the CA is passed through,
+// and its event says why.
+func TestClientRejectsCAAllowedByDefault(t *testing.T) {
+	e := newEnv(t, envOptions{decider: rejectEngine(t, []byte("default: allow\n")), addr: rejectProxyAddr})
+	up := e.upstream(upstream.Options{Name: rejectHost, Addr: rejectOriginAddr, CA: e.upCA})
+	var get func(t *testing.T, e *env, target, caFile string) (string, error)
+	for _, c := range rejectClients() {
+		if c.name == "go TLS 1.2" {
+			get = c.get
+		}
+	}
+	if _, err := get(t, e, hostPort(up), ""); err == nil {
+		t.Fatal("first connection succeeded; want the certificate refused")
+	}
+	body, err := get(t, e, hostPort(up), "")
+	if err != nil || !strings.HasPrefix(body, "hello from "+rejectHost) {
+		t.Fatalf("later connection: %q, %v; want it passed through to the origin", body, err)
+	}
+	later := e.rec.wait(t, "later tls", func(ev *event.Event) bool {
+		return ev.Kind == event.KindTLS && ev.TLS.ClientRejectsCA && !ev.TLS.ClientRejected
+	})
+	if later.TLS.Intercepted || !later.Verdict.Allowed() || later.Verdict.Reason != rejectPassReason {
+		t.Errorf("later event %+v %+v, want allowed, not intercepted, reason %q", later.Verdict, *later.TLS, rejectPassReason)
+	}
+}

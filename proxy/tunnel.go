@@ -247,7 +247,7 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) 
 		e.Verdict = p.decide(ctx, e)
 		pass := e.Verdict.Allowed() && (listed || e.TLS.ClientRejectsCA)
 		e.TLS.Intercepted = e.Verdict.Allowed() && !pass
-		if pass && !listed && e.Verdict.Reason == "" {
+		if pass && !listed && (e.Verdict.Reason == "" || e.Verdict.DecidedBy == event.DecidedByDefault) {
 			e.Verdict.Reason = rejectPassReason
 		}
 		p.publish(e)
