@@ -151,6 +151,18 @@ type TLS struct {
 	ALPN        []string // protocols the client offered
 	Version     string   // highest version offered, e.g. "1.3"
 	Intercepted bool     // Chaperone terminated TLS with a minted leaf
+	// ClientRejected says the client refused Chaperone's certificate on
+	// this connection: its handshake ended with Alert, or it closed the
+	// connection without a word twice in a row (Alert "closed").
+	ClientRejected bool
+	// Alert is the alert the client refused the certificate with, by its
+	// name in RFC 8446 ("unknown_ca", "bad_certificate", …); with
+	// ClientRejected only.
+	Alert string
+	// ClientRejectsCA says a client of the session refused Chaperone's
+	// certificate for this host before: the policy decides whether the
+	// connection is passed through uninspected (allow) or refused.
+	ClientRejectsCA bool
 }
 
 // HTTP is one request and, once known, the status of its response and how

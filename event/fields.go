@@ -235,6 +235,9 @@ func Fields() []Field {
 		of(tls("alpn", "alpn", both, "tls.alpn", "chaperone.tls.alpn"), tp, func(t *TLS) *[]string { return &t.ALPN }),
 		of(tls("version", "tls_version", both, "tls.version", "tls.protocol.version"), tp, func(t *TLS) *string { return &t.Version }),
 		of(tls("intercepted", "intercepted", both, "", "chaperone.tls.intercepted"), tp, func(t *TLS) *bool { return &t.Intercepted }),
+		of(tls("client_rejected", "client_rejected", both, "tls.client_rejected", "chaperone.tls.client_rejected"), tp, func(t *TLS) *bool { return &t.ClientRejected }),
+		of(tls("alert", "alert", both, "tls.alert", "chaperone.tls.alert"), tp, func(t *TLS) *string { return &t.Alert }),
+		of(tls("client_rejects_ca", "client_rejects_ca", both, "tls.client_rejects_ca", "chaperone.tls.client_rejects_ca"), tp, func(t *TLS) *bool { return &t.ClientRejectsCA }),
 	)
 	http, hp := pay(KindHTTP, "http"), func(e *Event) **HTTP { return &e.HTTP }
 	fs = append(fs,

@@ -67,6 +67,11 @@ type Event struct {
 	ALPN        []string `json:"alpn,omitempty"`
 	TLSVersion  string   `json:"tls_version,omitempty"`
 	Intercepted bool     `json:"intercepted,omitempty"`
+	// The client refused Chaperone's certificate (with Alert), or did
+	// before for this host (ClientRejectsCA).
+	ClientRejected  bool   `json:"client_rejected,omitempty"`
+	Alert           string `json:"alert,omitempty"`
+	ClientRejectsCA bool   `json:"client_rejects_ca,omitempty"`
 
 	// http
 	Method  string `json:"method,omitempty"`

@@ -74,6 +74,15 @@ func keyOf(rule string, e *event.Event) cacheKey {
 		add("")
 		add("")
 	}
+	if t := e.TLS; t != nil {
+		// Intercepting a host and passing it through uninspected are
+		// different questions.
+		b = append(b, boolByte(t.ClientRejectsCA), boolByte(t.ClientRejected))
+		add(t.Alert)
+	} else {
+		b = append(b, 0, 0)
+		add("")
+	}
 	if d := e.DNS; d != nil {
 		add(d.Type)
 	} else {
@@ -104,6 +113,13 @@ func keyOf(rule string, e *event.Event) cacheKey {
 		add("")
 	}
 	return sha256.Sum256(b)
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 type cacheEntry struct {

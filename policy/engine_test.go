@@ -274,6 +274,9 @@ func TestJudgeCacheKeyFields(t *testing.T) {
 		{"exec digest", event.KindExec, func(e *event.Event) { e.Exec.Digest = "sha256:ff" }},
 		{"exec program", event.KindExec, func(e *event.Event) { e.Exec.Program = "/usr/bin/openssl" }},
 		{"exec interpreter", event.KindExec, func(e *event.Event) { e.Exec.Interpreter = "/usr/bin/perl" }},
+		{"tls client rejects ca", event.KindTLS, func(e *event.Event) { e.TLS.ClientRejectsCA = true }},
+		{"tls client rejected", event.KindTLS, func(e *event.Event) { e.TLS.ClientRejected = true }},
+		{"tls alert", event.KindTLS, func(e *event.Event) { e.TLS.Alert = "unknown_ca" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -289,6 +292,9 @@ func TestJudgeCacheKeyFields(t *testing.T) {
 			case c.Exec != nil:
 				x := *c.Exec
 				c.Exec = &x
+			case c.TLS != nil:
+				x := *c.TLS
+				c.TLS = &x
 			}
 			tt.change(&c)
 			if keyOf("r", base) == keyOf("r", &c) {

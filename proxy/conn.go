@@ -346,9 +346,18 @@ func tunnelFrom(ctx context.Context) *tunnel {
 // an IP address).
 type tunnelCerts struct{ src chtls.CertSource }
 
+// tunnelConnOf is the tunnel connection under c, the TLS server's.
+func tunnelConnOf(c net.Conn) (*tunnelConn, bool) {
+	if w, ok := c.(*clientWatch); ok {
+		c = w.Conn
+	}
+	tc, ok := c.(*tunnelConn)
+	return tc, ok
+}
+
 func (c tunnelCerts) GetCertificate(h *stdtls.ClientHelloInfo) (*stdtls.Certificate, error) {
 	if h.ServerName == "" {
-		if tc, ok := h.Conn.(*tunnelConn); ok {
+		if tc, ok := tunnelConnOf(h.Conn); ok {
 			// The tunnel's host, else its destination address: the proxy's
 			// own address (the connection's local one) is not what the
 			// client believes it reached.

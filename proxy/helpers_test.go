@@ -101,6 +101,7 @@ type env struct {
 	addr     string // the proxy's listen address
 	rec      *recorder
 	caPool   *x509.CertPool // trusts Chaperone's CA
+	caPEM    []byte         // Chaperone's CA certificate
 	upCA     *upstream.CA
 	namesMu  sync.Mutex
 	names    map[string]netip.Addr
@@ -136,6 +137,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	e := &env{t: t, rec: &recorder{}, upCA: upCA, names: map[string]netip.Addr{}, caPool: x509.NewCertPool(), serveErr: make(chan error, 1)}
 	e.caPool.AddCert(ca.Certificate())
+	e.caPEM = ca.PEM()
 	dec := o.decider
 	if dec == nil {
 		b, err := policy.NewBuiltin(o.deny)

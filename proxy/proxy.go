@@ -162,7 +162,10 @@ type Proxy struct {
 	// handshake.
 	handshakeTimeout time.Duration
 	noIntercept      func(string, netip.Addr) bool
-	rewrites         func(string) *Rewrites
+	// rejections remembers the hosts whose clients refused the CA, per
+	// session (reject.go).
+	rejections *caRejections
+	rewrites   func(string) *Rewrites
 	// readHeaderTimeout and maxHeaderBytes are the limits on a client's
 	// request header; the servers enforce the first, the handlers the
 	// second (the servers' limit is headerHardLimit).
@@ -244,6 +247,7 @@ func New(opts Options) (*Proxy, error) {
 		now:               opts.Now,
 		peekTimeout:       opts.PeekTimeout,
 		noIntercept:       opts.Passthrough,
+		rejections:        newCARejections(),
 		handshakeTimeout:  cmp.Or(opts.HandshakeTimeout, defaultHandshakeTimeout),
 		rewrites:          opts.Rewrites,
 		readHeaderTimeout: readHeaderTimeout,
@@ -365,6 +369,7 @@ func (p *Proxy) RemoveSession(id string) {
 	p.sessMu.Lock()
 	p.sessions.Store(p.sessions.Load().without(id))
 	p.sessMu.Unlock()
+	p.rejections.forget(id)
 	var doomed []*tunnel
 	p.mu.Lock()
 	for t := range p.tunnels {

@@ -239,9 +239,17 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) 
 		e.TLS.Intercepted = true
 		p.publish(e)
 	} else {
+		// A host listed in tls_passthrough is passed through whatever its
+		// clients did; one whose client refused the CA before, as the
+		// policy says (allow: passed through, deny: refused).
+		listed := p.noIntercept != nil && p.noIntercept(t.host, t.dst.Addr())
+		e.TLS.ClientRejectsCA = !listed && p.rejections.rejects(t.session, rejectHostOf(t))
 		e.Verdict = p.decide(ctx, e)
-		pass := e.Verdict.Allowed() && p.noIntercept != nil && p.noIntercept(t.host, t.dst.Addr())
+		pass := e.Verdict.Allowed() && (listed || e.TLS.ClientRejectsCA)
 		e.TLS.Intercepted = e.Verdict.Allowed() && !pass
+		if pass && !listed && (e.Verdict.Reason == "" || e.Verdict.DecidedBy == event.DecidedByDefault) {
+			e.Verdict.Reason = rejectPassReason
+		}
 		p.publish(e)
 		if !e.Verdict.Allowed() {
 			return false
@@ -252,12 +260,14 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) 
 		}
 	}
 	t.setScheme("https")
-	conn := stdtls.Server(tc, p.mitmTLS)
+	w := &clientWatch{Conn: tc}
+	conn := stdtls.Server(w, p.mitmTLS)
 	if err := conn.HandshakeContext(ctx); err != nil {
-		p.log.Debug("proxy: client handshake failed", "session", t.session, "host", t.host, "err", err)
+		p.handshakeFailed(ctx, t, e, w, err)
 		return false
 	}
 	tc.Conn.SetDeadline(time.Time{})
+	p.watchClient(ctx, t, e, w, conn)
 	return p.serveInnerConn(conn, tc)
 }
 

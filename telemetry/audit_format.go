@@ -124,6 +124,12 @@ func what(r Record) string {
 		if r.Intercepted {
 			add("intercepted")
 		}
+		if r.ClientRejected {
+			add("client_rejected=" + r.Alert)
+		}
+		if r.ClientRejectsCA {
+			add("client_rejects_ca")
+		}
 	case event.KindHTTP:
 		add(r.Method, r.URL)
 		if r.Upgrade != "" {

@@ -35,6 +35,11 @@ type Record struct {
 	ALPN        []string `json:"alpn,omitempty"`
 	TLSVersion  string   `json:"tls_version,omitempty"`
 	Intercepted bool     `json:"intercepted,omitempty"`
+	// The client refused Chaperone's certificate (with Alert), or did
+	// before for this host (ClientRejectsCA).
+	ClientRejected  bool   `json:"client_rejected,omitempty"`
+	Alert           string `json:"alert,omitempty"`
+	ClientRejectsCA bool   `json:"client_rejects_ca,omitempty"`
 
 	// http
 	Method  string `json:"method,omitempty"`
@@ -216,9 +221,9 @@ func (r Record) truncated() Record {
 		}
 	}
 	for _, p := range []*string{&r.Session, &r.Rule, &r.Reason, &r.Dst, &r.Host, &r.Transport, &r.Via, &r.Relay, &r.SNI,
-		&r.TLSVersion, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Error, &r.Provider, &r.Model, &r.Path, &r.Name,
+		&r.TLSVersion, &r.Alert, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Error, &r.Provider, &r.Model, &r.Path, &r.Name,
 		&r.QType, &r.Rcode, &r.Access, &r.Op, &r.Target, &r.Cwd, &r.Digest, &r.Program, &r.Interpreter, &r.Trigger, &r.Agent, &r.Mode,
-		&r.ContainerID, &r.ContainerRuntime, &r.PodUID} {
+		&r.TTY, &r.ContainerID, &r.ContainerRuntime, &r.PodUID} {
 		s(p)
 	}
 	k := string(r.Kind)
