@@ -201,10 +201,7 @@ func (m *machineScope) survivors(marks map[uint32]uint32) {
 				break
 			}
 		}
-		name := "agent"
-		if p, err := m.s.procs.Process(root); err == nil && len(p.Argv) > 0 {
-			name = AgentName(p.Argv)
-		}
+		name := m.agentName(root)
 		if m.next <= mark {
 			m.next = mark + 1
 		}
@@ -212,13 +209,17 @@ func (m *machineScope) survivors(marks map[uint32]uint32) {
 	}
 }
 
+// agentName names the agent a process runs, from its command line.
+func (m *machineScope) agentName(pid int) string {
+	if p, err := m.s.procs.Process(pid); err == nil && len(p.Argv) > 0 {
+		return AgentName(p.Argv)
+	}
+	return "agent"
+}
+
 // isProcess tells a process (a thread group's leader) from a thread.
 func isProcess(pid int) bool {
-	_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid)))
-	if err != nil {
-		return false
-	}
-	// /proc lists processes only; a thread's id is found there too, but
+	// /proc lists processes only, but a thread's id is found there too:
 	// its status names another thread group.
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
@@ -501,10 +502,7 @@ func (m *machineScope) adopt(pid int, name string) (event.Session, error) {
 		}
 	}
 	if name == "" {
-		name = "agent"
-		if p, err := m.s.procs.Process(pid); err == nil && len(p.Argv) > 0 {
-			name = AgentName(p.Argv)
-		}
+		name = m.agentName(pid)
 	}
 	a := m.add(pid, name, "adopted")
 	var errs []error

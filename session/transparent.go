@@ -107,27 +107,19 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 			ts.Close()
 		}
 	}()
-	var runParent string // the machine's: where run sessions' cgroups are
+	// Where run sessions' cgroups are: a run session's is made there; the
+	// machine's hooks leave those alone.
+	root, err := redirect.CgroupRoot()
+	if err != nil {
+		return nil, fmt.Errorf("transparent mode: %w", err)
+	}
+	parent, err := redirect.OpenParent(root, CgroupParent)
+	if err != nil {
+		return nil, fmt.Errorf("transparent mode: %w", err)
+	}
 	if o.machine != nil {
 		ts.scope = o.machine
-		root, err := redirect.CgroupRoot()
-		if err != nil {
-			return nil, fmt.Errorf("daemon: %w", err)
-		}
-		parent, err := redirect.OpenParent(root, CgroupParent)
-		if err != nil {
-			return nil, fmt.Errorf("daemon: %w", err)
-		}
-		runParent = parent.Path
 	} else {
-		root, err := redirect.CgroupRoot()
-		if err != nil {
-			return nil, fmt.Errorf("transparent mode: %w", err)
-		}
-		parent, err := redirect.OpenParent(root, CgroupParent)
-		if err != nil {
-			return nil, fmt.Errorf("transparent mode: %w", err)
-		}
 		if ts.cg, err = parent.NewSession(id); err != nil {
 			return nil, fmt.Errorf("transparent mode: %w", err)
 		}
@@ -166,8 +158,8 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 	if o.machine != nil {
 		cfg.MarkedOnly, cfg.Candidates, cfg.PinDir = true, o.machine.candidates, o.machine.pinDir
 		// run sessions' processes are theirs, even when marked.
-		cfg.SkipCgroup = runParent
-		o.machine.runParent = runParent
+		cfg.SkipCgroup = parent.Path
+		o.machine.runParent = parent.Path
 	}
 	if ts.red, err = redirect.Load(cfg); err != nil {
 		return nil, fmt.Errorf("transparent mode: %w", err)
