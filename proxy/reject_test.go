@@ -406,6 +406,11 @@ func TestClientRejectsCAAllowedByDefault(t *testing.T) {
 	if _, err := get(t, e, hostPort(up), ""); err == nil {
 		t.Fatal("first connection succeeded; want the certificate refused")
 	}
+	// The proxy reads the client's alert after the client has given up:
+	// the next connection is a later one once the rejection is recorded.
+	e.rec.wait(t, "client_rejected tls", func(ev *event.Event) bool {
+		return ev.Kind == event.KindTLS && ev.TLS.ClientRejected
+	})
 	body, err := get(t, e, hostPort(up), "")
 	if err != nil || !strings.HasPrefix(body, "hello from "+rejectHost) {
 		t.Fatalf("later connection: %q, %v; want it passed through to the origin", body, err)

@@ -42,5 +42,5 @@
 // in main, as cmd/chaperone does.
 //
 // This package imports the I/O and kernel packages it assembles; only cmd
-// imports it.
+// and daemon import it.
 package session

@@ -27,7 +27,7 @@ var allowed = map[string]struct{ project, external []string }{
 	"attribution":       {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
 	"config":            {project: []string{"event"}, external: []string{"github.com/spf13/", "go.yaml.in/yaml", "gopkg.in/yaml"}},
 	"tls":               {external: []string{"golang.org/x/crypto"}},
-	"proxy":             {project: []string{"event", "policy", "rewrite", "rewrite/secrets", "rewrite/inject", "tls", "attribution", "proxy/internal/ws"}, external: []string{"golang.org/x/net"}},
+	"proxy":             {project: []string{"event", "policy", "rewrite", "rewrite/secrets", "rewrite/inject", "tls", "attribution", "proxy/internal/ws"}, external: []string{"golang.org/x/net", "github.com/hashicorp/golang-lru"}},
 	"proxy/internal/ws": {},
 	"dns":               {project: []string{"event"}, external: []string{"github.com/miekg/dns", "codeberg.org/miekg/dns"}},
 	"redirect":          {project: []string{"event"}, external: []string{"github.com/cilium/ebpf", "golang.org/x/sys"}},
@@ -55,6 +55,9 @@ var allowed = map[string]struct{ project, external []string }{
 		external: []string{"golang.org/x/sys"}},
 
 	// Benchmarks and soak: programs of their own, apart from Chaperone's.
+	"daemon": {project: []string{"event", "config", "attribution", "certs", "redirect", "session", "internal/ask"},
+		external: []string{"golang.org/x/sys"}},
+
 	"bench/loadgen":      {},
 	"bench/origin":       {},
 	"bench/report":       {},
