@@ -403,6 +403,40 @@ func (t *Table) procNetInode(local, remote netip.AddrPort) (uint64, error) {
 	return 0, fmt.Errorf("%w: no tcp socket %v -> %v", ErrNotFound, local, remote)
 }
 
+// UDPSocketOwner finds the process, among candidates, holding the UDP
+// socket whose local address is local: bound to that address, or to the
+// wildcard with that port. The error wraps ErrNotFound when no socket or
+// no candidate matches.
+func (t *Table) UDPSocketOwner(local netip.AddrPort, candidates []int) (int, error) {
+	local = normalize(local)
+	var inode uint64
+	for _, name := range []string{"net/udp", "net/udp6"} {
+		data, err := t.fsys.ReadFile(name)
+		if err != nil {
+			continue // udp6 is missing when the kernel has no IPv6
+		}
+		parseNetTCP(data, func(l, _ netip.AddrPort, ino uint64) bool {
+			l = normalize(l)
+			if ino != 0 && l.Port() == local.Port() && (l.Addr() == local.Addr() || l.Addr().IsUnspecified()) {
+				inode = ino
+				return false
+			}
+			return true
+		})
+		if inode != 0 {
+			break
+		}
+	}
+	if inode == 0 {
+		return 0, fmt.Errorf("%w: no udp socket %v", ErrNotFound, local)
+	}
+	s := &fdScan{t: t, local: local, inode: inode, target: "socket:[" + strconv.FormatUint(inode, 10) + "]", seen: map[int]bool{}}
+	if pid, ok := s.search(candidates); ok {
+		return pid, nil
+	}
+	return 0, fmt.Errorf("%w: none of %d processes holds udp socket %v", ErrNotFound, len(candidates), local)
+}
+
 // normalize makes IPv4 and v4-mapped forms, and zoned and unzoned forms,
 // compare equal.
 func normalize(ap netip.AddrPort) netip.AddrPort {

@@ -41,7 +41,10 @@
 // Session* types.
 //
 // Machine-wide mode (Config.MarkedOnly, for the daemon): the same programs
-// are attached once at the cgroup v2 root (AttachMachine) and redirect and
+// are attached once at the cgroup v2 root (AttachMachine), all but
+// cgroup_skb/egress, which would run for every packet of the machine (so
+// LookupUDP finds no record there: the caller finds a query's socket by
+// its owner), and redirect and
 // refuse the calls of marked processes only; for any other process
 // connect4/6, sendmsg4/6 and sock_create return at once after one lookup
 // of its tgid in the marks map. The marker (bpf/marker.c, classic

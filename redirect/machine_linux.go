@@ -231,6 +231,11 @@ func (r *Redirector) AttachMachine(pinDir string) (io.Closer, error) {
 	}
 	m := &machine{r: r, root: root, pinDir: pinDir}
 	for _, h := range r.hooks() {
+		if h.typ == ebpf.AttachCGroupInetEgress {
+			// It would run for every packet of the machine; the daemon's
+			// resolver finds a query's socket without it.
+			continue
+		}
 		if err := attachRoot(root, h, filepath.Join(pinDir, pinCgroup+h.name)); err != nil {
 			return nil, errors.Join(err, m.releaseLocked())
 		}

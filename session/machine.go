@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	osuser "os/user"
 	"path/filepath"
@@ -364,6 +365,35 @@ func (m *machineScope) inRunSession(pid int) bool {
 		}
 	}
 	return false
+}
+
+// udpOrigin finds the marked process whose UDP socket sent a query from
+// client, and its mark.
+func (m *machineScope) udpOrigin(client netip.AddrPort) (redirect.Origin, error) {
+	marks, err := m.ts.red.Marks()
+	if err != nil {
+		return redirect.Origin{}, err
+	}
+	pids := make([]int, 0, len(marks))
+	for pid := range marks {
+		pids = append(pids, int(pid))
+	}
+	pid, err := m.s.procs.UDPSocketOwner(client, pids)
+	if err != nil {
+		return redirect.Origin{}, err
+	}
+	mark, err := m.markOf(pid)
+	if err != nil || mark == 0 {
+		return redirect.Origin{}, fmt.Errorf("process %d is not marked", pid)
+	}
+	o := redirect.Origin{PID: uint32(pid), Mark: mark}
+	if p, err := m.s.procs.Process(pid); err == nil {
+		o.UID = uint32(p.UID)
+		if len(p.Argv) > 0 {
+			o.Comm = filepath.Base(p.Argv[0])
+		}
+	}
+	return o, nil
 }
 
 // setCandidates replaces the command names the kernel marks at exec.

@@ -215,6 +215,12 @@ func (c cgroupScope) ownerOf(pid int) (owned, bool) {
 func (ts *transparentSession) queryProcess(client netip.AddrPort) (string, *event.Process, bool) {
 	var who owned
 	o, err := ts.red.LookupUDP(client)
+	if m, ok := ts.scope.(*machineScope); ok && err != nil {
+		// The machine's hooks publish no record of a query's socket (that
+		// program would run for every packet of the machine): its owner
+		// is found among the marked processes.
+		o, err = m.udpOrigin(client)
+	}
 	if err == nil {
 		who, err = ts.scope.owner(o)
 	}
