@@ -53,8 +53,21 @@ type FileOptions struct {
 	// An exec is still decided by the execs package. It is called on
 	// handler goroutines after an open of path for access was allowed with
 	// v (the verdict it was given, so that access need not be decided
-	// again), and must return promptly. WatchFiles does not use it.
+	// again), and must return promptly. Marking ahead (Ahead) asks it
+	// about files no open was decided for: access is then empty and v the
+	// zero Verdict, and every access is the policy's to answer. WatchFiles
+	// does not use it.
 	Static func(path string, access event.FileAccess, v event.Verdict) bool
+	// Ahead, when positive, marks ahead: once an open's file is
+	// ignore-marked for Static, up to Ahead other entries of its directory
+	// are asked about (Static, or Ignore) and those that qualify are
+	// ignore-marked as if each had been opened and allowed, on a goroutine
+	// of their own after the open is answered, once per directory until
+	// Forget. A tree walked for the first time then costs about one round
+	// trip per directory. A file made in the directory later is decided
+	// when first opened. Not in a session whose processes made mount
+	// namespaces of their own (Nested). WatchFiles does not use it.
+	Ahead int
 	// Alias, when set, names the path an opened file (its device and
 	// inode) is to be decided as, when that is not the path it was opened
 	// by: a protected file hard-linked or renamed elsewhere is decided as

@@ -96,6 +96,9 @@ type Files struct {
 	byInode bool
 	watched map[inodeKey]struct{}
 	closing bool // Close began: AddPaths marks nothing more (markMu)
+	// ahead: the directories whose files were marked ahead (ahead_linux.go),
+	// with the Forget count they were walked under (markMu).
+	ahead map[inodeKey]uint64
 
 	mounts                                            int
 	events, outside, ignored, hits, denied, execOpens atomic.Uint64
@@ -353,7 +356,7 @@ func newFiles(o FileOptions, what string) (*Files, error) {
 	f := &Files{
 		o: o, log: o.Logger, fd: fd, self: os.Getpid(), nrs: nrs,
 		sem: make(chan struct{}, maxDeciding), cache: cache, notStatic: notStatic, flights: map[cacheKey]*flight{},
-		tgids: map[int]int{}, marked: map[inodeKey]struct{}{}, watched: map[inodeKey]struct{}{},
+		tgids: map[int]int{}, marked: map[inodeKey]struct{}{}, watched: map[inodeKey]struct{}{}, ahead: map[inodeKey]uint64{},
 		readerDone: make(chan struct{}), mainRoot: -1,
 	}
 	if f.procFD, err = unix.Open("/proc/self/fd", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
@@ -808,16 +811,25 @@ func (f *Files) markStatic(ev rawEvent, path string, gen uint64, static func() b
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || f.o.Protected.Protects(fileID{uint64(st.Dev), st.Ino}, path) {
 		return
 	}
-	key := inodeKey{dev: uint64(st.Dev), ino: st.Ino}
+	if f.ignoreMark(inodeKey{dev: uint64(st.Dev), ino: st.Ino}, mask, gen, ev.fd, "", path) && mask == unix.FAN_OPEN_PERM {
+		f.aheadOf(path, st, gen)
+	}
+}
+
+// ignoreMark puts an ignore mark for mask on the inode key, reached as
+// fanotify_mark's dirfd and name, unless Forget ran since gen or Close
+// began; at most CacheSize inodes are marked, one more removes them all
+// first. It reports whether the mark was put.
+func (f *Files) ignoreMark(key inodeKey, mask uint64, gen uint64, dirfd int, name, path string) bool {
 	f.markMu.Lock()
 	defer f.markMu.Unlock()
-	if f.gen.Load() != gen || f.groupClosed {
-		return
+	if f.gen.Load() != gen || f.groupClosed || f.closing {
+		return false
 	}
 	if _, ok := f.marked[key]; !ok && len(f.marked) >= f.o.CacheSize {
 		if err := f.flushStatic(); err != nil {
 			f.log.Warn("fileexec: remove ignore marks", "err", err)
-			return
+			return false
 		}
 	}
 	// Marked again even when remembered: an event for a marked inode means
@@ -826,17 +838,18 @@ func (f *Files) markStatic(ev rawEvent, path string, gen uint64, static func() b
 	if f.noEvictable {
 		flags &^= unix.FAN_MARK_EVICTABLE
 	}
-	err := unix.FanotifyMark(f.fd, flags, mask, ev.fd, "")
+	err := unix.FanotifyMark(f.fd, flags, mask, dirfd, name)
 	if errors.Is(err, unix.EINVAL) && !f.noEvictable {
 		f.noEvictable = true // before 5.19
-		err = unix.FanotifyMark(f.fd, flags&^unix.FAN_MARK_EVICTABLE, mask, ev.fd, "")
+		err = unix.FanotifyMark(f.fd, flags&^unix.FAN_MARK_EVICTABLE, mask, dirfd, name)
 	}
 	if err != nil {
 		f.log.Debug("fileexec: ignore mark", "path", path, "err", err)
-		return
+		return false
 	}
 	f.marked[key] = struct{}{}
 	f.staticMarks.Add(1)
+	return true
 }
 
 // flushStatic removes every inode mark of the group — only ignore marks
@@ -850,6 +863,7 @@ func (f *Files) flushStatic() error {
 		return err
 	}
 	clear(f.marked)
+	clear(f.ahead)
 	return nil
 }
 

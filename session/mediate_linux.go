@@ -32,6 +32,8 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 	if err := fileexec.MountProtection(pid, prot); err != nil {
 		return nil, fmt.Errorf("session: protect Chaperone's files: %w", err)
 	}
+	// A directory of more files than this is marked ahead only this far.
+	const markAhead = 4096
 	fo := fileexec.FileOptions{
 		Session:   o.session,
 		InSession: inSession,
@@ -41,6 +43,7 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		Logger:    o.log,
 		Ignore:    ignoredPath,
 		Static:    o.static,
+		Ahead:     markAhead,
 		Alias:     prot.Alias,
 		Protected: prot,
 	}

@@ -63,7 +63,7 @@ func BenchmarkFileWorkload(b *testing.B) {
 // BenchmarkSessionWorkload times one workload at a time inside one live
 // session, started once: a shell in the session runs the workload each
 // time the benchmark asks, so each op is the workload alone, not the
-// session's start. Outside, the same shell runs without Chaperone; all
+// session's start (first-ms too: it is timed once the shell runs). Outside, the same shell runs without Chaperone; all
 // modes in the same run, side by side. first-ms is the first run (every
 // file decided for the first time); ns/op is what follows (decisions
 // cached, files the policy always allows ignore-marked in the kernel).
@@ -108,8 +108,9 @@ func BenchmarkSessionWorkload(b *testing.B) {
 		{"git-status-5000", `git -C "$T" status --porcelain >/dev/null`},
 		{"exec-true-100", `i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done`},
 	}
-	// One line in, one workload run, "done" (or "fail") out.
-	const loop = `while read -r _; do if sh -c "$W" >/dev/null; then echo done; else echo fail; fi; done`
+	// "ready" once the session runs; then one line in, one workload run,
+	// "done" (or "fail") out.
+	const loop = `echo ready; while read -r _; do if sh -c "$W" >/dev/null; then echo done; else echo fail; fi; done`
 	for _, w := range workloads {
 		for _, mode := range []string{"outside", "network-only", "mediated", "mediated-user"} {
 			b.Run(w.name+"/"+mode, func(b *testing.B) {
@@ -142,6 +143,9 @@ func BenchmarkSessionWorkload(b *testing.B) {
 					b.Fatal(err)
 				}
 				out := bufio.NewReader(outPipe)
+				if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
+					b.Fatalf("session start: %q, %v; stderr: %s", line, err, stderr.String())
+				}
 				once := func() {
 					if _, err := io.WriteString(in, "go\n"); err != nil {
 						b.Fatal(err)
