@@ -106,6 +106,9 @@ func fillDefaults(p *Policy) {
 	if p.Ask.Timeout == 0 {
 		p.Ask.Timeout = DefaultAskTimeout
 	}
+	if p.Ask.Unattended == "" {
+		p.Ask.Unattended = ActionDeny
+	}
 	if p.Ask.OnTimeout == "" {
 		p.Ask.OnTimeout = ActionDeny
 	}
@@ -434,7 +437,7 @@ func (p *parser) rewriteParams(n *yaml.Node, label string, m map[string]any) {
 
 func (p *parser) ask(n *yaml.Node, a *AskConfig) {
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n.Line, "ask", "ask must be a mapping with timeout and on_timeout")
+		p.errorf(n.Line, "ask", "ask must be a mapping with timeout, on_timeout and unattended")
 		return
 	}
 	p.mapping(n, "ask", func(key string, kn, v *yaml.Node) {
@@ -449,8 +452,16 @@ func (p *parser) ask(n *yaml.Node, a *AskConfig) {
 			default:
 				p.errorf(kn.Line, "ask", "on_timeout %q is not allow or deny", s)
 			}
+		case "unattended":
+			s, _ := p.scalar(v, "ask", key)
+			switch Action(s) {
+			case ActionAllow, ActionDeny, AskWait:
+				a.Unattended = Action(s)
+			default:
+				p.errorf(kn.Line, "ask", "unattended %q is not allow, deny or wait", s)
+			}
 		default:
-			p.errorf(kn.Line, "ask", "unknown key %q (want timeout or on_timeout)", key)
+			p.errorf(kn.Line, "ask", "unknown key %q (want timeout, on_timeout or unattended)", key)
 		}
 	})
 }

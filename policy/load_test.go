@@ -54,6 +54,7 @@ plugins:
 ask:
   timeout: 90s
   on_timeout: allow
+  unattended: wait
 secrets:
   allow_rules: [generic-api-key]
   allow_literals:
@@ -85,7 +86,7 @@ func TestParseFull(t *testing.T) {
 			{Name: "listed", Command: []string{"/bin/check", "two words"}, Timeout: 500 * time.Millisecond,
 				OnError: ActionAllow, Line: 34},
 		},
-		Ask:     AskConfig{Timeout: 90 * time.Second, OnTimeout: ActionAllow},
+		Ask:     AskConfig{Timeout: 90 * time.Second, OnTimeout: ActionAllow, Unattended: AskWait},
 		Secrets: SecretsConfig{AllowRules: []string{"generic-api-key"}, AllowLiterals: []string{"AKIAIOSFODNN7EXAMPLE"}},
 		Source:  "full.yaml",
 	}
@@ -164,10 +165,11 @@ func TestParseErrors(t *testing.T) {
 			`policy: p.yaml:2: judge: url must be an http or https URL`,
 			`policy: p.yaml:2: judge: api_key_env must name an environment variable`,
 			`policy: p.yaml:7: judge: on_error "rewrite" is not allow, deny or ask`}},
-		{"bad ask", "default: allow\nask:\n  timeout: never\n  on_timeout: ask\n  who: me\n", []string{
+		{"bad ask", "default: allow\nask:\n  timeout: never\n  on_timeout: ask\n  who: me\n  unattended: later\n", []string{
 			`policy: p.yaml:3: ask: timeout "never" is not a positive duration`,
 			`policy: p.yaml:4: ask: on_timeout "ask" is not allow or deny`,
-			`policy: p.yaml:5: ask: unknown key "who"`}},
+			`policy: p.yaml:5: ask: unknown key "who"`,
+			`policy: p.yaml:6: ask: unattended "later" is not allow, deny or wait`}},
 		{"ask not a mapping", "default: allow\nask: 10s\n", []string{
 			`policy: p.yaml:2: ask: ask must be a mapping`}},
 		{"bad secrets", "default: allow\nsecrets:\n  allow_rules: {a: b}\n  allow_literals: [\"\"]\n  deny: x\n", []string{

@@ -100,12 +100,20 @@ type JudgeConfig struct {
 // Configured reports whether the policy has a judge section.
 func (j JudgeConfig) Configured() bool { return j.Provider != "" || j.Model != "" || j.URL != "" }
 
-// AskConfig says how long an ask waits for a person, and what happens
-// when nobody answers in time.
+// AskConfig says how long an ask waits for a person, what happens when
+// nobody answers in time, and what happens when nobody can be asked.
 type AskConfig struct {
 	Timeout   time.Duration // DefaultAskTimeout when zero
 	OnTimeout Action        // allow or deny; deny when empty
+	// Unattended decides at once an ask that nobody can answer (no
+	// terminal, no approver watching): allow or deny, or AskWait to hold
+	// it for the timeout all the same; deny when empty.
+	Unattended Action
 }
+
+// AskWait is ask.unattended's "hold the question for the timeout even
+// when nobody is watching" (`chaperone approve ID` may still answer it).
+const AskWait Action = "wait"
 
 // SecretsConfig tunes secret detection: findings of these rules, and
 // these exact values, are never reported or redacted.

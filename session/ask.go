@@ -10,11 +10,24 @@ import (
 	"time"
 
 	"github.com/chaperone-dev/chaperone/internal/ask"
+	"github.com/chaperone-dev/chaperone/policy"
 )
 
 // AskDir is where running sessions keep their control sockets, in the
 // state directory: `chaperone approve` and `deny` answer through them.
 func AskDir(stateDir string) string { return filepath.Join(stateDir, "ask") }
+
+// unattended is what the broker does with a question nobody can answer,
+// as the policy's ask.unattended says (deny when unset).
+func unattended(a policy.Action) ask.Unattended {
+	switch a {
+	case policy.ActionAllow:
+		return ask.UnattendedAllow
+	case policy.AskWait:
+		return ask.UnattendedWait
+	}
+	return ask.UnattendedDeny
+}
 
 // asker is a session's way of asking a person: the broker, its control
 // socket and, when the session runs on a terminal, the terminal.
@@ -59,6 +72,7 @@ func startAsker(ctx context.Context, stateDir, session string, stdin io.Reader, 
 	}()
 	if f, ok := stdin.(*os.File); ok && ask.IsTerminal(f) {
 		if term, err = ask.OpenTerminal(b, f, stderr); err == nil {
+			b.Attend() // for the whole session
 			go term.Run(ctx)
 		} else {
 			term = nil

@@ -349,7 +349,7 @@ func (s *Session) startAsk(ctx context.Context) error {
 	s.asker = ak
 	configure := func(p *policy.Policy) {
 		on, _ := p.Ask.OnTimeout.EventAction()
-		ak.broker.Configure(p.Ask.Timeout, on)
+		ak.broker.Configure(p.Ask.Timeout, on, unattended(p.Ask.Unattended))
 	}
 	configure(s.policy.Policy())
 	s.policy.onLoad = func(p *policy.Policy) {

@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"os/signal"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,7 +15,7 @@ import (
 )
 
 func newApproveCommand(e env, allow bool) *cobra.Command {
-	var always bool
+	var always, watch bool
 	use, short := "approve [ID]", "Allow an action a session is asking about (no ID: list the questions waiting)"
 	if !allow {
 		use, short = "deny ID", "Deny an action a session is asking about"
@@ -29,6 +32,17 @@ func newApproveCommand(e env, allow bool) *cobra.Command {
 				return err
 			}
 			dir := session.AskDir(cfg.StateDir)
+			if watch {
+				if !allow || len(args) > 0 {
+					return usageError{errors.New("approve --watch takes no question ID")}
+				}
+				out := cmd.OutOrStdout()
+				fmt.Fprintln(out, "watching for questions (the sessions' asks wait for an answer while this runs; ^C to stop)")
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+				defer stop()
+				return ask.Watch(ctx, dir, 250*time.Millisecond, func(q ask.Question) { printQuestion(out, q) },
+					func(s string) { fmt.Fprintf(out, "watching session %s\n", s) })
+			}
 			if len(args) == 0 {
 				if !allow {
 					return usageError{errors.New("deny: which question? chaperone deny ID (chaperone approve lists them)")}
@@ -42,8 +56,7 @@ func newApproveCommand(e env, allow bool) *cobra.Command {
 					fmt.Fprintln(out, "no questions waiting")
 				}
 				for _, q := range qs {
-					fmt.Fprintf(out, "%s  session %s  %s\n      rule %s: %s (%s left)\n", q.ID, q.Session, q.Summary,
-						q.Rule, q.Reason, time.Until(q.Deadline).Round(time.Second))
+					printQuestion(out, q)
 				}
 				return nil
 			}
@@ -59,5 +72,14 @@ func newApproveCommand(e env, allow bool) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&always, "always", false, "answer the same question (rule, program and target) this way for the rest of the session")
+	if allow {
+		cmd.Flags().BoolVar(&watch, "watch", false, "print questions as the sessions ask them, until interrupted; while it runs, asks wait for an answer instead of ask.unattended")
+	}
 	return cmd
+}
+
+// printQuestion prints q as `chaperone approve` lists it.
+func printQuestion(out io.Writer, q ask.Question) {
+	fmt.Fprintf(out, "%s  session %s  %s\n      rule %s: %s (%s left)\n", q.ID, q.Session, q.Summary,
+		q.Rule, q.Reason, time.Until(q.Deadline).Round(time.Second))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -17,8 +18,9 @@ import (
 )
 
 // writeAskPolicy writes a policy that asks before any request to the api
-// host and allows the rest.
-func writeAskPolicy(t *testing.T, dir, timeout, onTimeout string) string {
+// host and allows the rest; unattended, when not empty, is its
+// ask.unattended.
+func writeAskPolicy(t *testing.T, dir, timeout, onTimeout, unattended string) string {
 	t.Helper()
 	file := filepath.Join(dir, "ask.yaml")
 	p := fmt.Sprintf(`rules:
@@ -32,6 +34,9 @@ ask:
   timeout: %s
   on_timeout: %s
 `, timeout, onTimeout)
+	if unattended != "" {
+		p += "  unattended: " + unattended + "\n"
+	}
 	if err := os.WriteFile(file, []byte(p), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +119,7 @@ func TestAskAnsweredByCommand(t *testing.T) {
 	} {
 		t.Run(tt.verb, func(t *testing.T) {
 			w := newWorld(t)
-			policy := writeAskPolicy(t, w.dir, "60s", "deny")
+			policy := writeAskPolicy(t, w.dir, "60s", "deny", "wait")
 			cmd, out, errb := w.startAskSession(t, policy, nil, "curl", "-sS", w.api.URL+"/asked")
 			id := w.waitQuestion(t, errb)
 			if !strings.Contains(errb.String(), "chaperone: ask "+id+":") {
@@ -153,7 +158,7 @@ func TestAskAnsweredByCommand(t *testing.T) {
 func TestAskTimeoutAndNoSelfApproval(t *testing.T) {
 	need(t, "curl")
 	w := newWorld(t)
-	policy := writeAskPolicy(t, w.dir, "4s", "deny")
+	policy := writeAskPolicy(t, w.dir, "4s", "deny", "wait")
 	script := `curl -sS "$1/asked" > "$2/curl.out" 2>&1 &
 sleep 1
 "$3" --state-dir "$4" approve
@@ -180,7 +185,7 @@ func TestAskOnTerminal(t *testing.T) {
 	need(t, "curl")
 	w := newWorld(t)
 	master, slave := testpty.Open(t)
-	policy := writeAskPolicy(t, w.dir, "60s", "deny")
+	policy := writeAskPolicy(t, w.dir, "60s", "deny", "") // the terminal attends
 	cmd, out, errb := w.startAskSession(t, policy, slave, "curl", "-sS", w.api.URL+"/asked")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -202,4 +207,83 @@ func TestAskOnTerminal(t *testing.T) {
 	if !strings.Contains(errb.String(), "allowed") {
 		t.Errorf("the terminal was not told: %s", errb.String())
 	}
+}
+
+// Nobody can answer (no terminal, nobody watching): the ask is denied at
+// once by ask.unattended, not after the timeout (whose verdict here would
+// allow). With `chaperone approve --watch` running, the same question
+// waits, the watcher prints it, and its approval lets the request through.
+func TestAskUnattended(t *testing.T) {
+	need(t, "curl")
+	t.Run("nobody", func(t *testing.T) {
+		w := newWorld(t)
+		policy := writeAskPolicy(t, w.dir, "10m", "allow", "")
+		cmd, out, errb := w.startAskSession(t, policy, nil, "curl", "-sS", w.api.URL+"/asked")
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("session: %v\n%s", err, errb.String())
+		}
+		if !strings.Contains(out.String(), "nobody could be asked") {
+			t.Errorf("agent printed %q, want the unattended denial", out.String())
+		}
+		if n := len(w.api.Requests()); n != 0 {
+			t.Errorf("the api received %d requests", n)
+		}
+		found := false
+		for _, rec := range w.records() {
+			if rec.Kind == event.KindHTTP && rec.Rule == "ask-api" {
+				found = rec.Verdict == event.Deny && strings.Contains(rec.Reason, "unattended deny")
+			}
+		}
+		if !found {
+			t.Error("no http record of rule ask-api denied unattended in the audit log")
+		}
+	})
+	t.Run("watched", func(t *testing.T) {
+		w := newWorld(t)
+		policy := writeAskPolicy(t, w.dir, "10m", "deny", "")
+		watch := exec.Command(binary, "approve", "--watch")
+		watch.Env = baseEnv(w.dir)
+		pipe, err := watch.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		watch.Stderr = os.Stderr
+		if err := watch.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { watch.Process.Kill(); watch.Wait() })
+		lines := bufio.NewScanner(pipe)
+		next := func(what string) string {
+			t.Helper()
+			if !lines.Scan() {
+				t.Fatalf("the watcher ended before %s: %v", what, lines.Err())
+			}
+			return lines.Text()
+		}
+		if l := next("its first line"); !strings.HasPrefix(l, "watching for questions") {
+			t.Fatalf("watcher printed %q", l)
+		}
+		// The agent asks once the watcher watches its session.
+		flag := filepath.Join(w.dir, "watched")
+		script := `for i in $(seq 600); do [ -e "$2" ] && break; sleep 0.1; done; curl -sS "$1/asked"`
+		cmd, out, errb := w.startAskSession(t, policy, nil, "sh", "-c", script, "sh", w.api.URL, flag)
+		if l := next("the session"); !strings.HasPrefix(l, "watching session ") {
+			t.Fatalf("watcher printed %q, want the session", l)
+		}
+		if err := os.WriteFile(flag, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l := next("the question")
+		id, rest, ok := strings.Cut(l, "  session ")
+		if !ok || !strings.Contains(rest, "/asked") {
+			t.Fatalf("watcher printed %q, want the question", l)
+		}
+		mustSucceed(t, w.chaperone(nil, "approve", id))
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("session: %v\n%s", err, errb.String())
+		}
+		if !strings.Contains(out.String(), "hello from api.e2e.test") {
+			t.Errorf("agent printed %q, want the api's answer", out.String())
+		}
+	})
 }

@@ -266,6 +266,7 @@ plugins:
     timeout: 30s # python's start alone may take seconds on a busy machine
 ask:
   timeout: 30s
+  unattended: wait # answered with chaperone approve
 default: allow
 `
 

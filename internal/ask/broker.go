@@ -41,11 +41,26 @@ type Answer struct {
 // longer) waiting.
 var ErrUnknown = errors.New("ask: no such question waiting (answered, timed out or abandoned)")
 
+// Unattended says what becomes of a question when nobody can answer it:
+// no terminal, no approver watching (Broker.Attend).
+type Unattended uint8
+
+const (
+	// UnattendedWait holds the question for the timeout all the same
+	// (`chaperone approve ID` may still answer it).
+	UnattendedWait Unattended = iota
+	// UnattendedDeny and UnattendedAllow decide it at once.
+	UnattendedDeny
+	UnattendedAllow
+)
+
 // Options configure a Broker.
 type Options struct {
 	Session   string
 	Timeout   time.Duration // how long a question waits; 60 s when zero
 	OnTimeout event.Action  // the verdict when nobody answers: Allow or Deny
+	// Unattended is what a question nobody can answer gets.
+	Unattended Unattended
 	// Notify is called, without the broker's lock, when a new question
 	// starts waiting; it must not block for long.
 	Notify func(Question)
@@ -58,10 +73,12 @@ type Options struct {
 type Broker struct {
 	o Options
 
-	mu      sync.Mutex
-	pending map[string]*question // by id
-	byKey   map[string]*question
-	always  map[string]event.Verdict
+	mu       sync.Mutex
+	pending  map[string]*question // by id
+	byKey    map[string]*question
+	always   map[string]event.Verdict
+	attended int                    // Attend calls not released
+	watchers map[chan Question]struct{}
 }
 
 type question struct {
@@ -83,7 +100,45 @@ func NewBroker(o Options) *Broker {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Broker{o: o, pending: map[string]*question{}, byKey: map[string]*question{}, always: map[string]event.Verdict{}}
+	return &Broker{o: o, pending: map[string]*question{}, byKey: map[string]*question{}, always: map[string]event.Verdict{},
+		watchers: map[chan Question]struct{}{}}
+}
+
+// Attend says somebody can answer questions from now on (a terminal, an
+// approver watching, a live view) until the returned release is called;
+// it may be called more than once.
+func (b *Broker) Attend() (release func()) {
+	b.mu.Lock()
+	b.attended++
+	b.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			b.attended--
+			b.mu.Unlock()
+		})
+	}
+}
+
+// Watch attends (Attend) and sends each new question to the returned
+// channel until release is called; a question the watcher is too slow to
+// take is left out of its channel, not held.
+func (b *Broker) Watch() (qs <-chan Question, release func()) {
+	ch := make(chan Question, 16)
+	b.mu.Lock()
+	b.attended++
+	b.watchers[ch] = struct{}{}
+	b.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			b.mu.Lock()
+			b.attended--
+			delete(b.watchers, ch)
+			b.mu.Unlock()
+		})
+	}
 }
 
 // Decide holds e until a person answers the ask verdict v, the timeout
@@ -96,6 +151,15 @@ func (b *Broker) Decide(ctx context.Context, e *event.Event, v event.Verdict) ev
 		return av
 	}
 	q, ok := b.byKey[key]
+	if !ok && b.attended == 0 && b.o.Unattended != UnattendedWait {
+		b.mu.Unlock()
+		act, word := event.Deny, "deny"
+		if b.o.Unattended == UnattendedAllow {
+			act, word = event.Allow, "allow"
+		}
+		return event.Verdict{Action: act, Rule: v.Rule, DecidedBy: event.DecidedByDefault,
+			Reason: "nobody could be asked (no terminal, no approver watching): unattended " + word}
+	}
 	if !ok {
 		now := b.o.Now()
 		q = &question{
@@ -110,6 +174,12 @@ func (b *Broker) Decide(ctx context.Context, e *event.Event, v event.Verdict) ev
 		b.pending[q.q.ID] = q
 		b.byKey[key] = q
 		go b.expire(q, b.o.Timeout, b.o.OnTimeout)
+		for w := range b.watchers {
+			select {
+			case w <- q.q:
+			default:
+			}
+		}
 	}
 	q.waiters++
 	b.mu.Unlock()
@@ -138,11 +208,13 @@ func (b *Broker) Decide(ctx context.Context, e *event.Event, v event.Verdict) ev
 	}
 }
 
-// Configure changes the timeout and its verdict for questions asked from
-// now on (a reloaded policy may change them).
-func (b *Broker) Configure(timeout time.Duration, onTimeout event.Action) {
+// Configure changes the timeout, its verdict and what an unattended
+// question gets, for questions asked from now on (a reloaded policy may
+// change them).
+func (b *Broker) Configure(timeout time.Duration, onTimeout event.Action, unattended Unattended) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.o.Unattended = unattended
 	if timeout > 0 {
 		b.o.Timeout = timeout
 	}
@@ -223,10 +295,15 @@ func (b *Broker) Pending() []Question {
 	return qs
 }
 
-// Close denies every waiting question: the session is ending.
+// Close denies every waiting question and ends every watch: the session
+// is ending.
 func (b *Broker) Close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for w := range b.watchers {
+		close(w)
+		delete(b.watchers, w)
+	}
 	for _, q := range b.pending {
 		b.settle(q, event.Verdict{Action: event.Deny, Rule: q.q.Rule, DecidedBy: event.DecidedByDefault,
 			Reason: "the session ended before anyone answered (ask " + q.q.ID + ")"})

@@ -2,6 +2,7 @@ package ask
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -19,6 +21,10 @@ import (
 //
 //	{"op":"list"}                                   → {"questions":[...]}
 //	{"op":"answer","id":"3f2a","allow":true,"always":false} → {"ok":true} or {"error":"..."}
+//	{"op":"watch"} → {"ok":true,"questions":[...]}, then one {"questions":[q]} line per new question
+//
+// A watch keeps its connection, and counts as somebody who can answer
+// (Broker.Attend), until the client closes it.
 type request struct {
 	Op     string `json:"op"`
 	ID     string `json:"id,omitempty"`
@@ -108,7 +114,38 @@ func (b *Broker) serveConn(c net.Conn, check PeerCheck) {
 		enc.Encode(reply{Error: "no request"})
 		return
 	}
+	var req request
+	if json.Unmarshal(line, &req) == nil && req.Op == "watch" {
+		b.watch(c, enc)
+		return
+	}
 	enc.Encode(b.handle(line, who))
+}
+
+// watch streams new questions to c until the client closes it or the
+// broker closes.
+func (b *Broker) watch(c net.Conn, enc *json.Encoder) {
+	qs, release := b.Watch()
+	defer release()
+	_ = c.SetDeadline(time.Time{})
+	if enc.Encode(reply{OK: true, Questions: b.Pending()}) != nil {
+		return
+	}
+	gone := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, c) // until the client closes
+		close(gone)
+	}()
+	for {
+		select {
+		case <-gone:
+			return
+		case q, ok := <-qs:
+			if !ok || enc.Encode(reply{Questions: []Question{q}}) != nil {
+				return
+			}
+		}
+	}
 }
 
 // handle answers one request line; who says who sent it.
@@ -130,7 +167,7 @@ func (b *Broker) handle(line []byte, who string) reply {
 		}
 		return reply{OK: true}
 	default:
-		return reply{Error: fmt.Sprintf("unknown op %q (want list or answer)", Printable(req.Op, 40))}
+		return reply{Error: fmt.Sprintf("unknown op %q (want list, answer or watch)", Printable(req.Op, 40))}
 	}
 }
 
@@ -212,4 +249,85 @@ func Send(dir, id string, allow, always bool) error {
 // isGone reports whether err says nobody listens on the socket.
 func isGone(err error) bool {
 	return errors.Is(err, os.ErrNotExist) || errors.Is(err, syscallECONNREFUSED)
+}
+
+// Watch calls fn with every question waiting or asked from now on in the
+// sessions whose control sockets are in dir, and counts as somebody who
+// can answer them (ask.unattended does not apply) while it runs, until
+// ctx ends. dir is looked at again every rescan, for sessions started
+// since; joined, when not nil, is called with a session's id once it is
+// watched. fn and joined are called from one goroutine at a time.
+func Watch(ctx context.Context, dir string, rescan time.Duration, fn func(Question), joined func(session string)) error {
+	var mu sync.Mutex
+	call := func(q Question) {
+		mu.Lock()
+		defer mu.Unlock()
+		fn(q)
+	}
+	join := func(path string) {
+		if joined != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			joined(strings.TrimSuffix(filepath.Base(path), ".sock"))
+		}
+	}
+	watching := map[string]bool{}
+	ended := make(chan string)
+	t := time.NewTicker(rescan)
+	defer t.Stop()
+	for {
+		socks, err := Sockets(dir)
+		if err != nil {
+			return err
+		}
+		for _, s := range socks {
+			if !watching[s] {
+				watching[s] = true
+				go func() {
+					watchOne(ctx, s, call, join)
+					select {
+					case ended <- s:
+					case <-ctx.Done():
+					}
+				}()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case s := <-ended:
+			delete(watching, s)
+		case <-t.C:
+		}
+	}
+}
+
+// watchOne streams the questions of one session's socket to fn until the
+// session or ctx ends; joined is called once the session has taken the
+// watch.
+func watchOne(ctx context.Context, path string, fn func(Question), joined func(path string)) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if json.NewEncoder(c).Encode(request{Op: "watch"}) != nil {
+		return
+	}
+	dec := json.NewDecoder(c)
+	for first := true; ; first = false {
+		var r reply
+		if dec.Decode(&r) != nil || r.Error != "" {
+			return
+		}
+		if first {
+			joined(path)
+		}
+		for _, q := range r.Questions {
+			fn(q)
+		}
+	}
 }
