@@ -77,7 +77,7 @@ type Broker struct {
 	pending  map[string]*question // by id
 	byKey    map[string]*question
 	always   map[string]event.Verdict
-	attended int                    // Attend calls not released
+	attended int // Attend calls not released
 	watchers map[chan Question]struct{}
 }
 

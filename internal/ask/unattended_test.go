@@ -84,7 +84,9 @@ func TestWatchAttends(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	seen, joined := make(chan Question, 4), make(chan string, 1)
 	watched := make(chan error, 1)
-	go func() { watched <- Watch(ctx, dir, 10*time.Millisecond, func(q Question) { seen <- q }, func(s string) { joined <- s }) }()
+	go func() {
+		watched <- Watch(ctx, dir, 10*time.Millisecond, func(q Question) { seen <- q }, func(s string) { joined <- s })
+	}()
 	if s := <-joined; s != "s1" {
 		t.Errorf("joined session %q, want s1", s)
 	}
