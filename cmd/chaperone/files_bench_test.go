@@ -103,16 +103,37 @@ func BenchmarkSessionWorkload(b *testing.B) {
 	git("add", "-A")
 	git("commit", "-qm", "tree")
 
-	workloads := []struct{ name, script string }{
-		{"find-cat-5000", `find "$T" -type f -exec cat {} + >/dev/null`},
-		{"git-status-5000", `git -C "$T" status --porcelain >/dev/null`},
-		{"exec-true-100", `i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done`},
+	type workload struct {
+		name, script string
+		env          []string
+		rootOnly     bool // root's caches: nobody cannot read them
 	}
+	workloads := []workload{
+		{name: "find-cat-5000", script: `find "$T" -type f -exec cat {} + >/dev/null`},
+		{name: "git-status-5000", script: `git -C "$T" status --porcelain >/dev/null`},
+		{name: "exec-true-100", script: `i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done`},
+	}
+	if env, err := goBuildEnv(); err != nil {
+		b.Logf("go-build left out: %v", err)
+	} else {
+		// A package of this module with 287 packages under it, every one
+		// in the build cache already.
+		workloads = append(workloads, workload{"go-build-policy", `cd "$M" && go build ./policy/`, env, true})
+	}
+	if env, err := npmCIEnv(dir); err != nil {
+		b.Logf("npm-ci left out: %v", err)
+	} else {
+		workloads = append(workloads, workload{"npm-ci-undici", `cd "$N" && npm ci --offline --no-audit --no-fund --silent`, env, true})
+	}
+
 	// "ready" once the session runs; then one line in, one workload run,
 	// "done" (or "fail") out.
 	const loop = `echo ready; while read -r _; do if sh -c "$W" >/dev/null; then echo done; else echo fail; fi; done`
 	for _, w := range workloads {
 		for _, mode := range []string{"outside", "network-only", "mediated", "mediated-user"} {
+			if mode == "mediated-user" && w.rootOnly {
+				continue
+			}
 			b.Run(w.name+"/"+mode, func(b *testing.B) {
 				var cmd *exec.Cmd
 				switch mode {
@@ -129,6 +150,7 @@ func BenchmarkSessionWorkload(b *testing.B) {
 				// git refuses a tree another user owns unless told it is safe.
 				cmd.Env = append(baseEnv(dir), "T="+tree, "W="+w.script,
 					"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=safe.directory", "GIT_CONFIG_VALUE_0=*")
+				cmd.Env = append(cmd.Env, w.env...)
 				in, err := cmd.StdinPipe()
 				if err != nil {
 					b.Fatal(err)
@@ -169,4 +191,67 @@ func BenchmarkSessionWorkload(b *testing.B) {
 			})
 		}
 	}
+}
+
+// goBuildEnv is the environment of `go build` in this module with the
+// build and module caches the machine's go uses (warm: the tests were
+// built with them), and no network.
+func goBuildEnv() ([]string, error) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE").Output()
+	if err != nil {
+		return nil, fmt.Errorf("go env: %w", err)
+	}
+	dirs := strings.Fields(string(out))
+	if len(dirs) != 2 {
+		return nil, fmt.Errorf("go env: %q", out)
+	}
+	env := []string{"M=" + root, "GOCACHE=" + dirs[0], "GOMODCACHE=" + dirs[1], "GOPROXY=off", "GOTOOLCHAIN=local", "GOFLAGS="}
+	warm := exec.Command("go", "build", "./policy/")
+	warm.Dir, warm.Env = root, append(os.Environ(), env...)
+	if out, err := warm.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./policy/: %v: %s", err, out)
+	}
+	return env, nil
+}
+
+// npmCIEnv makes a project of dir's that depends on undici (the package
+// the Node end-to-end tests use), from a tarball packed out of the
+// machine's npm cache, and returns the environment of `npm ci` in it,
+// offline, with npm's cache in the agent's home (baseEnv's); an error
+// when npm or the package in its cache is missing.
+func npmCIEnv(dir string) ([]string, error) {
+	if _, err := exec.LookPath("npm"); err != nil {
+		return nil, err
+	}
+	proj := filepath.Join(dir, "npm-project")
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		return nil, err
+	}
+	env := append(baseEnv(dir), "npm_config_update_notifier=false")
+	npm := func(home bool, args ...string) error {
+		cmd := exec.Command("npm", args...)
+		cmd.Dir, cmd.Env = proj, env
+		if !home {
+			cmd.Env = os.Environ() // the machine's cache
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("npm %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := npm(false, "pack", "undici@6.22.0", "--offline", "--silent"); err != nil {
+		return nil, fmt.Errorf("is undici in npm's cache? make test-deps puts it there: %w", err)
+	}
+	pkg := `{"name": "bench", "private": true, "dependencies": {"undici": "file:undici-6.22.0.tgz"}}`
+	if err := os.WriteFile(filepath.Join(proj, "package.json"), []byte(pkg), 0o644); err != nil {
+		return nil, err
+	}
+	if err := npm(true, "install", "--offline", "--no-audit", "--no-fund", "--silent"); err != nil {
+		return nil, err
+	}
+	return []string{"N=" + proj, "npm_config_update_notifier=false"}, nil
 }
