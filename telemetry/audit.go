@@ -71,20 +71,42 @@ type AuditLog struct {
 
 	redact func(string) string // nil: records are written as they are
 
-	// The records of recent acting processes, redacted and encoded, by
-	// the event process each was made from: clipping and redacting an argv of
-	// thousands of file names for each line would cost more than the rest
-	// of it, and a process's connections (each with its description)
-	// interleave their requests. Events never change an *event.Process.
-	// Cleared when it reaches maxProcRecs.
-	procRecs map[*event.Process]procRec
+	// The processes written (a "process" record each), redacted and
+	// encoded, by the event process each was made from, and by session
+	// and encoding: a process is written once, and later records name it
+	// by id. Events never change an *event.Process; one process may be
+	// described by several (a cache's entries expire). Both are cleared
+	// when procIDs reaches maxProcRecs: a process seen again is then
+	// written again, under a new id.
+	procs   map[*event.Process]*procEntry
+	procIDs map[string]*procEntry
+	lastID  int64
+
+	// allReads writes every file read as a record of its own; else
+	// routine reads (event.Routine) are folded into one file_reads record
+	// per process (folds, by process id), written when it holds
+	// foldMaxBytes of names, when its session ends, when the log closes,
+	// when maxFolds processes have one, and every FoldInterval (stopFold
+	// cancels the timer due).
+	allReads bool
+	folds    map[int64]*readFold
+	stopFold func() bool
+
 	// rec is the record being written, here rather than on the stack:
 	// filling it goes through event.Flat, past escape analysis.
 	rec Record
 }
 
-// maxProcRecs bounds AuditLog.procRecs.
-const maxProcRecs = 1024
+// maxProcRecs bounds the processes an AuditLog remembers.
+const maxProcRecs = 4096
+
+// SetFileReads says whether every file read is recorded whole (all) or
+// routine reads are folded (the default). Call it before the first Write.
+func (a *AuditLog) SetFileReads(all bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.allReads = all
+}
 
 // SetRedactor makes every later record pass its free text (command lines,
 // URLs, paths) through redact, which replaces the secrets it finds. Call
@@ -93,7 +115,8 @@ func (a *AuditLog) SetRedactor(redact func(string) string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.redact = redact
-	clear(a.procRecs)
+	clear(a.procs)
+	clear(a.procIDs)
 }
 
 // OpenAuditLog opens path for appending, creating its parent directories
@@ -171,15 +194,45 @@ func (a *AuditLog) Write(e *event.Event) error {
 		a.lost.Add(1)
 		return a.err
 	}
-	pr := a.processRecord(e.Process)
+	if e.Kind == event.KindSessionEnd {
+		// The session's folded reads come before its end.
+		for id, f := range a.folds {
+			if f.session == e.Session {
+				if err := a.writeFold(id, f); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	pe, err := a.process(e)
+	if err != nil {
+		return err
+	}
+	if pe != nil && !a.allReads && event.Routine(e) {
+		return a.fold(e, pe)
+	}
 	r := &a.rec
 	*r = Record{}
 	flatRecords().record.Fill(r, e)
 	if a.redact != nil {
 		*r = r.redacted(a.redact)
 	}
-	r.Process = pr.rec // redacted already
-	if err := a.encode(r, pr.json); err != nil {
+	if pe != nil {
+		r.ProcessID, r.PID = pe.id, pe.rec.PID
+	}
+	if err := a.emit(r, nil); err != nil {
+		return err
+	}
+	a.pending++
+	return nil
+}
+
+// emit encodes r (whose process is already encoded as procJSON unless it
+// is nil) and buffers its line, writing out the buffer first when the
+// line would overflow it. The caller counts the events the line holds in
+// pending.
+func (a *AuditLog) emit(r *Record, procJSON []byte) error {
+	if err := a.encode(r, procJSON); err != nil {
 		return err
 	}
 	if len(a.buf) > MaxLineSize {
@@ -195,7 +248,6 @@ func (a *AuditLog) Write(e *event.Event) error {
 		}
 	}
 	a.out = append(a.out, a.buf...)
-	a.pending++
 	return nil
 }
 
@@ -219,32 +271,55 @@ func (a *AuditLog) encode(r *Record, procJSON []byte) error {
 	return nil
 }
 
-// processRecord returns the record of p, clipped and redacted, and its
-// encoding, reusing those made for the same description: a process's
-// events are many.
-func (a *AuditLog) processRecord(p *event.Process) procRec {
+// process returns the entry of e's acting process (nil for none),
+// writing its process record first when the log has not named it yet in
+// e's session.
+func (a *AuditLog) process(e *event.Event) (*procEntry, error) {
+	p := e.Process
 	if p == nil {
-		return procRec{}
+		return nil, nil
 	}
-	if rec, ok := a.procRecs[p]; ok {
-		return rec
+	if pe := a.procs[p]; pe != nil && pe.session == e.Session {
+		return pe, nil
 	}
-	rec := procRec{rec: processOf(p)}
+	rec := processOf(p)
 	if a.redact != nil {
-		rec.rec = rec.rec.redacted(a.redact)
+		rec = rec.redacted(a.redact)
 	}
-	rec.json = appendProcess(nil, rec.rec)
-	if a.procRecs == nil || len(a.procRecs) >= maxProcRecs {
-		a.procRecs = make(map[*event.Process]procRec)
+	js := appendProcess(nil, rec)
+	key := e.Session + "\x00" + string(js)
+	if pe := a.procIDs[key]; pe != nil {
+		a.remember(p, key, pe)
+		return pe, nil
 	}
-	a.procRecs[p] = rec
-	return rec
+	a.lastID++
+	pe := &procEntry{id: a.lastID, session: e.Session, rec: rec}
+	r := Record{Time: e.Time, Session: e.Session, Kind: KindProcess, Verdict: event.Allow, ProcessID: pe.id, Process: rec}
+	if err := a.emit(&r, js); err != nil {
+		return nil, err
+	}
+	a.remember(p, key, pe)
+	return pe, nil
 }
 
-// procRec is an acting process's record and its encoding.
-type procRec struct {
-	rec  *Process
-	json []byte // appendProcess's
+// remember keeps pe as the entry of p and of key, within maxProcRecs.
+func (a *AuditLog) remember(p *event.Process, key string, pe *procEntry) {
+	if a.procIDs == nil || len(a.procIDs) >= maxProcRecs {
+		a.procs = make(map[*event.Process]*procEntry)
+		a.procIDs = make(map[string]*procEntry)
+	}
+	if len(a.procs) >= 2*maxProcRecs {
+		clear(a.procs)
+	}
+	a.procs[p] = pe
+	a.procIDs[key] = pe
+}
+
+// procEntry is a process the log has written: its id and record.
+type procEntry struct {
+	id      int64
+	session string
+	rec     *Process
 }
 
 // writeOut writes the buffered lines in one call: a file opened with
@@ -389,7 +464,14 @@ func (a *AuditLog) Close() error {
 	if a.closed {
 		return nil
 	}
-	err := a.flushLocked()
+	if a.stopFold != nil {
+		a.stopFold()
+		a.stopFold = nil
+	}
+	err := a.writeFolds()
+	if ferr := a.flushLocked(); err == nil {
+		err = ferr
+	}
 	a.closed = true
 	if a.stopSync != nil {
 		a.stopSync()
