@@ -22,6 +22,10 @@ type Config struct {
 	Listen string `mapstructure:"listen" yaml:"listen"`
 	// Log is the audit log's path; empty means <state_dir>/audit.jsonl.
 	Log string `mapstructure:"log" yaml:"log"`
+	// AuditFileReads says which file reads the audit log records whole:
+	// "routine" (the default) folds routine reads (event.Routine) into one
+	// file_reads record per process ("" too); "all" records every read.
+	AuditFileReads string `mapstructure:"audit_file_reads" yaml:"audit_file_reads"`
 	// Policy is the policy file's path; empty means the built-in policy.
 	Policy string `mapstructure:"policy" yaml:"policy"`
 	// DenyHosts are the hosts the built-in policy denies: a name, *.domain
@@ -185,6 +189,12 @@ const (
 // DefaultListen lets the system pick a free loopback port.
 const DefaultListen = "127.0.0.1:0"
 
+// Which file reads the audit log records whole (AuditFileReads).
+const (
+	AuditReadsRoutine = "routine"
+	AuditReadsAll     = "all"
+)
+
 // AuditLogFile is the audit log's file name inside StateDir.
 const AuditLogFile = "audit.jsonl"
 
@@ -214,6 +224,7 @@ var keys = []key{
 	{name: "mode", flag: "mode", help: `interception mode: "auto", "proxy" or "transparent" (Linux, root)`},
 	{name: "listen", flag: "listen", help: "proxy listen address, a loopback IP:port"},
 	{name: "log", flag: "log", help: "audit log path (default <state_dir>/audit.jsonl)"},
+	{name: "audit_file_reads", flag: "audit-file-reads", help: `"routine": fold routine file reads (libraries, locale, caches, the working tree) into one audit record per process; "all": record every read`},
 	{name: "policy", flag: "policy", help: "policy file (default: the built-in policy)"},
 	{name: "deny_hosts", flag: "deny-host", kind: kindList, help: "deny this host: a name, *.domain or IP (repeatable)"},
 	{name: "upstream_ca", flag: "upstream-ca", kind: kindList, help: "also trust this PEM file's certificates for upstream TLS (repeatable)"},
@@ -284,6 +295,7 @@ func Default(env func(string) string, euid int) Config {
 		StateDir:        defaultStateDir(env, euid),
 		Mode:            ModeAuto,
 		QUIC:            QUICRefuse,
+		AuditFileReads:  AuditReadsRoutine,
 		UDP:             UDPRefuse,
 		Listen:          DefaultListen,
 		LogLevel:        "info",

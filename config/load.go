@@ -186,6 +186,8 @@ func defaultValue(c Config, name string) any {
 		return c.Listen
 	case "log":
 		return c.Log
+	case "audit_file_reads":
+		return c.AuditFileReads
 	case "policy":
 		return c.Policy
 	case "deny_hosts":

@@ -96,6 +96,11 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	switch c.AuditFileReads {
+	case "", AuditReadsRoutine, AuditReadsAll: // "": routine
+	default:
+		add("audit_file_reads", c.AuditFileReads, `is not "routine" or "all"`)
+	}
 	switch c.QUIC {
 	case QUICRefuse, QUICAllow:
 	default:

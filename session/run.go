@@ -418,8 +418,8 @@ func describeProcess(procs *attribution.Table, pid, root int) (*event.Process, e
 }
 
 // memoize remembers up to n results of f, which must be pure: the audit
-// log redacts the same command lines and paths over and over (every
-// record of a process repeats its argv). It is called from one goroutine.
+// log redacts the same command lines and paths over and over (a process
+// described anew, a file opened again). It is called from one goroutine.
 func memoize(f func(string) string, n int) func(string) string {
 	m := make(map[string]string, n)
 	return func(s string) string {
