@@ -2,7 +2,9 @@ package telemetry
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -273,5 +275,58 @@ func TestReadRecordsProcessShapes(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
+	}
+}
+
+// Follow puts processes back as ReadRecords does, and keeps them when the
+// file is replaced (its writer goes on naming the processes it wrote).
+func TestFollowResolvesProcesses(t *testing.T) {
+	evs, _ := foldSession()
+	var buf bytes.Buffer
+	a := newAuditLog(&buf)
+	writeAll(t, a, evs)
+	path := t.TempDir() + "/audit.jsonl"
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := len(readAll(t, buf.Bytes(), Filter{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := make(chan Record, 64)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Follow(ctx, path, Filter{}, time.Millisecond, func(r Record) error { got <- r; return nil })
+	}()
+	next := func() Record {
+		t.Helper()
+		select {
+		case r := <-got:
+			return r
+		case err := <-errc:
+			t.Fatalf("Follow = %v", err)
+		case <-ctx.Done():
+			t.Fatal("timed out waiting for a record")
+		}
+		return Record{}
+	}
+	for range want {
+		if r := next(); r.ProcessID != 0 && r.Process == nil {
+			t.Errorf("%s record of process %d without its process", r.Kind, r.ProcessID)
+		}
+	}
+	// The file replaced by one that names sh by id only.
+	line := `{"time":"2025-03-01T13:05:00Z","session":"s1","kind":"file","verdict":"allow","decided_by":"default","process_id":1,"pid":10,"path":"/later","access":"write"}` + "\n"
+	if err := os.WriteFile(path+".new", []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	if r := next(); r.Path != "/later" || r.Process == nil || r.Process.Exe != "/bin/sh" {
+		t.Errorf("after the file was replaced: %s %+v", r.Path, r.Process)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Follow = %v", err)
 	}
 }
