@@ -196,12 +196,8 @@ func (a *AuditLog) Write(e *event.Event) error {
 	}
 	if e.Kind == event.KindSessionEnd {
 		// The session's folded reads come before its end.
-		for id, f := range a.folds {
-			if f.session == e.Session {
-				if err := a.writeFold(id, f); err != nil {
-					return err
-				}
-			}
+		if err := a.writeFoldsOf(func(f *readFold) bool { return f.session == e.Session }); err != nil {
+			return err
 		}
 	}
 	pe, err := a.process(e)
@@ -217,10 +213,18 @@ func (a *AuditLog) Write(e *event.Event) error {
 	if a.redact != nil {
 		*r = r.redacted(a.redact)
 	}
-	if pe != nil {
+	var procJSON []byte
+	switch {
+	case pe != nil:
 		r.ProcessID, r.PID = pe.id, pe.rec.PID
+	case e.Process != nil:
+		// Outside any session (refused): inline, as an id is a
+		// session's, and other Chaperone processes appending to the
+		// file number theirs too.
+		pr := a.inlineProcess(e.Process)
+		r.Process, procJSON = pr, appendProcess(nil, pr)
 	}
-	if err := a.emit(r, nil); err != nil {
+	if err := a.emit(r, procJSON); err != nil {
 		return err
 	}
 	a.pending++
@@ -271,21 +275,18 @@ func (a *AuditLog) encode(r *Record, procJSON []byte) error {
 	return nil
 }
 
-// process returns the entry of e's acting process (nil for none),
-// writing its process record first when the log has not named it yet in
-// e's session.
+// process returns the entry of e's acting process (nil for none, and
+// for an event of no session), writing its process record first when the
+// log has not named it yet in e's session.
 func (a *AuditLog) process(e *event.Event) (*procEntry, error) {
 	p := e.Process
-	if p == nil {
+	if p == nil || e.Session == "" {
 		return nil, nil
 	}
 	if pe := a.procs[p]; pe != nil && pe.session == e.Session {
 		return pe, nil
 	}
-	rec := processOf(p)
-	if a.redact != nil {
-		rec = rec.redacted(a.redact)
-	}
+	rec := a.inlineProcess(p)
 	js := appendProcess(nil, rec)
 	key := e.Session + "\x00" + string(js)
 	if pe := a.procIDs[key]; pe != nil {
@@ -300,6 +301,15 @@ func (a *AuditLog) process(e *event.Event) (*procEntry, error) {
 	}
 	a.remember(p, key, pe)
 	return pe, nil
+}
+
+// inlineProcess is the record of p, clipped and redacted.
+func (a *AuditLog) inlineProcess(p *event.Process) *Process {
+	rec := processOf(p)
+	if a.redact != nil {
+		rec = rec.redacted(a.redact)
+	}
+	return rec
 }
 
 // remember keeps pe as the entry of p and of key, within maxProcRecs.

@@ -116,6 +116,27 @@ func (a *AuditLog) writeFold(id int64, f *readFold) error {
 	return nil
 }
 
+// writeFoldsOf writes the folded reads that match selects, oldest first.
+func (a *AuditLog) writeFoldsOf(match func(*readFold) bool) error {
+	for {
+		var (
+			oldest int64
+			of     *readFold
+		)
+		for id, f := range a.folds {
+			if match(f) && (of == nil || f.first.Before(of.first) || f.first.Equal(of.first) && id < oldest) {
+				oldest, of = id, f
+			}
+		}
+		if of == nil {
+			return nil
+		}
+		if err := a.writeFold(oldest, of); err != nil {
+			return err
+		}
+	}
+}
+
 // writeOldestFold writes the folded reads that began first.
 func (a *AuditLog) writeOldestFold() error {
 	var (
@@ -146,12 +167,7 @@ func (a *AuditLog) writeFolds() error {
 		}
 		return nil
 	}
-	for len(a.folds) > 0 {
-		if err := a.writeOldestFold(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return a.writeFoldsOf(func(*readFold) bool { return true })
 }
 
 // foldDue writes the folded reads every FoldInterval while there are

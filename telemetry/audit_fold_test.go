@@ -330,3 +330,17 @@ func TestFollowResolvesProcesses(t *testing.T) {
 		t.Errorf("Follow = %v", err)
 	}
 }
+
+// Refused traffic of no session names its process inline: ids are a
+// session's.
+func TestAuditLogNoSessionProcessInline(t *testing.T) {
+	var buf bytes.Buffer
+	a := newAuditLog(&buf)
+	p := &event.Process{PID: 5, Exe: "/usr/bin/curl"}
+	e := &event.Event{Time: t0, Kind: event.KindConnect, Process: p, Connect: &event.Connect{Host: "h"}}
+	writeAll(t, a, []*event.Event{e, e})
+	want := `{"time":"2025-03-01T13:04:05.123456789Z","session":"","kind":"connect","verdict":"deny","decided_by":"default","process":{"pid":5,"ppid":0,"exe":"/usr/bin/curl"},"host":"h"}` + "\n"
+	if diff := cmp.Diff(want+want, buf.String()); diff != "" {
+		t.Errorf("log (-want +got):\n%s", diff)
+	}
+}

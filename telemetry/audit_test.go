@@ -1038,8 +1038,9 @@ func (w *recordingWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// A process's records reuse its clipped, redacted record; each record still
-// names its own process when processes alternate.
+// A process's record is made, clipped and redacted once; each record still
+// names its own process when processes alternate. Records of no session
+// carry their process inline.
 func TestAuditLogProcessRecordPerProcess(t *testing.T) {
 	const secret = "s3cr3t-value"
 	var buf bytes.Buffer
@@ -1055,7 +1056,7 @@ func TestAuditLogProcessRecordPerProcess(t *testing.T) {
 	})
 	order := []*event.Process{cat, cat, sh, cat, nil, sh}
 	for i, p := range order {
-		e := &event.Event{Kind: event.KindFile, Process: p, File: &event.File{Path: fmt.Sprintf("/f%d", i), Access: event.FileRead}}
+		e := &event.Event{Kind: event.KindFile, Session: "s", Process: p, File: &event.File{Path: fmt.Sprintf("/f%d", i), Access: event.FileRead}}
 		if err := a.Write(e); err != nil {
 			t.Fatal(err)
 		}
@@ -1092,7 +1093,7 @@ func TestAuditLogProcessRecordPerProcess(t *testing.T) {
 	// The records kept are bounded.
 	for i := range maxProcRecs + 10 {
 		p := &event.Process{PID: 100 + i, Exe: "/bin/true", Argv: []string{"true"}}
-		if err := a.Write(&event.Event{Kind: event.KindFile, Process: p, File: &event.File{Path: "/x", Access: event.FileRead}}); err != nil {
+		if err := a.Write(&event.Event{Kind: event.KindFile, Session: "s", Process: p, File: &event.File{Path: "/x", Access: event.FileRead}}); err != nil {
 			t.Fatal(err)
 		}
 	}
