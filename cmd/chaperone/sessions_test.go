@@ -277,6 +277,8 @@ func TestProcessTree(t *testing.T) {
 		{"no root known", 0, []telemetry.Record{rec(2, 1, "a", "b"), rec(3, 9, "z")}, "z[3] a[1](b[2])"},
 		{"pid loop", 1, []telemetry.Record{rec(1, 0, "a"), rec(2, 3, "a", "b"), rec(3, 2, "a", "c")}, "a[1](c[3](b[2]))"},
 		{"exec renames", 1, []telemetry.Record{rec(1, 0, "a"), rec(1, 0, "a2")}, "a → a2[1]"},
+		{"process record missing: by pid", 1, []telemetry.Record{rec(1, 0, "a"),
+			{Time: at, Session: "s", Kind: event.KindFile, Verdict: event.Allow, ProcessID: 7, PID: 8}}, "a[1](?[8])"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
