@@ -96,10 +96,10 @@ func (c *Config) Validate() error {
 		}
 	}
 
-	switch c.AuditFileReads {
+	switch c.Audit.FileReads {
 	case "", AuditReadsRoutine, AuditReadsAll: // "": routine
 	default:
-		add("audit_file_reads", c.AuditFileReads, `is not "routine" or "all"`)
+		add("audit.file_reads", c.Audit.FileReads, `is not "routine" or "all"`)
 	}
 	switch c.QUIC {
 	case QUICRefuse, QUICAllow:

@@ -32,7 +32,7 @@ cat "$HOME/.aws/credentials" 2>/dev/null
 echo done`
 
 // auditSession runs auditWorkload in a session whose working tree is work,
-// with audit_file_reads set to reads, writing the audit log to log.
+// with audit.file_reads set to reads, writing the audit log to log.
 func auditSession(t *testing.T, w *world, work, log, reads string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -49,7 +49,7 @@ func auditSession(t *testing.T, w *world, work, log, reads string) {
 }
 
 // TestAuditLogFoldsRoutineReads runs one workload in two real sessions,
-// one recording every file read (audit_file_reads: all) and one folding
+// one recording every file read (audit.file_reads: all) and one folding
 // the routine ones (the default), and holds the folded log to issue 29:
 // at most 150 bytes per routine read, each process written once (the
 // requests of a keep-alive connection too), denials and reads outside the
@@ -113,7 +113,7 @@ func TestAuditLogFoldsRoutineReads(t *testing.T) {
 	}
 	perOpen := float64(foldedSize) / float64(foldedOpens)
 	t.Logf("audit bytes per routine read: before (a process inline in every record) %.0f (%d bytes, %d reads); "+
-		"audit_file_reads: all %.0f (%d bytes); folded %.1f (%d bytes, %d reads; file_reads records %.1f per read)",
+		"audit.file_reads: all %.0f (%d bytes); folded %.1f (%d bytes, %d reads; file_reads records %.1f per read)",
 		float64(oldBytes)/float64(opens), oldBytes, opens, float64(allSize)/float64(opens), allSize,
 		perOpen, foldedSize, foldedOpens, float64(foldedBytes)/float64(foldedOpens))
 	if perOpen > 150 {
