@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,10 +72,10 @@ type AuditLog struct {
 
 	redact func(string) string // nil: records are written as they are
 
-	// The processes written (a "process" record each), redacted and
-	// encoded, by the event process each was made from, and by session
-	// and encoding: a process is written once, and later records name it
-	// by id. Events never change an *event.Process; one process may be
+	// The processes written (a "process" record each), by the event
+	// process each was made from, and by session and the SHA-256 of the
+	// record's encoding: a process is written once, and later records
+	// name it by id. Events never change an *event.Process; one process may be
 	// described by several (a cache's entries expire). Both are cleared
 	// when procIDs reaches maxProcRecs: a process seen again is then
 	// written again, under a new id.
@@ -87,10 +88,12 @@ type AuditLog struct {
 	// per process (folds, by process id), written when it holds
 	// foldMaxBytes of names, when its session ends, when the log closes,
 	// when maxFolds processes have one, and every FoldInterval (stopFold
-	// cancels the timer due).
-	allReads bool
-	folds    map[int64]*readFold
-	stopFold func() bool
+	// cancels the timer due; without a timer, at the first event
+	// FoldInterval after foldStart).
+	allReads  bool
+	folds     map[int64]*readFold
+	foldStart time.Time // the first read of folds, when it was empty
+	stopFold  func() bool
 
 	// rec is the record being written, here rather than on the stack:
 	// filling it goes through event.Flat, past escape analysis.
@@ -194,6 +197,12 @@ func (a *AuditLog) Write(e *event.Event) error {
 		a.lost.Add(1)
 		return a.err
 	}
+	if a.after == nil && len(a.folds) > 0 && e.Time.Sub(a.foldStart) >= FoldInterval {
+		// No timer (not a regular file): the events' clock says when.
+		if err := a.writeFolds(); err != nil {
+			return err
+		}
+	}
 	if e.Kind == event.KindSessionEnd {
 		// The session's folded reads come before its end.
 		if err := a.writeFoldsOf(func(f *readFold) bool { return f.session == e.Session }); err != nil {
@@ -216,7 +225,7 @@ func (a *AuditLog) Write(e *event.Event) error {
 	var procJSON []byte
 	switch {
 	case pe != nil:
-		r.ProcessID, r.PID = pe.id, pe.rec.PID
+		r.ProcessID, r.PID = pe.id, pe.pid
 	case e.Process != nil:
 		// Outside any session (refused): inline, as an id is a
 		// session's, and other Chaperone processes appending to the
@@ -288,13 +297,14 @@ func (a *AuditLog) process(e *event.Event) (*procEntry, error) {
 	}
 	rec := a.inlineProcess(p)
 	js := appendProcess(nil, rec)
-	key := e.Session + "\x00" + string(js)
+	sum := sha256.Sum256(js)
+	key := e.Session + "\x00" + string(sum[:])
 	if pe := a.procIDs[key]; pe != nil {
 		a.remember(p, key, pe)
 		return pe, nil
 	}
 	a.lastID++
-	pe := &procEntry{id: a.lastID, session: e.Session, rec: rec}
+	pe := &procEntry{id: a.lastID, session: e.Session, pid: rec.PID}
 	r := Record{Time: e.Time, Session: e.Session, Kind: KindProcess, Verdict: event.Allow, ProcessID: pe.id, Process: rec}
 	if err := a.emit(&r, js); err != nil {
 		return nil, err
@@ -325,11 +335,11 @@ func (a *AuditLog) remember(p *event.Process, key string, pe *procEntry) {
 	a.procIDs[key] = pe
 }
 
-// procEntry is a process the log has written: its id and record.
+// procEntry is a process the log has written.
 type procEntry struct {
 	id      int64
 	session string
-	rec     *Process
+	pid     int
 }
 
 // writeOut writes the buffered lines in one call: a file opened with

@@ -52,7 +52,10 @@ func (a *AuditLog) fold(e *event.Event, pe *procEntry) error {
 		if a.folds == nil {
 			a.folds = make(map[int64]*readFold)
 		}
-		f = &readFold{session: e.Session, pid: pe.rec.PID, first: e.Time, byDir: make(map[dirKey]*dirFold), size: 200}
+		if len(a.folds) == 0 {
+			a.foldStart = e.Time
+		}
+		f = &readFold{session: e.Session, pid: pe.pid, first: e.Time, byDir: make(map[dirKey]*dirFold), size: 200}
 		a.folds[pe.id] = f
 		if a.after != nil && a.stopFold == nil {
 			a.stopFold = a.after(FoldInterval, a.foldDue)

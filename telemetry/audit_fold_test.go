@@ -220,6 +220,23 @@ func TestAuditLogWritesFoldedReads(t *testing.T) {
 			t.Errorf("after Close: %d file_reads records, want 2", folded(buf))
 		}
 	})
+	t.Run("interval by the events' clock", func(t *testing.T) {
+		var buf bytes.Buffer
+		a := newAuditLog(&buf) // not a file: no timer
+		later := read(1, "/w/b")
+		later.Time = t0.Add(FoldInterval)
+		writeAll(t, a, []*event.Event{read(1, "/w/a"), read(2, "/w/a")})
+		if folded(&buf) != 0 {
+			t.Fatal("folded reads written at once")
+		}
+		writeAll(t, a, []*event.Event{later})
+		if n := folded(&buf); n != 2 {
+			t.Errorf("an event FoldInterval later: %d file_reads records, want 2", n)
+		}
+		if len(a.folds) != 1 {
+			t.Errorf("%d folds open, want the later read's", len(a.folds))
+		}
+	})
 	t.Run("many processes", func(t *testing.T) {
 		var buf bytes.Buffer
 		a := newAuditLog(&buf)
