@@ -706,6 +706,12 @@ func FuzzReadRecords(f *testing.F) {
 		a.Write(e)
 	}
 	a.Flush()
+	evs, _ := foldSession()
+	for _, e := range evs {
+		a.Write(e)
+	}
+	a.Flush()
+	f.Add(buf.Bytes()) // process records before the records that name them
 	sc := bufio.NewScanner(&buf)
 	for sc.Scan() {
 		f.Add(append([]byte(nil), sc.Bytes()...))
@@ -717,6 +723,7 @@ func FuzzReadRecords(f *testing.F) {
 		_ = ReadRecords(bytes.NewReader(data), Filter{}, func(r Record) error {
 			// Whatever parsed must survive the other paths too.
 			_ = r.Event()
+			_ = r.Events()
 			FormatRecord(io.Discard, r)
 			if _, err := json.Marshal(r); err != nil {
 				t.Errorf("a parsed record does not marshal: %v", err)

@@ -320,6 +320,9 @@ func FuzzSessionsShow(f *testing.F) {
 	f.Add([]byte(`{"time":"2025-03-01T13:04:05Z","session":"s","kind":"exec","verdict":"allow","decided_by":"default","process":{"pid":2,"ppid":2,"lineage":["a","b"]}}` + "\n" +
 		`{"time":"2025-03-01T13:04:05Z","session":"s","kind":"session_start","verdict":"allow","decided_by":"default","root_pid":2}`))
 	f.Add([]byte(`{"time":"2025-03-01T13:04:05Z","session":"s","kind":"file","verdict":"deny","decided_by":"default","process":{"pid":3,"ppid":4,"lineage":["\u001b","x"]},"reason":"` + strings.Repeat("é", 200) + `"}`))
+	f.Add([]byte(`{"time":"2025-03-01T13:04:05Z","session":"s","kind":"process","verdict":"allow","decided_by":"default","process":{"pid":3,"ppid":2,"exe":"/bin/\u001b[31m"},"process_id":1}` + "\n" +
+		`{"time":"2025-03-01T13:04:06Z","session":"s","kind":"file_reads","verdict":"allow","decided_by":"default","process_id":1,"pid":3,"count":3,"reads":[{"dir":"/w/\u001b]0;x","count":2,"files":["a","\u001b"]},{"dir":"/x","rule":"r\u001b","count":1}]}` + "\n" +
+		`{"time":"2025-03-01T13:04:07Z","session":"s","kind":"file","verdict":"deny","decided_by":"default","process_id":9,"pid":4,"path":"/p"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		list, err := sessionsOf(bytes.NewReader(data))
 		if err != nil {
