@@ -91,6 +91,7 @@ type AuditLog struct {
 	// cancels the timer due; without a timer, at the first event
 	// FoldInterval after foldStart).
 	allReads  bool
+	whole     func(path string) bool // reads always written whole; nil: none
 	folds     map[int64]*readFold
 	foldStart time.Time // the first read of folds, when it was empty
 	stopFold  func() bool
@@ -109,6 +110,16 @@ func (a *AuditLog) SetFileReads(all bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.allReads = all
+}
+
+// SetWholeReads makes reads of the files for which whole reports true
+// always recorded whole, routine or not: the session's protected files
+// (its policy, its config, the plugins it runs). It may be called at any
+// time.
+func (a *AuditLog) SetWholeReads(whole func(path string) bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.whole = whole
 }
 
 // SetRedactor makes every later record pass its free text (command lines,
@@ -213,7 +224,7 @@ func (a *AuditLog) Write(e *event.Event) error {
 	if err != nil {
 		return err
 	}
-	if pe != nil && !a.allReads && event.Routine(e) {
+	if pe != nil && !a.allReads && event.Routine(e) && (a.whole == nil || !a.whole(e.File.Path)) {
 		return a.fold(e, pe)
 	}
 	r := &a.rec

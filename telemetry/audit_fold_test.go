@@ -165,6 +165,30 @@ func TestAuditLogFoldsRoutineReads(t *testing.T) {
 	}
 }
 
+// Reads of the files the session protects are written whole, even where
+// reads are routine.
+func TestAuditLogWholeReads(t *testing.T) {
+	evs, _ := foldSession()
+	var buf bytes.Buffer
+	a := newAuditLog(&buf)
+	a.SetWholeReads(func(path string) bool { return path == "/w/sub/b.txt" })
+	writeAll(t, a, evs)
+	var whole []string
+	for _, r := range readAll(t, buf.Bytes(), Filter{Kinds: []event.Kind{event.KindFile}}) {
+		if r.Kind == event.KindFile && strings.HasPrefix(r.Path, "/w/") {
+			whole = append(whole, r.Path)
+		}
+		for _, d := range r.Reads {
+			if slices.Contains(d.Files, "b.txt") {
+				t.Errorf("b.txt folded in %s", d.Dir)
+			}
+		}
+	}
+	if diff := cmp.Diff([]string{"/w/sub/b.txt", "/w/.env"}, whole); diff != "" {
+		t.Errorf("whole records in the tree (-want +got):\n%s", diff)
+	}
+}
+
 func TestAuditLogAllFileReads(t *testing.T) {
 	evs, routine := foldSession()
 	var buf bytes.Buffer
