@@ -22,6 +22,8 @@ type Config struct {
 	Listen string `mapstructure:"listen" yaml:"listen"`
 	// Log is the audit log's path; empty means <state_dir>/audit.jsonl.
 	Log string `mapstructure:"log" yaml:"log"`
+	// Audit is what the audit log records.
+	Audit Audit `mapstructure:"audit" yaml:"audit"`
 	// Policy is the policy file's path; empty means the built-in policy.
 	Policy string `mapstructure:"policy" yaml:"policy"`
 	// DenyHosts are the hosts the built-in policy denies: a name, *.domain
@@ -185,6 +187,20 @@ const (
 // DefaultListen lets the system pick a free loopback port.
 const DefaultListen = "127.0.0.1:0"
 
+// Audit is the audit key's section: what the audit log records.
+type Audit struct {
+	// FileReads says which file reads the log records whole: "routine"
+	// (the default) folds routine reads (event.Routine) into one
+	// file_reads record per process ("" too); "all" records every read.
+	FileReads string `mapstructure:"file_reads" yaml:"file_reads"`
+}
+
+// Which file reads the audit log records whole (Audit.FileReads).
+const (
+	AuditReadsRoutine = "routine"
+	AuditReadsAll     = "all"
+)
+
 // AuditLogFile is the audit log's file name inside StateDir.
 const AuditLogFile = "audit.jsonl"
 
@@ -196,6 +212,7 @@ const (
 	kindList          // a list of strings
 	kindBool          // true or false
 	kindMappings      // a list of mappings of fields; file only
+	kindSection       // a mapping of fields, each a key of its own (section.field)
 )
 
 // key describes one configuration key.
@@ -204,7 +221,8 @@ type key struct {
 	flag string // the flag that sets it; "" for keys set in the file only
 	kind kind
 	help string
-	// fields are the keys of each mapping of a kindMappings key.
+	// fields are the keys of each mapping of a kindMappings key, or of a
+	// kindSection key's mapping.
 	fields []key
 }
 
@@ -214,6 +232,7 @@ var keys = []key{
 	{name: "mode", flag: "mode", help: `interception mode: "auto", "proxy" or "transparent" (Linux, root)`},
 	{name: "listen", flag: "listen", help: "proxy listen address, a loopback IP:port"},
 	{name: "log", flag: "log", help: "audit log path (default <state_dir>/audit.jsonl)"},
+	{name: "audit", kind: kindSection, fields: auditFields},
 	{name: "policy", flag: "policy", help: "policy file (default: the built-in policy)"},
 	{name: "deny_hosts", flag: "deny-host", kind: kindList, help: "deny this host: a name, *.domain or IP (repeatable)"},
 	{name: "upstream_ca", flag: "upstream-ca", kind: kindList, help: "also trust this PEM file's certificates for upstream TLS (repeatable)"},
@@ -235,6 +254,11 @@ var keys = []key{
 	{name: "builtin_agents", flag: "builtin-agents", kind: kindBool, help: "daemon: find the agents Chaperone knows (Claude Code, Codex, Gemini CLI, aider, Cursor, goose, opencode, Copilot) besides the agents list (default true)"},
 	{name: "agents", kind: kindMappings, fields: agentFields},
 	{name: "credentials", kind: kindMappings, fields: credentialFields},
+}
+
+// auditFields are the keys of the audit section.
+var auditFields = []key{
+	{name: "file_reads", flag: "audit-file-reads", help: `"routine": fold routine file reads (libraries, locale, caches, the working tree) into one audit record per process; "all": record every read`},
 }
 
 // agentFields are the keys of an agents entry.
@@ -266,7 +290,28 @@ func lookupKey(name string) (key, bool) {
 
 // EnvVar returns the environment variable that sets a key:
 // CHAPERONE_ and the key in upper case.
-func EnvVar(key string) string { return "CHAPERONE_" + strings.ToUpper(key) }
+// A section's key is named section.field: its variable is
+// CHAPERONE_SECTION_FIELD.
+func EnvVar(key string) string {
+	return "CHAPERONE_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// leafKeys lists the keys that hold values, a section's fields under their
+// dotted names (audit.file_reads), in the order of keys.
+func leafKeys() []key {
+	var out []key
+	for _, k := range keys {
+		if k.kind != kindSection {
+			out = append(out, k)
+			continue
+		}
+		for _, f := range k.fields {
+			f.name = k.name + "." + f.name
+			out = append(out, f)
+		}
+	}
+	return out
+}
 
 // EnvConfigFile names the config file when LoadOptions.File is empty.
 const EnvConfigFile = "CHAPERONE_CONFIG"
@@ -284,6 +329,7 @@ func Default(env func(string) string, euid int) Config {
 		StateDir:        defaultStateDir(env, euid),
 		Mode:            ModeAuto,
 		QUIC:            QUICRefuse,
+		Audit:           Audit{FileReads: AuditReadsRoutine},
 		UDP:             UDPRefuse,
 		Listen:          DefaultListen,
 		LogLevel:        "info",

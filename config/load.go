@@ -62,7 +62,8 @@ func Load(opts LoadOptions) (Config, error) {
 	def := Default(env, opts.EUID)
 
 	v := viper.New()
-	for _, k := range keys {
+	leaves := leafKeys()
+	for _, k := range leaves {
 		v.SetDefault(k.name, defaultValue(def, k.name))
 	}
 
@@ -100,7 +101,7 @@ func Load(opts LoadOptions) (Config, error) {
 	// looked-up values as a layer above the file keeps tests hermetic and
 	// gives the same precedence.
 	envLayer := map[string]any{}
-	for _, k := range keys {
+	for _, k := range leaves {
 		val := env(EnvVar(k.name))
 		if val == "" {
 			continue
@@ -118,7 +119,7 @@ func Load(opts LoadOptions) (Config, error) {
 			// Refused rather than ignored, so that nobody believes it works.
 			return Config{}, fmt.Errorf("config: %s: %s can be set in the config file only", EnvVar(k.name), k.name)
 		default:
-			envLayer[k.name] = val
+			envLayer[k.name] = val // a section's field by its dotted name, which viper nests
 		}
 	}
 	if len(envLayer) > 0 {
@@ -128,7 +129,7 @@ func Load(opts LoadOptions) (Config, error) {
 	}
 
 	if opts.Flags != nil {
-		for _, k := range keys {
+		for _, k := range leaves {
 			if k.flag == "" {
 				continue
 			}
@@ -186,6 +187,8 @@ func defaultValue(c Config, name string) any {
 		return c.Listen
 	case "log":
 		return c.Log
+	case "audit.file_reads":
+		return c.Audit.FileReads
 	case "policy":
 		return c.Policy
 	case "deny_hosts":
@@ -309,6 +312,8 @@ func checkValue(path string, k key, n *yaml.Node) []error {
 			return []error{fmt.Errorf("line %d: %s: want true or false, got %q", n.Line, path, n.Value)}
 		}
 		return []error{fmt.Errorf("line %d: %s: want true or false, got %s", n.Line, path, nodeKind(n))}
+	case kindSection:
+		return checkMapping(path, k.fields, n)
 	case kindMappings:
 		if n.Kind != yaml.SequenceNode {
 			return []error{fmt.Errorf("line %d: %s: want a list of mappings, got %s", n.Line, path, nodeKind(n))}
@@ -454,13 +459,13 @@ func editDistance(a, b string) int {
 }
 
 // BindFlags registers a flag for every key set by flags on fs: --state-dir,
-// --mode, --listen, --log, --policy, --deny-host, --upstream-ca, --resolve,
+// --mode, --listen, --log, --audit-file-reads, --policy, --deny-host, --upstream-ca, --resolve,
 // --tls-passthrough, --quic, --udp, --dns-upstream, --log-level, --llm-host,
 // --identity-header, --identity-host, --restore-secrets. The list flags are
 // repeatable. Flags carry no defaults of their own: Load applies defaults
 // only for flags the user did not set.
 func BindFlags(fs *pflag.FlagSet) {
-	for _, k := range keys {
+	for _, k := range leafKeys() {
 		switch {
 		case k.flag == "":
 		case k.kind == kindList:

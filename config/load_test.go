@@ -185,6 +185,9 @@ func TestLoadFileErrors(t *testing.T) {
 		{"nested list", "resolve: [[a]]\n", []string{"resolve: want a list of strings"}},
 		{"duplicate", "mode: proxy\nmode: auto\n", []string{"line 2", "twice"}},
 		{"invalid value", "listen: 0.0.0.0:80\n", []string{"config: listen:", "not a loopback"}},
+		{"section not a mapping", "audit: all\n", []string{"line 1", "audit: want a mapping"}},
+		{"unknown key in a section", "audit:\n  file_read: all\n", []string{"line 2", "audit.file_read: unknown key", `did you mean "file_reads"`}},
+		{"section value", "audit:\n  file_reads: some\n", []string{"audit.file_reads", `is not "routine" or "all"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -346,4 +349,52 @@ func FuzzLoadYAML(f *testing.F) {
 			t.Errorf("shown config loads differently (-first +again):\n%s", diff)
 		}
 	})
+}
+
+// A section's key (audit.file_reads) is set by the file's section, its
+// variable and its flag, in that order of precedence.
+func TestLoadSectionKey(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "c.yaml", "audit:\n  file_reads: all\n")
+	tests := []struct {
+		name  string
+		file  string
+		env   map[string]string
+		flags []string
+		want  string
+	}{
+		{"default", "", nil, nil, AuditReadsRoutine},
+		{"file", file, nil, nil, AuditReadsAll},
+		{"env over file", file, map[string]string{"CHAPERONE_AUDIT_FILE_READS": "routine"}, nil, AuditReadsRoutine},
+		{"env", "", map[string]string{"CHAPERONE_AUDIT_FILE_READS": "all"}, nil, AuditReadsAll},
+		{"flag over env", file, map[string]string{"CHAPERONE_AUDIT_FILE_READS": "all"}, []string{"--audit-file-reads=routine"}, AuditReadsRoutine},
+		{"unset flag", file, nil, []string{}, AuditReadsAll},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"HOME": "/home/u"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			opts := LoadOptions{File: tt.file, Env: envMap(env), EUID: 1000}
+			if tt.flags != nil {
+				fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+				BindFlags(fs)
+				if err := fs.Parse(tt.flags); err != nil {
+					t.Fatal(err)
+				}
+				opts.Flags = fs
+			}
+			c, err := Load(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Audit.FileReads != tt.want {
+				t.Errorf("audit.file_reads = %q, want %q", c.Audit.FileReads, tt.want)
+			}
+		})
+	}
+	if got := EnvVar("audit.file_reads"); got != "CHAPERONE_AUDIT_FILE_READS" {
+		t.Errorf("EnvVar = %s", got)
+	}
 }

@@ -96,6 +96,11 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	switch c.Audit.FileReads {
+	case "", AuditReadsRoutine, AuditReadsAll: // "": routine
+	default:
+		add("audit.file_reads", c.Audit.FileReads, `is not "routine" or "all"`)
+	}
 	switch c.QUIC {
 	case QUICRefuse, QUICAllow:
 	default:

@@ -168,11 +168,12 @@ func Fields() []Field {
 		of(proc("ppid", "ppid", both, "process.ppid"), pp, func(p *Process) *int { return &p.PPID }),
 		of(proc("exe", "exe", both, "process.exe"), pp, func(p *Process) *string { return &p.Exe }),
 		of(proc("argv", "argv", both, "process.argv"), pp, func(p *Process) *[]string { return &p.Argv }),
-		of(proc("cwd", "cwd", InPlugin, "process.cwd"), pp, func(p *Process) *string { return &p.Cwd }),
+		of(proc("cwd", "cwd", both, "process.cwd"), pp, func(p *Process) *string { return &p.Cwd }),
 		of(proc("uid", "uid", InPlugin, "process.uid"), pp, func(p *Process) *int { return &p.UID }),
-		// When the process started, and its ancestors' pids: attribution's
-		// own, for telling processes apart; lineage names them.
-		of(proc("start_time", "", 0, ""), pp, func(p *Process) *time.Time { return &p.StartTime }),
+		// When the process started: the audit log's process records
+		// carry it. Its ancestors' pids are attribution's own, for
+		// telling processes apart; lineage names them.
+		of(proc("start_time", "start_time", InLog, ""), pp, func(p *Process) *time.Time { return &p.StartTime }),
 		of(proc("lineage_pids", "", 0, ""), pp, func(p *Process) *[]int { return &p.Lineage }),
 		of(proc("lineage", "lineage", both, "lineage"), pp, func(p *Process) *[]string { return &p.LineageNames }),
 		of(proc("exe_digest", "exe_digest", both, "process.exe_digest"), pp, func(p *Process) *string { return &p.ExeDigest }),

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -161,9 +162,11 @@ func (s *Session) Run(ctx context.Context, c Command) (code int, err error) {
 		publishSession(s.bus, event.KindSessionStart, *info, s.log)
 		s.recordOnce.Do(func() { close(s.recordedStart) })
 		if gate != nil && pid > 0 {
+			protect := protectedFiles(s.cfg, s.configFile, s.audit.Path(), s.policy.Policy(), info.Workdir)
+			s.audit.SetWholeReads(protectedPath(protect))
 			stop, err := openGate(ctx, gate, pid, mediationOptions{
 				session: s.id, info: info, inSession: s.inSession,
-				protect: protectedFiles(s.cfg, s.configFile, s.audit.Path(), s.policy.Policy(), info.Workdir),
+				protect: protect,
 				process: newProcessCache(func(p int) (*event.Process, error) { return describeProcess(s.procs, p, pid) }, time.Second).process,
 				decider: s.chain, publish: s.bus.Publish, log: s.log, stderr: s.stderr,
 				cgroup: sessionCgroup(ts), agentRoot: agentIDs.uid == 0,
@@ -237,6 +240,40 @@ func protectedFiles(cfg config.Config, configFile, auditLog string, pol *policy.
 		}
 	}
 	return list
+}
+
+// protectedPath reports whether a path is one of list's, or under one of
+// its trees, as named or with symbolic links resolved: the audit log
+// records every read of them whole.
+func protectedPath(list []fileexec.Protect) func(string) bool {
+	files := map[string]bool{}
+	var trees []string
+	for _, p := range list {
+		if p.Path == "" {
+			continue
+		}
+		names := []string{filepath.Clean(p.Path)}
+		if real, err := filepath.EvalSymlinks(p.Path); err == nil && real != names[0] {
+			names = append(names, real)
+		}
+		for _, n := range names {
+			if p.Tree {
+				trees = append(trees, strings.TrimSuffix(n, "/")+"/")
+			}
+			files[n] = true
+		}
+	}
+	return func(path string) bool {
+		if files[path] {
+			return true
+		}
+		for _, t := range trees {
+			if strings.HasPrefix(path, t) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // startOnOwnThread starts cmd from an OS thread that nothing else uses
@@ -418,8 +455,8 @@ func describeProcess(procs *attribution.Table, pid, root int) (*event.Process, e
 }
 
 // memoize remembers up to n results of f, which must be pure: the audit
-// log redacts the same command lines and paths over and over (every
-// record of a process repeats its argv). It is called from one goroutine.
+// log redacts the same command lines and paths over and over (a process
+// described anew, a file opened again). It is called from one goroutine.
 func memoize(f func(string) string, n int) func(string) string {
 	m := make(map[string]string, n)
 	return func(s string) string {

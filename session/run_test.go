@@ -2,6 +2,8 @@ package session
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/chaperone-dev/chaperone/certs"
 	"github.com/chaperone-dev/chaperone/config"
+	"github.com/chaperone-dev/chaperone/fileexec"
 )
 
 func TestChildEnv(t *testing.T) {
@@ -102,5 +105,40 @@ func TestChildEnvTransparent(t *testing.T) {
 	}
 	if !slices.Contains(env, "SSL_CERT_FILE=/b.pem") || !slices.Contains(env, "PATH=/usr/bin") {
 		t.Errorf("environment %v lacks the trust bundle or PATH", env)
+	}
+}
+
+// The audit log records reads of the protected files whole: by the path
+// given, by the path its links resolve to, and under a protected tree.
+func TestProtectedPath(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	if err := os.MkdirAll(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(real, "policy.yaml"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	whole := protectedPath([]fileexec.Protect{
+		{Path: filepath.Join(link, "policy.yaml"), Protection: fileexec.NoWrite},
+		{Path: "/var/lib/chaperone", Protection: fileexec.NoAccess, Tree: true},
+		{Path: ""},
+	})
+	for path, want := range map[string]bool{
+		filepath.Join(link, "policy.yaml"): true,
+		filepath.Join(real, "policy.yaml"): true,
+		filepath.Join(real, "other.yaml"):  false,
+		"/var/lib/chaperone/audit.jsonl":   true,
+		"/var/lib/chaperone":               true,
+		"/var/lib/chaperone2/x":            false,
+		"":                                 false,
+	} {
+		if got := whole(path); got != want {
+			t.Errorf("protectedPath(%q) = %v, want %v", path, got, want)
+		}
 	}
 }

@@ -368,6 +368,7 @@ func (s *Session) startSinks(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("session: %w", err)
 	}
+	audit.SetFileReads(s.cfg.Audit.FileReads == config.AuditReadsAll)
 	s.audit = audit
 	s.auditDone = make(chan error, 1)
 	// Subscribe before anything can publish: a subscription made inside

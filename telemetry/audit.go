@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,20 +72,55 @@ type AuditLog struct {
 
 	redact func(string) string // nil: records are written as they are
 
-	// The records of recent acting processes, redacted and encoded, by
-	// the event process each was made from: clipping and redacting an argv of
-	// thousands of file names for each line would cost more than the rest
-	// of it, and a process's connections (each with its description)
-	// interleave their requests. Events never change an *event.Process.
-	// Cleared when it reaches maxProcRecs.
-	procRecs map[*event.Process]procRec
+	// The processes written (a "process" record each), by the event
+	// process each was made from, and by session and the SHA-256 of the
+	// record's encoding: a process is written once, and later records
+	// name it by id. Events never change an *event.Process; one process may be
+	// described by several (a cache's entries expire). Both are cleared
+	// when procIDs reaches maxProcRecs: a process seen again is then
+	// written again, under a new id.
+	procs   map[*event.Process]*procEntry
+	procIDs map[string]*procEntry
+	lastID  int64
+
+	// allReads writes every file read as a record of its own; else
+	// routine reads (event.Routine) are folded into one file_reads record
+	// per process (folds, by process id), written when it holds
+	// foldMaxBytes of names, when its session ends, when the log closes,
+	// when maxFolds processes have one, and every FoldInterval (stopFold
+	// cancels the timer due; without a timer, at the first event
+	// FoldInterval after foldStart).
+	allReads  bool
+	whole     func(path string) bool // reads always written whole; nil: none
+	folds     map[int64]*readFold
+	foldStart time.Time // the first read of folds, when it was empty
+	stopFold  func() bool
+
 	// rec is the record being written, here rather than on the stack:
 	// filling it goes through event.Flat, past escape analysis.
 	rec Record
 }
 
-// maxProcRecs bounds AuditLog.procRecs.
-const maxProcRecs = 1024
+// maxProcRecs bounds the processes an AuditLog remembers.
+const maxProcRecs = 4096
+
+// SetFileReads says whether every file read is recorded whole (all) or
+// routine reads are folded (the default). Call it before the first Write.
+func (a *AuditLog) SetFileReads(all bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.allReads = all
+}
+
+// SetWholeReads makes reads of the files for which whole reports true
+// always recorded whole, routine or not: the session's protected files
+// (its policy, its config, the plugins it runs). It may be called at any
+// time.
+func (a *AuditLog) SetWholeReads(whole func(path string) bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.whole = whole
+}
 
 // SetRedactor makes every later record pass its free text (command lines,
 // URLs, paths) through redact, which replaces the secrets it finds. Call
@@ -93,7 +129,8 @@ func (a *AuditLog) SetRedactor(redact func(string) string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.redact = redact
-	clear(a.procRecs)
+	clear(a.procs)
+	clear(a.procIDs)
 }
 
 // OpenAuditLog opens path for appending, creating its parent directories
@@ -171,15 +208,55 @@ func (a *AuditLog) Write(e *event.Event) error {
 		a.lost.Add(1)
 		return a.err
 	}
-	pr := a.processRecord(e.Process)
+	if a.after == nil && len(a.folds) > 0 && e.Time.Sub(a.foldStart) >= FoldInterval {
+		// No timer (not a regular file): the events' clock says when.
+		if err := a.writeFolds(); err != nil {
+			return err
+		}
+	}
+	if e.Kind == event.KindSessionEnd {
+		// The session's folded reads come before its end.
+		if err := a.writeFoldsOf(func(f *readFold) bool { return f.session == e.Session }); err != nil {
+			return err
+		}
+	}
+	pe, err := a.process(e)
+	if err != nil {
+		return err
+	}
+	if pe != nil && !a.allReads && event.Routine(e) && (a.whole == nil || !a.whole(e.File.Path)) {
+		return a.fold(e, pe)
+	}
 	r := &a.rec
 	*r = Record{}
 	flatRecords().record.Fill(r, e)
 	if a.redact != nil {
 		*r = r.redacted(a.redact)
 	}
-	r.Process = pr.rec // redacted already
-	if err := a.encode(r, pr.json); err != nil {
+	var procJSON []byte
+	switch {
+	case pe != nil:
+		r.ProcessID, r.PID = pe.id, pe.pid
+	case e.Process != nil:
+		// Outside any session (refused): inline, as an id is a
+		// session's, and other Chaperone processes appending to the
+		// file number theirs too.
+		pr := a.inlineProcess(e.Process)
+		r.Process, procJSON = pr, appendProcess(nil, pr)
+	}
+	if err := a.emit(r, procJSON); err != nil {
+		return err
+	}
+	a.pending++
+	return nil
+}
+
+// emit encodes r (whose process is already encoded as procJSON unless it
+// is nil) and buffers its line, writing out the buffer first when the
+// line would overflow it. The caller counts the events the line holds in
+// pending.
+func (a *AuditLog) emit(r *Record, procJSON []byte) error {
+	if err := a.encode(r, procJSON); err != nil {
 		return err
 	}
 	if len(a.buf) > MaxLineSize {
@@ -195,7 +272,6 @@ func (a *AuditLog) Write(e *event.Event) error {
 		}
 	}
 	a.out = append(a.out, a.buf...)
-	a.pending++
 	return nil
 }
 
@@ -219,32 +295,62 @@ func (a *AuditLog) encode(r *Record, procJSON []byte) error {
 	return nil
 }
 
-// processRecord returns the record of p, clipped and redacted, and its
-// encoding, reusing those made for the same description: a process's
-// events are many.
-func (a *AuditLog) processRecord(p *event.Process) procRec {
-	if p == nil {
-		return procRec{}
+// process returns the entry of e's acting process (nil for none, and
+// for an event of no session), writing its process record first when the
+// log has not named it yet in e's session.
+func (a *AuditLog) process(e *event.Event) (*procEntry, error) {
+	p := e.Process
+	if p == nil || e.Session == "" {
+		return nil, nil
 	}
-	if rec, ok := a.procRecs[p]; ok {
-		return rec
+	if pe := a.procs[p]; pe != nil && pe.session == e.Session {
+		return pe, nil
 	}
-	rec := procRec{rec: processOf(p)}
+	rec := a.inlineProcess(p)
+	js := appendProcess(nil, rec)
+	sum := sha256.Sum256(js)
+	key := e.Session + "\x00" + string(sum[:])
+	if pe := a.procIDs[key]; pe != nil {
+		a.remember(p, key, pe)
+		return pe, nil
+	}
+	a.lastID++
+	pe := &procEntry{id: a.lastID, session: e.Session, pid: rec.PID}
+	r := Record{Time: e.Time, Session: e.Session, Kind: KindProcess, Verdict: event.Allow, ProcessID: pe.id, Process: rec}
+	if err := a.emit(&r, js); err != nil {
+		return nil, err
+	}
+	a.remember(p, key, pe)
+	return pe, nil
+}
+
+// inlineProcess is the record of p, clipped and redacted.
+func (a *AuditLog) inlineProcess(p *event.Process) *Process {
+	rec := processOf(p)
 	if a.redact != nil {
-		rec.rec = rec.rec.redacted(a.redact)
+		rec = rec.redacted(a.redact)
 	}
-	rec.json = appendProcess(nil, rec.rec)
-	if a.procRecs == nil || len(a.procRecs) >= maxProcRecs {
-		a.procRecs = make(map[*event.Process]procRec)
-	}
-	a.procRecs[p] = rec
 	return rec
 }
 
-// procRec is an acting process's record and its encoding.
-type procRec struct {
-	rec  *Process
-	json []byte // appendProcess's
+// remember keeps pe as the entry of p and of key, within maxProcRecs.
+func (a *AuditLog) remember(p *event.Process, key string, pe *procEntry) {
+	if a.procIDs == nil || len(a.procIDs) >= maxProcRecs {
+		a.procs = make(map[*event.Process]*procEntry)
+		a.procIDs = make(map[string]*procEntry)
+	}
+	if len(a.procs) >= 2*maxProcRecs {
+		clear(a.procs)
+	}
+	a.procs[p] = pe
+	a.procIDs[key] = pe
+}
+
+// procEntry is a process the log has written.
+type procEntry struct {
+	id      int64
+	session string
+	pid     int
 }
 
 // writeOut writes the buffered lines in one call: a file opened with
@@ -389,7 +495,14 @@ func (a *AuditLog) Close() error {
 	if a.closed {
 		return nil
 	}
-	err := a.flushLocked()
+	if a.stopFold != nil {
+		a.stopFold()
+		a.stopFold = nil
+	}
+	err := a.writeFolds()
+	if ferr := a.flushLocked(); err == nil {
+		err = ferr
+	}
 	a.closed = true
 	if a.stopSync != nil {
 		a.stopSync()

@@ -19,7 +19,21 @@ func appendProcess(b []byte, p *Process) []byte {
 	b = appendListField(b, "argv", p.Argv)
 	b = appendListField(b, "lineage", p.Lineage)
 	b = appendStringField(b, "exe_digest", p.Digest)
+	b = appendStringField(b, "cwd", p.Cwd)
+	if !p.StartTime.IsZero() {
+		b = append(b, `,"start_time":"`...)
+		b = p.StartTime.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
 	return append(b, '}')
+}
+
+// jsonTime reports whether encoding/json encodes t: a year within 0–9999
+// and a zone offset under a day.
+func jsonTime(t time.Time) bool {
+	_, off := t.Zone()
+	y := t.Year()
+	return y >= 0 && y <= 9999 && off > -24*3600 && off < 24*3600
 }
 
 // appendRecord appends r as one JSON line, byte for byte what an
@@ -33,8 +47,7 @@ func appendRecord(b []byte, r *Record) (_ []byte, ok bool) { return appendRecord
 // appendRecordProc is appendRecord with r.Process already encoded as
 // procJSON (by appendProcess), unless procJSON is nil.
 func appendRecordProc(b []byte, r *Record, procJSON []byte) (_ []byte, ok bool) {
-	_, off := r.Time.Zone()
-	if y := r.Time.Year(); y < 0 || y > 9999 || off <= -24*3600 || off >= 24*3600 {
+	if !jsonTime(r.Time) || !jsonTime(r.Until) || r.Process != nil && procJSON == nil && !jsonTime(r.Process.StartTime) {
 		return b, false
 	}
 	b = append(b, `{"time":"`...)
@@ -57,6 +70,8 @@ func appendRecordProc(b []byte, r *Record, procJSON []byte) (_ []byte, ok bool) 
 			b = appendProcess(b, p)
 		}
 	}
+	b = appendIntField(b, "process_id", r.ProcessID)
+	b = appendIntField(b, "pid", int64(r.PID))
 
 	b = appendStringField(b, "dst", r.Dst)
 	b = appendStringField(b, "host", r.Host)
@@ -127,6 +142,28 @@ func appendRecordProc(b []byte, r *Record, procJSON []byte) (_ []byte, ok bool) 
 	b = appendStringField(b, "access", r.Access)
 	b = appendStringField(b, "op", r.Op)
 	b = appendStringField(b, "target", r.Target)
+	if !r.Until.IsZero() {
+		b = append(b, `,"until":"`...)
+		b = r.Until.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	b = appendIntField(b, "count", int64(r.Count))
+	if len(r.Reads) > 0 {
+		b = append(b, `,"reads":[`...)
+		for i, d := range r.Reads {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"dir":`...)
+			b = appendJSONString(b, d.Dir)
+			b = appendStringField(b, "rule", d.Rule)
+			b = append(b, `,"count":`...)
+			b = strconv.AppendInt(b, int64(d.Count), 10)
+			b = appendListField(b, "files", d.Files)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
 
 	b = appendListField(b, "argv", r.Argv)
 	b = appendStringField(b, "cwd", r.Cwd)

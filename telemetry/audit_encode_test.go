@@ -110,7 +110,17 @@ func randomRecord(rng *rand.Rand, pool []string) Record {
 		Truncated: rng.IntN(2) == 0,
 	}
 	if rng.IntN(2) == 0 {
-		r.Process = &Process{PID: int(i64()), PPID: int(i64()), Exe: s(), Argv: l(), Lineage: l(), Digest: s()}
+		r.Process = &Process{PID: int(i64()), PPID: int(i64()), Exe: s(), Argv: l(), Lineage: l(), Digest: s(), Cwd: s()}
+		if rng.IntN(2) == 0 {
+			r.Process.StartTime = time.Unix(rng.Int64N(253402300799), rng.Int64N(1e9)).In(zone)
+		}
+	}
+	r.ProcessID, r.PID, r.Count = i64(), int(i64()), int(i64())
+	if rng.IntN(2) == 0 {
+		r.Until = time.Unix(rng.Int64N(253402300799), rng.Int64N(1e9)).In(zone)
+	}
+	for range rng.IntN(3) {
+		r.Reads = append(r.Reads, DirReads{Dir: s(), Rule: s(), Count: int(i64()), Files: l()})
 	}
 	if rng.IntN(3) == 0 {
 		c := &event.Changes{Credentials: l(), Headers: l()}

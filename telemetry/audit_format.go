@@ -30,6 +30,9 @@ func FormatRecord(w io.Writer, r Record) {
 	fmt.Fprintf(&b, " %-13s %-7s %s", clean(string(r.Kind)), r.Verdict, what(r))
 	if p := r.Process; p != nil {
 		fmt.Fprintf(&b, "  %s[%d]", ProcessName(p), p.PID)
+	} else if r.ProcessID != 0 {
+		// Its process record is not in what was read.
+		fmt.Fprintf(&b, "  #%d[%d]", r.ProcessID, r.PID)
 	}
 	if r.Verdict != event.Allow && (r.Rule != "" || r.Reason != "") {
 		b.WriteString("  ")
@@ -156,6 +159,27 @@ func what(r Record) string {
 		}
 	case event.KindFile:
 		add(r.Access, r.Path)
+	case KindFileReads:
+		n := 0
+		for _, d := range r.Reads {
+			n += len(d.Files)
+		}
+		add(fmt.Sprintf("%d routine reads of %d files in %d directories:", r.Count, n, len(r.Reads)))
+		dirs := make([]string, len(r.Reads))
+		for i, d := range r.Reads {
+			dirs[i] = fmt.Sprintf("%s (%d)", d.Dir, d.Count)
+		}
+		add(shorten(strings.Join(dirs, ", ")))
+	case KindProcess:
+		if p := r.Process; p != nil {
+			add(fmt.Sprintf("#%d", r.ProcessID), p.Exe)
+			if len(p.Argv) > 0 {
+				add(shorten(strings.Join(p.Argv, " ")))
+			}
+			if p.Cwd != "" {
+				add("in " + p.Cwd)
+			}
+		}
 	case event.KindExec:
 		add(r.Path)
 		if len(r.Argv) > 1 {

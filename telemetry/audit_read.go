@@ -25,11 +25,16 @@ type Filter struct {
 	Until    time.Time      // only records at or before this time
 }
 
-// Match reports whether r passes the filter.
+// Match reports whether r passes the filter. Process records (KindProcess)
+// pass only a filter that names their kind; file_reads records pass one
+// that names file.
 func (f Filter) Match(r Record) bool {
+	kind := r.Kind == KindProcess && slices.Contains(f.Kinds, KindProcess) ||
+		r.Kind != KindProcess && (len(f.Kinds) == 0 || slices.Contains(f.Kinds, r.Kind) ||
+			r.Kind == KindFileReads && slices.Contains(f.Kinds, event.KindFile))
 	switch {
-	case f.Session != "" && !strings.HasPrefix(r.Session, f.Session),
-		len(f.Kinds) > 0 && !slices.Contains(f.Kinds, r.Kind),
+	case !kind,
+		f.Session != "" && !strings.HasPrefix(r.Session, f.Session),
 		len(f.Verdicts) > 0 && !slices.Contains(f.Verdicts, r.Verdict),
 		!f.Since.IsZero() && r.Time.Before(f.Since),
 		!f.Until.IsZero() && r.Time.After(f.Until):
@@ -38,7 +43,10 @@ func (f Filter) Match(r Record) bool {
 	return true
 }
 
-// ReadRecords calls fn for each record of r that f selects, in order. Blank
+// ReadRecords calls fn for each record of r that f selects, in order, with
+// the acting process of a record that names it by id (ProcessID) put back
+// in Process from the process record that named it (see Filter.Match):
+// a record whose process record is not in r keeps Process nil. Blank
 // lines are skipped, and so are torn lines, the partial line a crash can
 // leave: a last line without a newline that is not a record, and a line cut
 // short inside its JSON object (which the writer ends with a newline when
@@ -61,9 +69,10 @@ func ReadRecords(r io.Reader, f Filter, fn func(Record) error) error {
 		return 0, nil, nil
 	})
 	n := 0
+	var procs processIndex
 	for sc.Scan() {
 		n++
-		err := handleLine(sc.Bytes(), n, f, fn)
+		err := handleLine(sc.Bytes(), n, f, &procs, fn)
 		if err != nil && unterminated && errors.As(err, new(lineError)) {
 			return nil // the torn tail of a log cut by a crash
 		}
@@ -86,7 +95,7 @@ type lineError struct{ err error }
 func (e lineError) Error() string { return e.err.Error() }
 func (e lineError) Unwrap() error { return e.err }
 
-func handleLine(line []byte, n int, f Filter, fn func(Record) error) error {
+func handleLine(line []byte, n int, f Filter, procs *processIndex, fn func(Record) error) error {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
 		return nil
@@ -98,6 +107,7 @@ func handleLine(line []byte, n int, f Filter, fn func(Record) error) error {
 	if err != nil {
 		return lineError{fmt.Errorf("telemetry: audit log line %d: %w", n, err)}
 	}
+	procs.resolve(&r)
 	if !f.Match(r) {
 		return nil
 	}
@@ -127,7 +137,7 @@ func parseRecord(line []byte) (Record, error) {
 }
 
 // Follow reads the audit log at path like tail -f: it calls fn for every
-// record f selects, first those already in the file, then each as it is
+// record f selects (with its process put back, as ReadRecords does), first those already in the file, then each as it is
 // appended, checking every poll. A partially written last line waits until
 // it is complete; a torn one (see ReadRecords) is skipped once the writer
 // ends it. It waits for the file to appear, starts over when the file is
@@ -154,7 +164,10 @@ func Follow(ctx context.Context, path string, f Filter, poll time.Duration, fn f
 		offset  int64
 		n       int // lines consumed
 		pending []byte
-		buf     = make([]byte, 64<<10)
+		// Kept when the file is replaced: its writer goes on naming
+		// the processes it wrote before.
+		procs processIndex
+		buf   = make([]byte, 64<<10)
 	)
 	defer func() {
 		if file != nil {
@@ -194,7 +207,7 @@ func Follow(ctx context.Context, path string, f Filter, poll time.Duration, fn f
 					break
 				}
 				n++
-				if err := handleLine(pending[:i], n, f, fn); err != nil {
+				if err := handleLine(pending[:i], n, f, &procs, fn); err != nil {
 					return err
 				}
 				pending = pending[i+1:]
@@ -222,5 +235,38 @@ func Follow(ctx context.Context, path string, f Filter, poll time.Duration, fn f
 		case cur.Size() < offset:
 			offset, n, pending = 0, 0, pending[:0] // truncated: read it again
 		}
+	}
+}
+
+// maxIndexed bounds the processes a reader remembers: past it, it forgets
+// them all, and records of those processes keep only their ProcessID and
+// PID.
+const maxIndexed = 1 << 16
+
+// processIndex remembers the process records read, by session and id.
+type processIndex struct {
+	m map[procKey]*Process
+}
+
+type procKey struct {
+	session string
+	id      int64
+}
+
+// resolve remembers r's process when r is a process record, and puts the
+// process r names by id in r.Process when it knows it.
+func (x *processIndex) resolve(r *Record) {
+	switch {
+	case r.ProcessID == 0:
+	case r.Kind == KindProcess:
+		if r.Process == nil {
+			return
+		}
+		if x.m == nil || len(x.m) >= maxIndexed {
+			x.m = make(map[procKey]*Process)
+		}
+		x.m[procKey{r.Session, r.ProcessID}] = r.Process
+	case r.Process == nil:
+		r.Process = x.m[procKey{r.Session, r.ProcessID}]
 	}
 }

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,12 @@ type Record struct {
 	DecidedBy event.DecidedBy `json:"decided_by"`
 	Reason    string          `json:"reason,omitempty"`
 	Process   *Process        `json:"process,omitempty"`
+	// ProcessID names the acting process's process record (kind
+	// "process"), which precedes it in the log, and PID is its pid: a
+	// record written with them has no inline Process. Readers
+	// (ReadRecords, Follow) put the process back in Process.
+	ProcessID int64 `json:"process_id,omitempty"`
+	PID       int   `json:"pid,omitempty"`
 
 	// connect (host and port), http (host)
 	Dst       string `json:"dst,omitempty"` // "ip:port"
@@ -85,6 +92,13 @@ type Record struct {
 	Op     string `json:"op,omitempty"`     // "link", "rename"; empty for an open
 	Target string `json:"target,omitempty"` // the new name, for link and rename
 
+	// file_reads: a process's routine reads (event.Routine), folded: the
+	// first's time is Time, the last's Until; Count reads in all, by
+	// directory in Reads.
+	Until time.Time  `json:"until,omitzero"`
+	Count int        `json:"count,omitempty"`
+	Reads []DirReads `json:"reads,omitempty"`
+
 	// exec
 	Argv   []string `json:"argv,omitempty"`
 	Cwd    string   `json:"cwd,omitempty"`
@@ -124,7 +138,28 @@ type Process struct {
 	Argv    []string `json:"argv,omitempty"`
 	Lineage []string `json:"lineage,omitempty"`    // executable names, the session's root first
 	Digest  string   `json:"exe_digest,omitempty"` // "sha256:<hex>"
+	Cwd     string   `json:"cwd,omitempty"`
+	// StartTime is when the process started, when known.
+	StartTime time.Time `json:"start_time,omitzero"`
 }
+
+// DirReads are the folded reads of one directory by one process (a
+// file_reads record's): Count opens of the files named in Files (each
+// once), allowed by the policy's default, or by Rule.
+type DirReads struct {
+	Dir   string   `json:"dir"`
+	Rule  string   `json:"rule,omitempty"`
+	Count int      `json:"count"`
+	Files []string `json:"files,omitempty"`
+}
+
+// The kinds of records that are not events: a process as first seen
+// (written before the first record that names it by ProcessID), and a
+// process's folded routine reads.
+const (
+	KindProcess   event.Kind = "process"
+	KindFileReads event.Kind = "file_reads"
+)
 
 // RecordOf flattens e into its audit record. Only the payload that matches
 // e.Kind is recorded; HTTP header values never are.
@@ -163,6 +198,9 @@ func processOf(p *event.Process) *Process {
 	var rec Process
 	flatRecords().process.Fill(&rec, &event.Event{Process: p})
 	rec.Argv = clipArgv(rec.Argv)
+	if !jsonTime(rec.StartTime) {
+		rec.StartTime = time.Time{} // not a time JSON can say
+	}
 	return &rec
 }
 
@@ -188,6 +226,32 @@ func (r Record) Event() *event.Event {
 		e.SessionInfo.ID = r.Session
 	}
 	return e
+}
+
+// Events rebuilds the events r records, as Event does: one, or for a
+// file_reads record one read per file it names (its repeated opens of a
+// file are one), each with the record's time, process and verdict.
+func (r Record) Events() []*event.Event {
+	if r.Kind != KindFileReads {
+		return []*event.Event{r.Event()}
+	}
+	var proc *event.Process
+	if r.Process != nil {
+		proc = Record{Kind: event.KindFile, Process: r.Process}.Event().Process
+	}
+	var out []*event.Event
+	for _, d := range r.Reads {
+		v := event.Verdict{Action: r.Verdict, DecidedBy: r.DecidedBy}
+		if d.Rule != "" {
+			v.Rule, v.DecidedBy = d.Rule, event.DecidedByRule
+		}
+		dir := strings.TrimSuffix(d.Dir, "/")
+		for _, name := range d.Files {
+			out = append(out, &event.Event{Time: r.Time, Kind: event.KindFile, Session: r.Session, Process: proc, Verdict: v,
+				File: &event.File{Path: dir + "/" + name, Access: event.FileRead}})
+		}
+	}
+	return out
 }
 
 // Truncation limits applied when a record would exceed MaxLineSize. With
@@ -235,6 +299,7 @@ func (r Record) truncated() Record {
 	if r.Process != nil {
 		p := *r.Process
 		s(&p.Exe)
+		s(&p.Cwd)
 		l(&p.Argv)
 		r.Process = &p
 	}
@@ -252,18 +317,22 @@ func (r Record) redacted(redact func(string) string) Record {
 	return r
 }
 
-// redacted returns p with its argv passed through redact (a copy when
-// anything changed).
+// redacted returns p with its argv and cwd passed through redact (a copy
+// when anything changed).
 func (p *Process) redacted(redact func(string) string) *Process {
 	if p == nil {
 		return nil
 	}
 	argv := redactList(p.Argv, redact)
-	if len(argv) > 0 && &argv[0] == &p.Argv[0] {
+	cwd := p.Cwd
+	if cwd != "" {
+		cwd = redact(cwd)
+	}
+	if (len(argv) == 0 || &argv[0] == &p.Argv[0]) && cwd == p.Cwd {
 		return p
 	}
 	c := *p
-	c.Argv = argv
+	c.Argv, c.Cwd = argv, cwd
 	return &c
 }
 

@@ -2,9 +2,19 @@
 // log, a JSON Lines file with one Record per event, and OpenTelemetry
 // traces, one per session, exported over OTLP.
 //
+// The log writes each acting process once per session, in a record of kind
+// KindProcess, before the first record that names it by ProcessID, and
+// folds routine file reads (event.Routine) into one KindFileReads record
+// per process unless SetFileReads(true); denials, asks, writes, execs and
+// every other read are written whole. Readers (ReadRecords, Follow) put
+// each record's process back in Record.Process and read logs written
+// before process records as they were.
+//
 // Guarantees:
 //   - The audit log is the bus's Lossless subscriber: AuditLog.Run writes
-//     every event it receives, in the order received, one line each, and
+//     every event it receives, in the order received, one line each (a
+//     routine read in its process's file_reads record, written within
+//     FoldInterval, before its session's end and at Close), and
 //     flushes within about FlushDelay (10 ms) of an entry so that a follower
 //     sees entries promptly.
 //   - A Record never holds HTTP header values or other secrets: only the

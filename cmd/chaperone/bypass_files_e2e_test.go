@@ -323,7 +323,14 @@ func TestBypassFiles(t *testing.T) {
 		}
 		var seen int
 		for _, r := range s.recs {
-			if r.Kind != event.KindFile || r.Process == nil || !strings.HasPrefix(filepath.Base(r.Process.Exe), "git") && filepath.Base(r.Process.Exe) != "cat" {
+			if r.Process == nil || !strings.HasPrefix(filepath.Base(r.Process.Exe), "git") && filepath.Base(r.Process.Exe) != "cat" {
+				continue
+			}
+			if r.Kind == telemetry.KindFileReads { // routine reads, folded: allowed reads
+				seen += r.Count
+				continue
+			}
+			if r.Kind != event.KindFile {
 				continue
 			}
 			if !strings.HasPrefix(r.Path, "/usr/") && !strings.HasPrefix(r.Path, "/lib") && !strings.HasPrefix(r.Path, "/etc/") {

@@ -62,7 +62,7 @@ func newEventsCommand(e env) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing events as they are written")
 	cmd.Flags().StringVar(&session, "session", "", "only this session's events (an id or its prefix)")
-	cmd.Flags().StringArrayVar(&kinds, "kind", nil, "only events of this kind (repeatable): "+fmt.Sprint(event.Kinds))
+	cmd.Flags().StringArrayVar(&kinds, "kind", nil, "only events of this kind (repeatable): "+fmt.Sprint(event.Kinds)+"; file includes file_reads (folded routine reads); process shows process records")
 	cmd.Flags().StringArrayVar(&verdicts, "verdict", nil, "only events with this verdict (repeatable): allow, deny, rewrite, ask")
 	cmd.Flags().StringVar(&since, "since", "", "only events at or after this time (RFC 3339, or a duration before now: 10m)")
 	cmd.Flags().StringVar(&until, "until", "", "only events at or before this time (RFC 3339, or a duration before now: 10m)")
@@ -75,8 +75,8 @@ func newEventsCommand(e env) *cobra.Command {
 func eventsFilter(session string, kinds, verdicts []string, since, until string, now time.Time) (telemetry.Filter, error) {
 	f := telemetry.Filter{Session: session}
 	for _, k := range kinds {
-		if !event.Kind(k).Valid() {
-			return f, fmt.Errorf("events: --kind %q: want one of %v", k, event.Kinds)
+		if kind := event.Kind(k); !kind.Valid() && kind != telemetry.KindFileReads && kind != telemetry.KindProcess {
+			return f, fmt.Errorf("events: --kind %q: want one of %v, %s or %s", k, event.Kinds, telemetry.KindFileReads, telemetry.KindProcess)
 		}
 		f.Kinds = append(f.Kinds, event.Kind(k))
 	}

@@ -96,28 +96,34 @@ func newPolicyCommand(e env) *cobra.Command {
 }
 
 // replay decides every record of r with d and prints one line each: the
-// recorded verdict, the new one and who decided it.
+// recorded verdict, the new one and who decided it. A file_reads record
+// (folded routine reads) is decided as a read of each file it names.
 func replay(ctx context.Context, w io.Writer, r io.Reader, d event.Decider) error {
 	n, changed := 0, 0
 	err := telemetry.ReadRecords(r, telemetry.Filter{}, func(rec telemetry.Record) error {
 		if rec.Kind == event.KindSessionStart || rec.Kind == event.KindSessionEnd {
 			return nil
 		}
-		e := rec.Event()
-		v := d.Decide(ctx, e)
-		n++
-		mark := " "
-		if v.Action != rec.Verdict {
-			mark = "*"
-			changed++
+		for _, e := range rec.Events() {
+			line := rec
+			if rec.Kind == telemetry.KindFileReads {
+				line = telemetry.RecordOf(e)
+			}
+			v := d.Decide(ctx, e)
+			n++
+			mark := " "
+			if v.Action != line.Verdict {
+				mark = "*"
+				changed++
+			}
+			by := v.DecidedBy.String()
+			if v.Rule != "" {
+				by += " " + v.Rule
+			}
+			line.Verdict, line.Rule, line.DecidedBy, line.Reason = v.Action, v.Rule, v.DecidedBy, v.Reason
+			fmt.Fprintf(w, "%s %-7s %-24s ", mark, v.Action, by)
+			telemetry.FormatRecord(w, line)
 		}
-		by := v.DecidedBy.String()
-		if v.Rule != "" {
-			by += " " + v.Rule
-		}
-		rec.Verdict, rec.Rule, rec.DecidedBy, rec.Reason = v.Action, v.Rule, v.DecidedBy, v.Reason
-		fmt.Fprintf(w, "%s %-7s %-24s ", mark, v.Action, by)
-		telemetry.FormatRecord(w, rec)
 		return nil
 	})
 	if err != nil {

@@ -159,7 +159,11 @@ type sessionCounter struct {
 // records are not counted: each comes with its denied http record.
 func (c *sessionCounter) add(r telemetry.Record) {
 	s := &c.s
-	s.Events++
+	if r.Kind == telemetry.KindFileReads {
+		s.Events += r.Count // the reads folded in it
+	} else {
+		s.Events++
+	}
 	if !c.started && (s.Start.IsZero() || r.Time.Before(s.Start)) {
 		s.Start = r.Time
 	}

@@ -68,6 +68,11 @@ func processTree(s sessionSummary, recs []telemetry.Record) []*procNode {
 			continue // a ClientHello let through says nothing its connect does not
 		}
 		p := r.Process
+		if p == nil && r.PID != 0 {
+			// Its process record is not in the log (a log that begins
+			// mid-session): its pid is all there is.
+			p = &telemetry.Process{PID: r.PID}
+		}
 		if p == nil {
 			if orphan == nil {
 				orphan = &procNode{}
@@ -297,7 +302,7 @@ func llmLine(r telemetry.Record) string {
 
 // recordNotes are the lines under an action: the rule and reason of a
 // verdict other than allow, the tools an LLM asked for and the secrets
-// redacted from a request.
+// redacted from a request, the directories of folded reads.
 func recordNotes(r telemetry.Record) []string {
 	var notes []string
 	if why := verdictReason(r); why != "" {
@@ -310,6 +315,17 @@ func recordNotes(r telemetry.Record) []string {
 		}
 		notes = append(notes, "tool calls: "+strings.Join(names, ", "))
 	}
+	for i, d := range r.Reads {
+		if i == maxReadDirs && len(r.Reads) > maxReadDirs+1 {
+			notes = append(notes, fmt.Sprintf("… and %d more directories", len(r.Reads)-i))
+			break
+		}
+		by := ""
+		if d.Rule != "" {
+			by = " (by rule " + telemetry.Printable(d.Rule) + ")"
+		}
+		notes = append(notes, fmt.Sprintf("%s: %s of %s%s", telemetry.Printable(d.Dir), plural(d.Count, "read"), plural(len(d.Files), "file"), by))
+	}
 	if r.Rewrite != nil && len(r.Rewrite.Redacted) > 0 {
 		ids := make([]string, 0, len(r.Rewrite.Redacted))
 		for id, n := range r.Rewrite.Redacted {
@@ -320,6 +336,10 @@ func recordNotes(r telemetry.Record) []string {
 	}
 	return notes
 }
+
+// maxReadDirs is how many directories of a file_reads record sessions
+// show lists; the record has them all.
+const maxReadDirs = 5
 
 // verdictReason is the rule and reason of a verdict other than allow.
 func verdictReason(r telemetry.Record) string {

@@ -277,6 +277,8 @@ func TestProcessTree(t *testing.T) {
 		{"no root known", 0, []telemetry.Record{rec(2, 1, "a", "b"), rec(3, 9, "z")}, "z[3] a[1](b[2])"},
 		{"pid loop", 1, []telemetry.Record{rec(1, 0, "a"), rec(2, 3, "a", "b"), rec(3, 2, "a", "c")}, "a[1](c[3](b[2]))"},
 		{"exec renames", 1, []telemetry.Record{rec(1, 0, "a"), rec(1, 0, "a2")}, "a → a2[1]"},
+		{"process record missing: by pid", 1, []telemetry.Record{rec(1, 0, "a"),
+			{Time: at, Session: "s", Kind: event.KindFile, Verdict: event.Allow, ProcessID: 7, PID: 8}}, "a[1](?[8])"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -318,6 +320,9 @@ func FuzzSessionsShow(f *testing.F) {
 	f.Add([]byte(`{"time":"2025-03-01T13:04:05Z","session":"s","kind":"exec","verdict":"allow","decided_by":"default","process":{"pid":2,"ppid":2,"lineage":["a","b"]}}` + "\n" +
 		`{"time":"2025-03-01T13:04:05Z","session":"s","kind":"session_start","verdict":"allow","decided_by":"default","root_pid":2}`))
 	f.Add([]byte(`{"time":"2025-03-01T13:04:05Z","session":"s","kind":"file","verdict":"deny","decided_by":"default","process":{"pid":3,"ppid":4,"lineage":["\u001b","x"]},"reason":"` + strings.Repeat("é", 200) + `"}`))
+	f.Add([]byte(`{"time":"2025-03-01T13:04:05Z","session":"s","kind":"process","verdict":"allow","decided_by":"default","process":{"pid":3,"ppid":2,"exe":"/bin/\u001b[31m"},"process_id":1}` + "\n" +
+		`{"time":"2025-03-01T13:04:06Z","session":"s","kind":"file_reads","verdict":"allow","decided_by":"default","process_id":1,"pid":3,"count":3,"reads":[{"dir":"/w/\u001b]0;x","count":2,"files":["a","\u001b"]},{"dir":"/x","rule":"r\u001b","count":1}]}` + "\n" +
+		`{"time":"2025-03-01T13:04:07Z","session":"s","kind":"file","verdict":"deny","decided_by":"default","process_id":9,"pid":4,"path":"/p"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		list, err := sessionsOf(bytes.NewReader(data))
 		if err != nil {
