@@ -29,6 +29,9 @@ type mediationOptions struct {
 	// that undoes that (a new policy).
 	static func(path string, access event.FileAccess, v event.Verdict) bool
 	forget func(func())
+	// noAhead: each file's first open is decided and recorded, none
+	// marked ahead with its directory (audit.file_reads: all).
+	noAhead bool
 	// protect lists the files the agent may not change (or open), whatever
 	// the policy.
 	protect []fileexec.Protect

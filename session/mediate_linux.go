@@ -33,7 +33,10 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		return nil, fmt.Errorf("session: protect Chaperone's files: %w", err)
 	}
 	// A directory of more files than this is marked ahead only this far.
-	const markAhead = 4096
+	markAhead := 4096
+	if o.noAhead {
+		markAhead = 0
+	}
 	fo := fileexec.FileOptions{
 		Session:   o.session,
 		InSession: inSession,

@@ -170,6 +170,7 @@ func (s *Session) Run(ctx context.Context, c Command) (code int, err error) {
 				process: newProcessCache(func(p int) (*event.Process, error) { return describeProcess(s.procs, p, pid) }, time.Second).process,
 				decider: s.chain, publish: s.bus.Publish, log: s.log, stderr: s.stderr,
 				cgroup: sessionCgroup(ts), agentRoot: agentIDs.uid == 0,
+				noAhead: s.cfg.Audit.FileReads == config.AuditReadsAll,
 				static: func(path string, access event.FileAccess, v event.Verdict) bool {
 					// Nothing is let past without a record while the audit
 					// log fails. A file the agent may not write is static

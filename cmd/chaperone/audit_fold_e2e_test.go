@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/policy"
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
@@ -32,12 +33,13 @@ cat "$HOME/.aws/credentials" 2>/dev/null
 echo done`
 
 // auditSession runs auditWorkload in a session whose working tree is work,
-// with audit.file_reads set to reads, writing the audit log to log.
-func auditSession(t *testing.T, w *world, work, log, reads string) {
+// under policy pol, with audit.file_reads set to reads, writing the audit
+// log to log.
+func auditSession(t *testing.T, w *world, work, pol, log, reads string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "run", "--mode", "proxy", "--log", log, "--audit-file-reads", reads,
+	cmd := exec.CommandContext(ctx, binary, "run", "--mode", "proxy", "--policy", pol, "--log", log, "--audit-file-reads", reads,
 		"--upstream-ca", w.caFile, "--resolve", "api.e2e.test:"+w.api.Addr.Addr().String(), "--",
 		"sh", "-c", auditWorkload)
 	cmd.Dir = work
@@ -78,9 +80,23 @@ func TestAuditLogFoldsRoutineReads(t *testing.T) {
 			}
 		}
 	}
+	// The default policy, with a rule that reads the process: no file is
+	// static (ignore-marked, alone or with its directory), so both sessions
+	// decide, and record, every file's first open: the worst case for the
+	// log, and the same opens in both.
+	everyOpen := filepath.Join(w.dir, "every-open.yaml")
+	def := string(policy.DefaultPolicyYAML())
+	i := strings.Index(def, "\nrules:\n")
+	if i < 0 {
+		t.Fatal("the default policy has no rules section")
+	}
+	def = def[:i] + "\nrules:\n  - name: not-static\n    on: file\n    when: process.exe == \"/no/such/program\"\n    action: deny\n" + def[i+len("\nrules:\n"):]
+	if err := os.WriteFile(everyOpen, []byte(def), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	all, folded := filepath.Join(w.dir, "all.jsonl"), filepath.Join(w.dir, "folded.jsonl")
-	auditSession(t, w, work, all, "all")
-	auditSession(t, w, work, folded, "routine")
+	auditSession(t, w, work, everyOpen, all, "all")
+	auditSession(t, w, work, everyOpen, folded, "routine")
 
 	info := &event.Session{Workdir: work, Home: home}
 	routine := func(r telemetry.Record) bool {
