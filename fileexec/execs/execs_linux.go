@@ -33,10 +33,16 @@ const (
 
 // Execs answers the exec notifications of one seccomp listener.
 type Execs struct {
-	o        ExecOptions
-	file     *os.File
-	l        *listener
-	wake     int // eventfd: Close wakes the loop
+	o    ExecOptions
+	file *os.File
+	l    *listener
+	// ready is a second descriptor of the listener, non-blocking and in
+	// the runtime's poller: loop waits on it without holding a thread in
+	// a system call (a thread blocked in poll(2) loses its P, and taking
+	// one back on each exec wakes the runtime's monitor, which then spins
+	// for a millisecond: most of the CPU an exec cost). Closing it wakes
+	// loop.
+	ready    *os.File
 	ctx      context.Context
 	cancel   context.CancelFunc
 	sem      chan struct{}
@@ -81,12 +87,12 @@ func Serve(listener *os.File, o ExecOptions) (*Execs, error) {
 	if err != nil {
 		return nil, err
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	ready, err := pollable(l.fd)
 	if err != nil {
-		return nil, fmt.Errorf("execs: serve: eventfd: %w", err)
+		return nil, err
 	}
 	x := &Execs{
-		o: o, file: listener, l: l, wake: wake,
+		o: o, file: listener, l: l, ready: ready,
 		sem:      make(chan struct{}, maxInFlight),
 		loopDone: make(chan struct{}),
 		killDone: make(chan struct{}),
@@ -123,18 +129,15 @@ func (x *Execs) Stats() Stats {
 func (x *Execs) Close() error {
 	x.closeOnce.Do(func() {
 		x.cancel()
-		var one [8]byte
-		one[0] = 1 // little-endian 1 is enough: any nonzero count wakes poll
-		_, _ = unix.Write(x.wake, one[:])
+		var errs []error
+		errs = append(errs, x.ready.Close()) // wakes loop
 		<-x.loopDone
 		x.handlers.Wait()
-		var errs []error
 		errs = append(errs, x.file.Close())
 		if x.ver != nil {
 			errs = append(errs, x.ver.close())
 		}
 		<-x.killDone
-		errs = append(errs, unix.Close(x.wake))
 		if err := errors.Join(errs...); err != nil {
 			x.closeErr = fmt.Errorf("execs: close: %w", err)
 		}
@@ -146,28 +149,43 @@ func (x *Execs) Close() error {
 // under the filter (the listener hangs up).
 func (x *Execs) loop() {
 	defer close(x.loopDone)
-	fds := []unix.PollFd{{Fd: int32(x.l.fd), Events: unix.POLLIN}, {Fd: int32(x.wake), Events: unix.POLLIN}}
+	rc, err := x.ready.SyscallConn()
+	if err != nil {
+		x.o.Logger.Error("execs: wait for the listener", "session", x.o.Session, "err", err)
+		return
+	}
 	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
+		var (
+			n      seccompNotif
+			err    error
+			hangup bool
+		)
+		// Read calls the function until it returns true, waiting in the
+		// poller in between. A notification is taken only when poll says
+		// one waits: the receive blocks otherwise, whatever O_NONBLOCK.
+		werr := rc.Read(func(uintptr) bool {
+			revents, perr := x.l.poll()
+			switch {
+			case perr != nil:
+				err = perr
+			case revents&unix.POLLIN != 0:
+				n, err = x.l.recv()
+			case revents&(unix.POLLHUP|unix.POLLERR) != 0:
+				hangup = true
+			default:
+				return false
 			}
-			x.o.Logger.Error("execs: poll the listener", "session", x.o.Session, "err", err)
-			return
-		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		if fds[0].Revents&unix.POLLIN == 0 {
-			if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
-				x.o.Logger.Debug("execs: no process left under the filter", "session", x.o.Session)
-				return
-			}
-			continue
-		}
-		n, err := x.l.recv()
+			return true
+		})
 		switch {
+		case werr != nil:
+			if x.ctx.Err() == nil {
+				x.o.Logger.Error("execs: wait for the listener", "session", x.o.Session, "err", werr)
+			}
+			return
+		case hangup:
+			x.o.Logger.Debug("execs: no process left under the filter", "session", x.o.Session)
+			return
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EINTR):
 			continue // the process went away meanwhile
 		case err != nil:
