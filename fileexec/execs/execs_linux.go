@@ -45,7 +45,6 @@ type Execs struct {
 	ready    *os.File
 	ctx      context.Context
 	cancel   context.CancelFunc
-	sem      chan struct{}
 	handlers sync.WaitGroup
 	loopDone chan struct{}
 	ver      *verifier // nil when off
@@ -93,7 +92,6 @@ func Serve(listener *os.File, o ExecOptions) (*Execs, error) {
 	}
 	x := &Execs{
 		o: o, file: listener, l: l, ready: ready,
-		sem:      make(chan struct{}, maxInFlight),
 		loopDone: make(chan struct{}),
 		killDone: make(chan struct{}),
 		files:    newFiles(fileCache),
@@ -149,6 +147,11 @@ func (x *Execs) Close() error {
 // under the filter (the listener hangs up).
 func (x *Execs) loop() {
 	defer close(x.loopDone)
+	// Up to maxInFlight workers decide notifications; more wait in the
+	// kernel's queue.
+	work := make(chan seccompNotif)
+	defer close(work)
+	workers := 0
 	rc, err := x.ready.SyscallConn()
 	if err != nil {
 		x.o.Logger.Error("execs: wait for the listener", "session", x.o.Session, "err", err)
@@ -193,15 +196,28 @@ func (x *Execs) loop() {
 			return
 		}
 		select {
-		case x.sem <- struct{}{}:
-		case <-x.ctx.Done():
-			x.sem <- struct{}{} // handlers finish quickly once canceled
+		case work <- n: // an idle worker takes it
+			continue
+		default:
 		}
-		x.handlers.Add(1)
-		go func() {
-			defer func() { <-x.sem; x.handlers.Done() }()
-			x.handle(n)
-		}()
+		if workers < maxInFlight {
+			workers++
+			x.handlers.Add(1)
+			go x.work(n, work)
+			continue
+		}
+		work <- n // all busy: wait for one (they finish quickly once canceled)
+	}
+}
+
+// work handles n, then each notification loop hands it, until loop ends.
+// Workers outlive their notification so that their grown stacks are
+// reused: a goroutine per exec paid for growing one each time.
+func (x *Execs) work(n seccompNotif, more <-chan seccompNotif) {
+	defer x.handlers.Done()
+	x.handle(n)
+	for n := range more {
+		x.handle(n)
 	}
 }
 
