@@ -39,9 +39,9 @@ type Execs struct {
 	// ready is a second descriptor of the listener, non-blocking and in
 	// the runtime's poller: loop waits on it without holding a thread in
 	// a system call (a thread blocked in poll(2) loses its P, and taking
-	// one back on each exec wakes the runtime's monitor, which then spins
-	// for a millisecond: most of the CPU an exec cost). Closing it wakes
-	// loop.
+	// one back on each exec wakes the runtime's monitor, which then polls
+	// every 20 µs for a millisecond or more: on a busy machine, a large
+	// share of the CPU an exec cost). Closing it wakes loop.
 	ready    *os.File
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -152,9 +152,9 @@ func (x *Execs) loop() {
 	work := make(chan seccompNotif)
 	defer close(work)
 	workers := 0
-	rc, err := x.ready.SyscallConn()
-	if err != nil {
-		x.o.Logger.Error("execs: wait for the listener", "session", x.o.Session, "err", err)
+	rc, cerr := x.ready.SyscallConn()
+	if cerr != nil {
+		x.o.Logger.Error("execs: wait for the listener", "session", x.o.Session, "err", cerr)
 		return
 	}
 	for {
