@@ -33,13 +33,18 @@ const (
 
 // Execs answers the exec notifications of one seccomp listener.
 type Execs struct {
-	o        ExecOptions
-	file     *os.File
-	l        *listener
-	wake     int // eventfd: Close wakes the loop
+	o    ExecOptions
+	file *os.File
+	l    *listener
+	// ready is a second descriptor of the listener, non-blocking and in
+	// the runtime's poller: loop waits on it without holding a thread in
+	// a system call (a thread blocked in poll(2) loses its P, and taking
+	// one back on each exec wakes the runtime's monitor, which then polls
+	// every 20 µs for a millisecond or more: on a busy machine, a large
+	// share of the CPU an exec cost). Closing it wakes loop.
+	ready    *os.File
 	ctx      context.Context
 	cancel   context.CancelFunc
-	sem      chan struct{}
 	handlers sync.WaitGroup
 	loopDone chan struct{}
 	ver      *verifier // nil when off
@@ -81,13 +86,12 @@ func Serve(listener *os.File, o ExecOptions) (*Execs, error) {
 	if err != nil {
 		return nil, err
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	ready, err := pollable(l.fd)
 	if err != nil {
-		return nil, fmt.Errorf("execs: serve: eventfd: %w", err)
+		return nil, err
 	}
 	x := &Execs{
-		o: o, file: listener, l: l, wake: wake,
-		sem:      make(chan struct{}, maxInFlight),
+		o: o, file: listener, l: l, ready: ready,
 		loopDone: make(chan struct{}),
 		killDone: make(chan struct{}),
 		files:    newFiles(fileCache),
@@ -123,18 +127,15 @@ func (x *Execs) Stats() Stats {
 func (x *Execs) Close() error {
 	x.closeOnce.Do(func() {
 		x.cancel()
-		var one [8]byte
-		one[0] = 1 // little-endian 1 is enough: any nonzero count wakes poll
-		_, _ = unix.Write(x.wake, one[:])
+		var errs []error
+		errs = append(errs, x.ready.Close()) // wakes loop
 		<-x.loopDone
 		x.handlers.Wait()
-		var errs []error
 		errs = append(errs, x.file.Close())
 		if x.ver != nil {
 			errs = append(errs, x.ver.close())
 		}
 		<-x.killDone
-		errs = append(errs, unix.Close(x.wake))
 		if err := errors.Join(errs...); err != nil {
 			x.closeErr = fmt.Errorf("execs: close: %w", err)
 		}
@@ -146,28 +147,48 @@ func (x *Execs) Close() error {
 // under the filter (the listener hangs up).
 func (x *Execs) loop() {
 	defer close(x.loopDone)
-	fds := []unix.PollFd{{Fd: int32(x.l.fd), Events: unix.POLLIN}, {Fd: int32(x.wake), Events: unix.POLLIN}}
+	// Up to maxInFlight workers decide notifications; more wait in the
+	// kernel's queue.
+	work := make(chan seccompNotif)
+	defer close(work)
+	workers := 0
+	rc, cerr := x.ready.SyscallConn()
+	if cerr != nil {
+		x.o.Logger.Error("execs: wait for the listener", "session", x.o.Session, "err", cerr)
+		return
+	}
 	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
+		var (
+			n      seccompNotif
+			err    error
+			hangup bool
+		)
+		// Read calls the function until it returns true, waiting in the
+		// poller in between. A notification is taken only when poll says
+		// one waits: the receive blocks otherwise, whatever O_NONBLOCK.
+		werr := rc.Read(func(uintptr) bool {
+			revents, perr := x.l.poll()
+			switch {
+			case perr != nil:
+				err = perr
+			case revents&unix.POLLIN != 0:
+				n, err = x.l.recv()
+			case revents&(unix.POLLHUP|unix.POLLERR) != 0:
+				hangup = true
+			default:
+				return false
 			}
-			x.o.Logger.Error("execs: poll the listener", "session", x.o.Session, "err", err)
-			return
-		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		if fds[0].Revents&unix.POLLIN == 0 {
-			if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
-				x.o.Logger.Debug("execs: no process left under the filter", "session", x.o.Session)
-				return
-			}
-			continue
-		}
-		n, err := x.l.recv()
+			return true
+		})
 		switch {
+		case werr != nil:
+			if x.ctx.Err() == nil {
+				x.o.Logger.Error("execs: wait for the listener", "session", x.o.Session, "err", werr)
+			}
+			return
+		case hangup:
+			x.o.Logger.Debug("execs: no process left under the filter", "session", x.o.Session)
+			return
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EINTR):
 			continue // the process went away meanwhile
 		case err != nil:
@@ -175,15 +196,28 @@ func (x *Execs) loop() {
 			return
 		}
 		select {
-		case x.sem <- struct{}{}:
-		case <-x.ctx.Done():
-			x.sem <- struct{}{} // handlers finish quickly once canceled
+		case work <- n: // an idle worker takes it
+			continue
+		default:
 		}
-		x.handlers.Add(1)
-		go func() {
-			defer func() { <-x.sem; x.handlers.Done() }()
-			x.handle(n)
-		}()
+		if workers < maxInFlight {
+			workers++
+			x.handlers.Add(1)
+			go x.work(n, work)
+			continue
+		}
+		work <- n // all busy: wait for one (they finish quickly once canceled)
+	}
+}
+
+// work handles n, then each notification loop hands it, until loop ends.
+// Workers outlive their notification so that their grown stacks are
+// reused: a goroutine per exec paid for growing one each time.
+func (x *Execs) work(n seccompNotif, more <-chan seccompNotif) {
+	defer x.handlers.Done()
+	x.handle(n)
+	for n := range more {
+		x.handle(n)
 	}
 }
 

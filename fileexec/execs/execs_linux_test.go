@@ -527,3 +527,23 @@ func BenchmarkExec(b *testing.B) {
 		})
 	}
 }
+
+// TestLoopEndsWhenNoProcessIsLeft: once the last process under the filter
+// exits, the listener hangs up and Serve's loop returns by itself (before
+// Close), after answering what came before.
+func TestLoopEndsWhenNoProcessIsLeft(t *testing.T) {
+	allow := func(context.Context, *event.Event) event.Verdict { return event.Verdict{Action: event.Allow} }
+	h, x, _ := serveHelper(t, allow, always)
+	if diff := cmp.Diff(helperResult{Status: "exit 0"}, h.do(t, helperCmd{Op: "exec", Path: "/bin/true", Argv: []string{"true"}})); diff != "" {
+		t.Errorf("helper result (-want +got):\n%s", diff)
+	}
+	h.sock.Close() // the helper exits on EOF
+	if err := h.cmd.Wait(); err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	select {
+	case <-x.loopDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop still waits on a listener with no process left")
+	}
+}

@@ -3,7 +3,9 @@
 package execs
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"syscall"
 	"unsafe"
 
@@ -62,6 +64,35 @@ func newListener(fd int) (*listener, error) {
 func alloc(n int) unsafe.Pointer {
 	b := make([]uint64, (n+7)/8)
 	return unsafe.Pointer(&b[0])
+}
+
+// pollable returns a second descriptor of the listener fd, non-blocking,
+// as a file the runtime's poller waits on (the kernel reports a waiting
+// notification as readable, and no process left under the filter as a
+// hangup).
+func pollable(fd int) (*os.File, error) {
+	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("execs: serve: dup the listener: %w", err)
+	}
+	if err := unix.SetNonblock(d, true); err != nil {
+		unix.Close(d)
+		return nil, fmt.Errorf("execs: serve: the listener: %w", err)
+	}
+	return os.NewFile(uintptr(d), "seccomp listener"), nil
+}
+
+// poll says, without waiting, whether a notification waits (POLLIN) or no
+// process is left under the filter (POLLHUP).
+func (l *listener) poll() (int16, error) {
+	fds := []unix.PollFd{{Fd: int32(l.fd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return fds[0].Revents, err
+	}
 }
 
 // recv takes the next notification. ENOENT means the process it came
