@@ -18,8 +18,8 @@ import (
 // then costs one round trip per directory, not one per file. Each file is
 // marked exactly as if it had been opened and allowed: only when Static
 // (or Ignore) says every open of it for reading and writing is allowed, a
-// regular file with one link, not protected and not another path to a
-// protected file (Alias), its inode checked after it was opened. A file
+// regular file with one link — or more when StaticLinked allows —, its
+// inode checked after it was opened. A file
 // made in the directory later is not marked: its first open is decided.
 // Not in a session that made mount namespaces of its own (Nested): its
 // paths are not the session's.
@@ -109,7 +109,7 @@ func (f *Files) markEntry(dfd int, dir, name string, dev, gen uint64) {
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || uint64(st.Dev) != dev {
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Dev) != dev || !f.linksAllowed(&st, p, "") {
 		return
 	}
 	id := fileID{uint64(st.Dev), st.Ino}

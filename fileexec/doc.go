@@ -60,14 +60,15 @@
 //     loop opening one file does not flood the audit log.
 //   - Static: an open allowed (decided, from the cache, or matched by
 //     Ignore) of a path for which FileOptions.Static holds, of a regular
-//     file with one link, puts an ignore mark for FAN_OPEN_PERM on the
+//     file with one link (or more, when StaticLinked holds), puts an
+//     ignore mark for FAN_OPEN_PERM on the
 //     file's inode before the open is answered: later opens of that inode,
 //     for reading or writing, by any process, raise no event (nothing is
 //     decided, cached, counted or published) and cost what an unwatched
 //     open costs. Execs still raise FAN_OPEN_EXEC_PERM and are decided. A
-//     denied open, a file with several links (another path to the inode
-//     may have another verdict) and anything but a regular file are never
-//     marked. The kernel clears the mark when the file is modified (no
+//     denied open, a file with several links that StaticLinked does not
+//     allow (another path to the inode may have another verdict) and
+//     anything but a regular file are never marked. The kernel clears the mark when the file is modified (no
 //     FAN_MARK_IGNORED_SURV_MODIFY), and drops it with the inode when
 //     memory is short (FAN_MARK_EVICTABLE, so marks do not pin inodes); the
 //     next open is then an event again and marks the file again. A file

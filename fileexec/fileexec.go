@@ -58,6 +58,16 @@ type FileOptions struct {
 	// zero Verdict, and every access is the policy's to answer. WatchFiles
 	// does not use it.
 	Static func(path string, access event.FileAccess, v event.Verdict) bool
+	// StaticLinked, when set, says whether a file with more than one link
+	// that Static holds for (opened as path; access FileExec for its
+	// opens to be executed, else empty: any open) may be ignore-marked all
+	// the same: the mark holds the inode, so its opens by every other path
+	// go unasked too. That is sound when those opens can give the session
+	// nothing the path's cannot: the session cannot write the file, and
+	// reads it here anyway (execs are decided by the execs package,
+	// whatever the path). Nil: such files are never marked. It is asked
+	// after Static, on handler goroutines, and must return promptly.
+	StaticLinked func(path string, access event.FileAccess) bool
 	// Ahead, when positive, marks ahead: once an open's file is
 	// ignore-marked for Static, up to Ahead other entries of its directory
 	// are asked about (Static, or Ignore) and those that qualify are

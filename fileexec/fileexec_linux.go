@@ -808,12 +808,23 @@ func (f *Files) markStatic(ev rawEvent, path string, gen uint64, static func() b
 			return
 		}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || f.o.Protected.Protects(fileID{uint64(st.Dev), st.Ino}, path) {
+	access := event.FileAccess("")
+	if mask == unix.FAN_OPEN_EXEC_PERM {
+		access = event.FileExec
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || !f.linksAllowed(st, path, access) || f.o.Protected.Protects(fileID{uint64(st.Dev), st.Ino}, path) {
 		return
 	}
 	if f.ignoreMark(inodeKey{dev: uint64(st.Dev), ino: st.Ino}, mask, gen, ev.fd, "", path) && mask == unix.FAN_OPEN_PERM {
 		f.aheadOf(path, st, gen)
 	}
+}
+
+// linksAllowed reports whether a file of st, opened as path, may be
+// ignore-marked as far as its links go: one link, or StaticLinked says
+// every path to it is as good as path for access.
+func (f *Files) linksAllowed(st *unix.Stat_t, path string, access event.FileAccess) bool {
+	return st.Nlink == 1 || f.o.StaticLinked != nil && f.o.StaticLinked(path, access)
 }
 
 // ignoreMark puts an ignore mark for mask on the inode key, reached as

@@ -50,6 +50,7 @@ func TestStatic(t *testing.T) {
 		name   string
 		static bool
 		link   bool // a second link to the file, elsewhere
+		linked bool // StaticLinked holds
 		deny   bool
 		reply  string
 		// After the first open: ten rounds of 100 reads (a denied round
@@ -61,6 +62,7 @@ func TestStatic(t *testing.T) {
 		{name: "static", static: true, reply: "ok", wantMarks: 1, want: delta{}, wantDecided: 1},
 		{name: "not static", reply: "ok", want: delta{Events: 1001, CacheHits: 1000}, wantDecided: 2},
 		{name: "hard link", static: true, link: true, reply: "ok", want: delta{Events: 1001, CacheHits: 1000}, wantDecided: 2},
+		{name: "hard link, StaticLinked", static: true, link: true, linked: true, reply: "ok", wantMarks: 1, want: delta{}, wantDecided: 1},
 		{name: "denied", static: true, deny: true, reply: "err EPERM", want: delta{Events: 11, CacheHits: 10}, wantDecided: 2},
 	}
 	for _, tt := range tests {
@@ -78,6 +80,15 @@ func TestStatic(t *testing.T) {
 			var opts []func(*FileOptions)
 			if tt.static {
 				opts = append(opts, staticPaths(t, path))
+			}
+			var askedLinked []string
+			if tt.linked {
+				opts = append(opts, func(o *FileOptions) {
+					o.StaticLinked = func(p string, access event.FileAccess) bool {
+						askedLinked = append(askedLinked, p+" "+string(access))
+						return true
+					}
+				})
 			}
 			c := startChild(t)
 			f, r := watch(t, c, decide, opts...)
@@ -101,6 +112,9 @@ func TestStatic(t *testing.T) {
 			}
 			if got := len(r.decideCalls()); got != tt.wantDecided {
 				t.Errorf("decided %d times, want %d", got, tt.wantDecided)
+			}
+			if want := []string{path + " "}; tt.linked && !cmp.Equal(askedLinked, want) {
+				t.Errorf("StaticLinked asked %q, want %q", askedLinked, want)
 			}
 		})
 	}

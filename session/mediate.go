@@ -28,7 +28,10 @@ type mediationOptions struct {
 	// kernel stops asking about the file. forget is given the function
 	// that undoes that (a new policy).
 	static func(path string, access event.FileAccess, v event.Verdict) bool
-	forget func(func())
+	// staticLinked: a file with several links that static holds for may
+	// be marked all the same (fileexec.FileOptions.StaticLinked).
+	staticLinked func(path string, access event.FileAccess) bool
+	forget       func(func())
 	// noAhead: each file's first open is decided and recorded, none
 	// marked ahead with its directory (audit.file_reads: all).
 	noAhead bool

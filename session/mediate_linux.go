@@ -38,17 +38,18 @@ func startMediation(pid int, listener *os.File, o mediationOptions) (stops []fun
 		markAhead = 0
 	}
 	fo := fileexec.FileOptions{
-		Session:   o.session,
-		InSession: inSession,
-		Process:   o.process,
-		Decider:   event.DeciderFunc(o.decide),
-		Publish:   o.publish,
-		Logger:    o.log,
-		Ignore:    ignoredPath,
-		Static:    o.static,
-		Ahead:     markAhead,
-		Alias:     prot.Alias,
-		Protected: prot,
+		Session:      o.session,
+		InSession:    inSession,
+		Process:      o.process,
+		Decider:      event.DeciderFunc(o.decide),
+		Publish:      o.publish,
+		Logger:       o.log,
+		Ignore:       ignoredPath,
+		Static:       o.static,
+		Ahead:        markAhead,
+		StaticLinked: o.staticLinked,
+		Alias:        prot.Alias,
+		Protected:    prot,
 	}
 	files, err := fileexec.WatchMounts(pid, fo)
 	switch {

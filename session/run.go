@@ -187,6 +187,13 @@ func (s *Session) Run(ctx context.Context, c Command) (code int, err error) {
 					}
 					return writeDenied(path, agentIDs) && fileStatic(path, info, access, v, event.FileRead)
 				},
+				// Another link to a file gives the agent nothing this one
+				// does not when it cannot write it (the C library and the
+				// loader have two here); an exec is decided by its path
+				// whatever the link.
+				staticLinked: func(path string, access event.FileAccess) bool {
+					return access == event.FileExec || writeDenied(path, agentIDs)
+				},
 				forget: func(f func()) { s.forgetFiles.Store(&f) },
 			})
 			stopMediation = stop
