@@ -652,6 +652,7 @@ func (f *Files) answer(ev rawEvent) bool {
 			// or let past by an ignore mark Static put): nothing left to
 			// decide.
 			f.execOpens.Add(1)
+			f.markExecOpen(ev)
 			return true
 		}
 	}
@@ -723,6 +724,31 @@ func (f *Files) answer(ev rawEvent) bool {
 		f.hits.Add(1)
 	}
 	return f.allowed(ev, path, access, v, gen, st)
+}
+
+// markExecOpen ignore-marks, for FAN_OPEN_PERM, the program of an exec
+// whose second open ev is, when Static holds for opening it: otherwise
+// every exec of it raises this event too, only to be let past.
+func (f *Files) markExecOpen(ev rawEvent) {
+	if f.o.Static == nil || f.nestedSeen.Load() {
+		return
+	}
+	gen := f.gen.Load()
+	path, err := readlink("/proc/self/fd/" + strconv.Itoa(ev.fd))
+	if err != nil {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Fstat(ev.fd, &st) != nil {
+		return
+	}
+	if f.o.Alias != nil {
+		if _, ok := f.o.Alias(uint64(st.Dev), st.Ino, path); ok {
+			return
+		}
+	}
+	// No open was decided: Static answers for every access.
+	f.allowed(ev, path, "", event.Verdict{Action: event.Allow}, gen, &st)
 }
 
 // refused publishes e, an open of a protected file, denied with v whatever
