@@ -73,8 +73,14 @@ func readArgv(m io.ReaderAt, addr uint64, ptrSize int) ([]string, error) {
 		return nil, nil
 	}
 	var ptrs []uint64
+	// 64 pointers first (most argvs are short), doubling on each read up
+	// to 8,192: find -exec cat {} + passes thousands, which were read 64
+	// at a time, one pread of the process's memory each.
 	buf := make([]byte, 64*ptrSize)
 	for done := false; !done; {
+		if len(ptrs) > 0 && len(buf) < 8192*ptrSize {
+			buf = make([]byte, 2*len(buf))
+		}
 		if addr > math.MaxInt64-uint64(len(buf)) {
 			return nil, errFault
 		}
