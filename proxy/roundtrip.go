@@ -46,6 +46,7 @@ const headerFlushDelay = time.Millisecond
 // published.
 func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	h2 := r.ProtoMajor == 2 && needsH2(r.Header)
+	x.plain1 = !h2
 	out := x.outgoing(r, h2)
 	if out.Body != nil {
 		defer x.body.Close()
