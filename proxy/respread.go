@@ -83,7 +83,11 @@ func parsePlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, in
 		Body:          http.NoBody,
 	}
 	if f.contentLength > 0 {
-		res.Body = &lengthBody{r: br, n: f.contentLength}
+		b := &lengthBody{r: br, n: f.contentLength}
+		if f.verbatim {
+			b.head = verbatimHead{fields: all[eol-len(proto)+2:], date: f.date}
+		}
+		res.Body = b
 	}
 	return res, end + 4
 }
