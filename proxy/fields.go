@@ -108,6 +108,9 @@ type lengthBody struct {
 	// head is a response's header as received, when it can be passed on
 	// as it is; empty otherwise.
 	head verbatimHead
+	// wrap, for a response's, is where h1Upstream may put the body's
+	// wrapper, allocated with it; nil otherwise.
+	wrap *h1Body
 }
 
 // verbatimHead is a response's header fields as received, each line as

@@ -250,7 +250,13 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 		}
 		return nil, err
 	}
-	b := &h1Body{h: h, pc: pc, rc: res.Body, stop: stop, written: written,
+	var b *h1Body
+	if lb, ok := res.Body.(*lengthBody); ok && lb.wrap != nil {
+		b = lb.wrap // allocated with the response
+	} else {
+		b = new(h1Body)
+	}
+	*b = h1Body{h: h, pc: pc, rc: res.Body, stop: stop, written: written,
 		keep: !res.Close && !req.Close && res.StatusCode != http.StatusSwitchingProtocols}
 	if res.Body == http.NoBody {
 		b.end(b.keep)
