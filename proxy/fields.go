@@ -119,6 +119,7 @@ type lengthBody struct {
 // by one (h1Writer.takeHeader).
 type verbatimHead struct {
 	fields string // the field lines, each ending in CRLF; "" for none
+	length int64  // their Content-Length
 	date   bool   // among them a Date field
 }
 

@@ -95,7 +95,7 @@ func parsePlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, in
 		b := &pr.body
 		*b = lengthBody{r: br, n: f.contentLength, wrap: &pr.wrap}
 		if f.verbatim {
-			b.head = verbatimHead{fields: all[eol-len(proto)+2:], date: f.date}
+			b.head = verbatimHead{fields: all[eol-len(proto)+2:], length: f.contentLength, date: f.date}
 		}
 		res.Body = b
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -82,6 +83,9 @@ func compareVerbatim(t testing.TB, vh verbatimHead, h http.Header, raw []byte) {
 	}
 	if _, date := h["Date"]; date != vh.date {
 		t.Fatalf("Date noted %v, the header has one: %v, from %q", vh.date, date, raw)
+	}
+	if cl := h["Content-Length"]; len(cl) != 1 || func() bool { n, err := strconv.ParseInt(cl[0], 10, 64); return err != nil || n != vh.length }() {
+		t.Fatalf("Content-Length noted %d, the header's %q, from %q", vh.length, cl, raw)
 	}
 }
 

@@ -653,6 +653,22 @@ func (w *h1Writer) sendHeader(final bool) {
 	w.sent = true
 	h, code, req := w.Header(), w.status, w.req
 	w.noBody = req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
+	if vh := w.verbatim; vh.fields != "" && len(h) == w.verbatimKeys && !w.noBody && code >= 200 {
+		// The fields as received: framed by their Content-Length, with no
+		// trailer, hop-by-hop field or Transfer-Encoding to take out.
+		w.clen = vh.length
+		bw := w.cc.bw
+		writeStatusLine(bw, code)
+		bw.WriteString(vh.fields)
+		if !vh.date {
+			writeDate(bw)
+		}
+		if w.closeAfter {
+			bw.WriteString("Connection: close\r\n")
+		}
+		bw.WriteString("\r\n")
+		return
+	}
 	for _, v := range h["Trailer"] {
 		for k := range strings.SplitSeq(v, ",") {
 			if k = http.CanonicalHeaderKey(strings.TrimSpace(k)); k != "" && httpguts.ValidTrailerHeader(k) {
@@ -689,18 +705,6 @@ func (w *h1Writer) sendHeader(final bool) {
 	delete(h, "Connection")
 	bw := w.cc.bw
 	writeStatusLine(bw, code)
-	if w.verbatim.fields != "" && len(h) == w.verbatimKeys && !w.chunked && !hasTrailers {
-		// What the loop below would write, in the order received.
-		bw.WriteString(w.verbatim.fields)
-		if !w.verbatim.date {
-			writeDate(bw)
-		}
-		if w.closeAfter {
-			bw.WriteString("Connection: close\r\n")
-		}
-		bw.WriteString("\r\n")
-		return
-	}
 	for k, vv := range h {
 		if k == "Trailer" && !w.chunked || strings.HasPrefix(k, http.TrailerPrefix) {
 			continue
