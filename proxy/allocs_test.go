@@ -20,7 +20,7 @@ func TestKeepAliveAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a proxy and an upstream")
 	}
-	const keepAliveAllocs = 24 // 22 on Go 1.26
+	const keepAliveAllocs = 20 // 18 on Go 1.26
 	be := newBenchEnv(t, true)
 	per := func(c *http.Client) float64 {
 		return testing.AllocsPerRun(200, func() { be.get(t, c, "h1") })

@@ -27,7 +27,7 @@ const (
 var batchBufs = sync.Pool{New: func() any { return new([batchSize]byte) }}
 
 // batchConn reads a connection of TLS records in batches of up to
-// batchSize bytes, and hands them on one record at a time, so that what
+// batchSize bytes, and hands them on one record at most at a time, so that what
 // is buffered here is what the TLS connection above has not yet taken:
 // recordReady can tell whether its next record is here.
 type batchConn struct {
@@ -54,20 +54,28 @@ func (c *batchConn) Read(p []byte) (int, error) {
 		c.r, c.w = 0, n
 	}
 	b := c.buf[c.r:c.w]
-	if c.left > 0 {
+	switch {
+	case c.left > 0:
 		b = b[:min(len(b), c.left)]
-	} else {
+	case c.hn == 0 && len(b) >= len(c.hdr):
+		// A whole header, with what is here of its record's body: the TLS
+		// connection above reads a record in one call (and one
+		// allocation) rather than two.
+		b = b[:min(len(b), len(c.hdr)+(int(b[3])<<8|int(b[4])))]
+	default:
 		b = b[:min(len(b), len(c.hdr)-c.hn)]
 	}
 	n := copy(p, b)
-	if c.left > 0 {
-		c.left -= n
-	} else {
-		c.hn += copy(c.hdr[c.hn:], p[:n])
+	body := n
+	if c.left == 0 {
+		k := copy(c.hdr[c.hn:], p[:n])
+		c.hn += k
+		body -= k
 		if c.hn == len(c.hdr) {
 			c.hn, c.left = 0, int(c.hdr[3])<<8|int(c.hdr[4])
 		}
 	}
+	c.left -= body
 	c.r += n
 	if c.r == c.w {
 		c.release()

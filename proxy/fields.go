@@ -16,6 +16,11 @@ type plainFields struct {
 	closing       bool   // Connection: close
 	hosts         int    // Host fields
 	host          string // the first one's value, for a request
+	// verbatim: each line is as writeField writes it ("Canonical-Name: "
+	// and the value, trimmed) and none is hop-by-hop, so that the lines
+	// can be passed on as they are.
+	verbatim bool
+	date     bool // a Date field
 }
 
 // parsePlainFields parses header fields, each line ending in CRLF, into a
@@ -28,7 +33,7 @@ type plainFields struct {
 // A request's Host fields go to plainFields, not to the map (as
 // http.ReadRequest has it), which then stays small for eight other fields.
 func parsePlainFields(head string, request bool) (http.Header, plainFields, bool) {
-	f := plainFields{contentLength: -1}
+	f := plainFields{contentLength: -1, verbatim: true}
 	lines := strings.Count(head, "\n")
 	if request && lines > 0 {
 		lines-- // for the Host field, as a rule
@@ -53,6 +58,9 @@ func parsePlainFields(head string, request bool) (http.Header, plainFields, bool
 		key := name
 		if !isCanonicalKey(name) {
 			key = http.CanonicalHeaderKey(name)
+			f.verbatim = false
+		} else if f.verbatim && (len(field) < colon+2 || field[colon+1] != ' ' || len(field) != colon+2+len(value) || isHopHeader(key)) {
+			f.verbatim = false
 		}
 		switch key {
 		case "Transfer-Encoding", "Trailer", "Pragma":
@@ -68,6 +76,8 @@ func parsePlainFields(head string, request bool) (http.Header, plainFields, bool
 			f.contentLength = int64(n)
 		case "Connection":
 			f.closing = f.closing || httpguts.HeaderValuesContainsToken([]string{value}, "close")
+		case "Date":
+			f.date = true
 		case "Host":
 			f.hosts++
 			if request {
@@ -95,6 +105,22 @@ func parsePlainFields(head string, request bool) (http.Header, plainFields, bool
 type lengthBody struct {
 	r *bufio.Reader
 	n int64 // bytes left
+	// head is a response's header as received, when it can be passed on
+	// as it is; empty otherwise.
+	head verbatimHead
+	// wrap, for a response's, is where h1Upstream may put the body's
+	// wrapper, allocated with it; nil otherwise.
+	wrap *h1Body
+}
+
+// verbatimHead is a response's header fields as received, each line as
+// writeField would write it and none hop-by-hop: an HTTP/1 client can be
+// sent them as they are instead of the header map's fields written out one
+// by one (h1Writer.takeHeader).
+type verbatimHead struct {
+	fields string // the field lines, each ending in CRLF; "" for none
+	length int64  // their Content-Length
+	date   bool   // among them a Date field
 }
 
 func (b *lengthBody) Read(p []byte) (int, error) {

@@ -28,10 +28,12 @@ func (p *Proxy) serveInner(w http.ResponseWriter, r *http.Request) {
 
 // exchange is one request's event, the writer that publishes it once the
 // status is known, and the parts of the outgoing request and response
-// copy, in one allocation.
+// copy. The event is an allocation of its own, since it outlives the
+// request (the sinks hold it); the rest, most of the bytes, goes back to
+// Proxy.exchanges after a plain exchange (recycle).
 type exchange struct {
-	ev   event.Event
-	http event.HTTP
+	ev   *event.Event // its HTTP is http
+	http *event.HTTP
 	sw   statusWriter
 
 	out   http.Request // the outgoing request, to h1Upstream
@@ -56,6 +58,7 @@ type exchange struct {
 	socket  socketHandler    // an upgrade to WebSocket whose messages are inspected
 
 	sharedHeader bool // the request's header map is the event's
+	plain1       bool // sent by roundTrip on an HTTP/1.1 upstream connection
 }
 
 // forward decides a request and, if allowed, sends it upstream. Its frame,
@@ -67,7 +70,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *tunnel) {
 	if !p.admit(w, r, t, x) {
 		return
 	}
-	x.sw = statusWriter{ResponseWriter: w, p: p, ev: &x.ev}
+	x.sw = statusWriter{ResponseWriter: w, p: p, ev: x.ev}
 	abort := false
 	if _, ok := r.Header["Upgrade"]; ok {
 		if x.socket != nil { // a WebSocket whose messages are inspected
@@ -86,6 +89,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *tunnel) {
 		// so the client sees it truncated.
 		panic(http.ErrAbortHandler)
 	}
+	p.recycle(x)
 }
 
 // serveUpgrade serves a request that asks to switch protocols. Its event
@@ -138,20 +142,31 @@ func clientClosed(r *http.Request) string {
 	return "client closed the connection"
 }
 
+// httpEvent is an http event and its HTTP part, in one allocation.
+type httpEvent struct {
+	ev   event.Event
+	http event.HTTP
+}
+
 // newExchange starts the exchange of r and its http event.
 func (p *Proxy) newExchange(r *http.Request, t *tunnel) *exchange {
-	x := &exchange{}
-	e := &x.ev
+	x, _ := p.exchanges.Get().(*exchange)
+	if x == nil {
+		x = new(exchange)
+	}
+	he := &httpEvent{}
+	x.ev, x.http = &he.ev, &he.http
+	e := x.ev
 	e.Time = p.now()
 	e.Kind = event.KindHTTP
 	e.Session = t.session
 	e.Process = t.process
-	e.HTTP = &x.http
+	e.HTTP = x.http
 	x.url = *r.URL
 	if x.url.Host == "" {
 		x.url.Scheme, x.url.Host = t.scheme, t.authority
 	}
-	h := &x.http
+	h := x.http
 	h.Method = r.Method
 	h.URL = RedactURL(&x.url)
 	h.Host = r.Host
@@ -159,6 +174,21 @@ func (p *Proxy) newExchange(r *http.Request, t *tunnel) *exchange {
 	h.Upgrade = upgradeOf(r.Header)
 	h.Header, x.sharedHeader = policyHeader(r.Header)
 	return x
+}
+
+// recycle puts x back in p.exchanges once forward is done with it, if
+// nothing can still reach it: a request without a body (no goroutine
+// writing it upstream, nothing scanned as it streams) sent on an HTTP/1.1
+// upstream connection (no http.Transport holding the outgoing request),
+// no LLM call or WebSocket (their events and relays refer to x), and no
+// timer armed to flush the response's header. Its event is not x's: the
+// sinks keep it.
+func (p *Proxy) recycle(x *exchange) {
+	if !x.plain1 || x.out.Body != nil || x.stream != nil || x.llm != nil || x.socket != nil || x.fw.t != nil {
+		return
+	}
+	*x = exchange{}
+	p.exchanges.Put(x)
 }
 
 // ownHeader gives r a header of its own before it is changed, if it shares
@@ -174,7 +204,7 @@ func (x *exchange) ownHeader(r *http.Request) {
 // API call, then its http event) and answers a refusal; true means the
 // request goes upstream, with the session's rewrites made.
 func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, x *exchange) bool {
-	e := &x.ev
+	e := x.ev
 	switch size := headerSize(r); {
 	case size > p.maxHeaderBytes:
 		p.refuseHeaderTooLarge(w, e, size)

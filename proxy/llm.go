@@ -92,7 +92,7 @@ func (rw *Rewrites) wants(v event.Verdict, param string) bool {
 // False means the request was refused.
 func (p *Proxy) prepare(w http.ResponseWriter, r *http.Request, x *exchange) bool {
 	rw := x.rw
-	e := &x.ev
+	e := x.ev
 	api, isLLM := rewrite.DetectAPI(r.Host, r.URL.Path, rw.LLMHosts)
 	x.scanHead(r, api, isLLM)
 	x.http.Secrets = x.secretIDs()
@@ -212,7 +212,7 @@ func (p *Proxy) decideLLM(w http.ResponseWriter, r *http.Request, x *exchange, a
 	}
 	c.ev.Verdict = p.decide(r.Context(), &c.ev)
 	if !c.ev.Verdict.Allowed() {
-		p.refuse(w, &x.ev, http.StatusForbidden, c.ev.Verdict)
+		p.refuse(w, x.ev, http.StatusForbidden, c.ev.Verdict)
 		p.finishLLM(x, http.StatusForbidden)
 		return false
 	}
@@ -249,7 +249,7 @@ func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, chec
 			x.scanPrompt("signed, not redacted")
 			return true
 		}
-		p.refuse(w, &x.ev, http.StatusForbidden, proxyVerdict(ruleRedactFailed,
+		p.refuse(w, x.ev, http.StatusForbidden, proxyVerdict(ruleRedactFailed,
 			"the request is signed (SigV4) and carries secrets that cannot be removed without breaking the signature"))
 		if x.llm != nil {
 			x.llm.ev.Verdict = x.ev.Verdict
@@ -259,7 +259,7 @@ func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, chec
 	}
 	encoded, err := x.enc.Encode(out)
 	if err != nil {
-		p.refuse(w, &x.ev, http.StatusBadRequest, proxyVerdict(ruleRedactFailed, "the redacted body cannot be encoded: "+err.Error()))
+		p.refuse(w, x.ev, http.StatusBadRequest, proxyVerdict(ruleRedactFailed, "the redacted body cannot be encoded: "+err.Error()))
 		return false
 	}
 	x.plain = out
@@ -292,7 +292,7 @@ func (p *Proxy) applyRewrites(w http.ResponseWriter, r *http.Request, x *exchang
 		}
 		if len(leaked) > 0 {
 			slices.Sort(leaked)
-			p.refuse(w, &x.ev, http.StatusForbidden, proxyVerdict(ruleCredentialLeak,
+			p.refuse(w, x.ev, http.StatusForbidden, proxyVerdict(ruleCredentialLeak,
 				"the request carries the placeholder of credential "+strings.Join(slices.Compact(leaked), ", ")+" to a host it is not bound to"))
 			if x.llm != nil {
 				x.llm.ev.Verdict = x.ev.Verdict

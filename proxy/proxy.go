@@ -176,6 +176,7 @@ type Proxy struct {
 	dialer    net.Dialer
 	sniffBufs sync.Pool  // *bufio.Reader of chtls.SniffBufferSize
 	bufs      bufferPool // body copy buffers
+	exchanges sync.Pool  // of *exchange, for newExchange
 
 	// Upstream requests go over HTTP/1.1 (upstreamH1), from HTTP/1 and
 	// HTTP/2 clients alike: it costs the proxy (and the upstream) less per

@@ -24,6 +24,14 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 	return http.ReadResponse(br, req)
 }
 
+// plainResponse is a response read by parsePlainResponse, its body and
+// the room for h1Upstream's wrapper of the body, in one allocation.
+type plainResponse struct {
+	res  http.Response
+	body lengthBody
+	wrap h1Body
+}
+
 // parsePlainResponse parses the response at the head of br's buffer, if
 // it is a plain one, and returns it with the length of its header; nil
 // when http.ReadResponse must read it.
@@ -70,7 +78,7 @@ func parsePlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, in
 	if f.closing {
 		delete(h, "Connection") // as net/http does for "Connection: close"
 	}
-	res := &http.Response{
+	pr := &plainResponse{res: http.Response{
 		Status:        all[:len(status)],
 		StatusCode:    code,
 		Proto:         "HTTP/1.1",
@@ -81,9 +89,15 @@ func parsePlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, in
 		Close:         f.closing,
 		Request:       req,
 		Body:          http.NoBody,
-	}
+	}}
+	res := &pr.res
 	if f.contentLength > 0 {
-		res.Body = &lengthBody{r: br, n: f.contentLength}
+		b := &pr.body
+		*b = lengthBody{r: br, n: f.contentLength, wrap: &pr.wrap}
+		if f.verbatim {
+			b.head = verbatimHead{fields: all[eol-len(proto)+2:], length: f.contentLength, date: f.date}
+		}
+		res.Body = b
 	}
 	return res, end + 4
 }

@@ -7,8 +7,12 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // compareRead parses raw with parsePlainResponse and, when it takes the
@@ -51,8 +55,38 @@ func compareRead(t testing.TB, raw []byte, method string) bool {
 	if fast.Request != req {
 		t.Fatal("Request not set")
 	}
+	if lb, ok := fast.Body.(*lengthBody); ok && lb.head.fields != "" {
+		compareVerbatim(t, lb.head, std.Header, raw)
+	}
 	compareTail(t, "http.ReadResponse", fast.Body, std.Body, brFast, brStd, raw)
 	return true
+}
+
+// compareVerbatim checks that a head taken to be sent as received is what
+// h1Writer would write of the header http.ReadResponse read (field by
+// field, in any order), with no hop-by-hop field, and that it has a Date
+// field when that header does.
+func compareVerbatim(t testing.TB, vh verbatimHead, h http.Header, raw []byte) {
+	t.Helper()
+	var b bytes.Buffer
+	bw := bufio.NewWriter(&b)
+	for k, vv := range h {
+		if isHopHeader(k) {
+			t.Fatalf("head with hop-by-hop field %s taken as it is, from %q", k, raw)
+		}
+		writeField(bw, k, vv)
+	}
+	bw.Flush()
+	lines := func(s string) []string { return slices.Sorted(strings.SplitSeq(s, "\r\n")) }
+	if diff := cmp.Diff(lines(b.String()), lines(vh.fields)); diff != "" {
+		t.Fatalf("head taken as it is differs from the header written out (-want +got):\n%s\nfrom %q", diff, raw)
+	}
+	if _, date := h["Date"]; date != vh.date {
+		t.Fatalf("Date noted %v, the header has one: %v, from %q", vh.date, date, raw)
+	}
+	if cl := h["Content-Length"]; len(cl) != 1 || func() bool { n, err := strconv.ParseInt(cl[0], 10, 64); return err != nil || n != vh.length }() {
+		t.Fatalf("Content-Length noted %d, the header's %q, from %q", vh.length, cl, raw)
+	}
 }
 
 // compareTail checks that a message's body read by the fast path (fast,
@@ -207,6 +241,7 @@ func FuzzReadResponseFields(f *testing.F) {
 	f.Add("200 OK", "Content-Length: 5\nContent-Type: text/plain", []byte("hello"))
 	f.Add("404", "connection: keep-alive, close\nX:  a b \t\nContent-Length: 7", []byte("short"))
 	f.Add("500 Oops", "Set-Cookie: a\nset-cookie: b\nCONTENT-LENGTH: 0", []byte(nil))
+	f.Add("200 OK", "Keep-Alive: timeout=5\nX-A: a\nDate: Mon, 01 Jan 2024 00:00:00 GMT\nContent-Length: 2", []byte("ok"))
 	f.Fuzz(func(t *testing.T, status, fields string, body []byte) {
 		raw := "HTTP/1.1 " + status + "\r\n" + strings.ReplaceAll(fields, "\n", "\r\n") + "\r\n\r\n" + string(body)
 		compareRead(t, []byte(raw), "GET")

@@ -46,6 +46,7 @@ const headerFlushDelay = time.Millisecond
 // published.
 func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	h2 := r.ProtoMajor == 2 && needsH2(r.Header)
+	x.plain1 = !h2
 	out := x.outgoing(r, h2)
 	if out.Body != nil {
 		defer x.body.Close()
@@ -211,7 +212,7 @@ func (x *exchange) writeHeader(r *http.Request, res *http.Response) (announced i
 	// does, if there is nothing to remove; else it is copied to the empty
 	// header of the writer.
 	var h http.Header
-	if ht, ok := x.sw.ResponseWriter.(headerTaker); ok && !hasHopHeader(res.Header) && ht.takeHeader(res.Header) {
+	if ht, ok := x.sw.ResponseWriter.(headerTaker); ok && x.takenBy(ht, res) {
 		h = res.Header
 	} else {
 		h = x.sw.Header()
@@ -500,8 +501,36 @@ func outboundHeader(in http.Header) http.Header {
 }
 
 // headerTaker is a response writer that can take a header map as its own
-// (h1Writer), saving the copy; false when it has a header already.
-type headerTaker interface{ takeHeader(h http.Header) bool }
+// (h1Writer), saving the copy, and the fields as received (vh, when not
+// empty) to send as they are; false when it has a header already.
+type headerTaker interface {
+	takeHeader(h http.Header, vh verbatimHead) bool
+}
+
+// takenBy has ht take res's header, if it has no hop-by-hop field.
+func (x *exchange) takenBy(ht headerTaker, res *http.Response) bool {
+	vh := x.verbatimHead(res)
+	if vh.fields == "" && hasHopHeader(res.Header) { // a verbatim head has none
+		return false
+	}
+	return ht.takeHeader(res.Header, vh)
+}
+
+// verbatimHead returns the fields of res as received, when they can be
+// sent on as they are: res was read whole by parsePlainResponse, and
+// neither a rewrite of the response (an LLM call's) nor trailers can
+// change them.
+func (x *exchange) verbatimHead(res *http.Response) verbatimHead {
+	if x.llm != nil || len(res.Trailer) > 0 {
+		return verbatimHead{}
+	}
+	if b, ok := res.Body.(*h1Body); ok {
+		if lb, ok := b.rc.(*lengthBody); ok {
+			return lb.head
+		}
+	}
+	return verbatimHead{}
+}
 
 // hasHopHeader reports whether h has a hop-by-hop header (any header that
 // a Connection header names is one only if Connection is there).

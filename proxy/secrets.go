@@ -482,7 +482,7 @@ func (p *Proxy) refuseUndecodable(w http.ResponseWriter, x *exchange, err error)
 		}
 	}
 	x.http.Secrets = x.secretIDs()
-	p.refuse(w, &x.ev, status, proxyVerdict(ruleUndecodable, reason))
+	p.refuse(w, x.ev, status, proxyVerdict(ruleUndecodable, reason))
 	if x.llm != nil {
 		x.llm.ev.Verdict = x.ev.Verdict
 		p.finishLLM(x, status)
@@ -548,8 +548,8 @@ func (p *Proxy) newBodyScan(r *http.Request, x *exchange, raw []byte, rest io.Re
 // start is called on the handler's goroutine before the body is sent: it
 // takes the event as decided, and the cancel of the upstream request.
 func (b *bodyScan) start(cancel context.CancelFunc) {
-	b.ev = b.x.ev
-	b.http = b.x.http
+	b.ev = *b.x.ev
+	b.http = *b.x.http
 	b.http.Secrets = slices.Clone(b.http.Secrets)
 	b.ev.HTTP = &b.http
 	b.mu.Lock()

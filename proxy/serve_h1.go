@@ -443,6 +443,11 @@ type h1Writer struct {
 	written    int64
 	trailers   []string
 	err        error // the first write error
+
+	// The header's fields as received, when takeHeader was given them,
+	// and how many keys the header had then.
+	verbatim     verbatimHead
+	verbatimKeys int
 }
 
 func (w *h1Writer) reset(cc *clientConn, req *http.Request, ctx *reqContext) {
@@ -468,11 +473,16 @@ func (w *h1Writer) Header() http.Header {
 
 // takeHeader makes h the response's header, in place of an empty one, before
 // anything is written: the handler gives h up, to be changed and reused.
-func (w *h1Writer) takeHeader(h http.Header) bool {
+// vh, when not empty, is h's fields as received: they are sent as they
+// are, unless h changes meanwhile.
+func (w *h1Writer) takeHeader(h http.Header, vh verbatimHead) bool {
 	if len(w.header) > 0 || w.status != 0 || w.sent || w.hijacked || w.done {
 		return false
 	}
 	w.header = h
+	if vh.fields != "" {
+		w.verbatim, w.verbatimKeys = vh, len(h)
+	}
 	return true
 }
 
@@ -643,6 +653,22 @@ func (w *h1Writer) sendHeader(final bool) {
 	w.sent = true
 	h, code, req := w.Header(), w.status, w.req
 	w.noBody = req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
+	if vh := w.verbatim; vh.fields != "" && len(h) == w.verbatimKeys && !w.noBody && code >= 200 {
+		// The fields as received: framed by their Content-Length, with no
+		// trailer, hop-by-hop field or Transfer-Encoding to take out.
+		w.clen = vh.length
+		bw := w.cc.bw
+		writeStatusLine(bw, code)
+		bw.WriteString(vh.fields)
+		if !vh.date {
+			writeDate(bw)
+		}
+		if w.closeAfter {
+			bw.WriteString("Connection: close\r\n")
+		}
+		bw.WriteString("\r\n")
+		return
+	}
 	for _, v := range h["Trailer"] {
 		for k := range strings.SplitSeq(v, ",") {
 			if k = http.CanonicalHeaderKey(strings.TrimSpace(k)); k != "" && httpguts.ValidTrailerHeader(k) {
@@ -686,10 +712,7 @@ func (w *h1Writer) sendHeader(final bool) {
 		writeField(bw, k, vv)
 	}
 	if _, ok := h["Date"]; !ok {
-		var b [len(http.TimeFormat) + 8]byte
-		bw.WriteString("Date: ")
-		bw.Write(time.Now().UTC().AppendFormat(b[:0], http.TimeFormat))
-		bw.WriteString("\r\n")
+		writeDate(bw)
 	}
 	if w.chunked {
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
@@ -697,6 +720,14 @@ func (w *h1Writer) sendHeader(final bool) {
 	if w.closeAfter {
 		bw.WriteString("Connection: close\r\n")
 	}
+	bw.WriteString("\r\n")
+}
+
+// writeDate writes a Date field of the time now.
+func writeDate(bw *bufio.Writer) {
+	var b [len(http.TimeFormat) + 8]byte
+	bw.WriteString("Date: ")
+	bw.Write(time.Now().UTC().AppendFormat(b[:0], http.TimeFormat))
 	bw.WriteString("\r\n")
 }
 

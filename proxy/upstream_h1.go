@@ -48,13 +48,16 @@ type h1Upstream struct {
 	maxIdle       int
 
 	mu     sync.Mutex
-	idle   map[h1Key][]*h1Conn // most recently used last
+	idle   map[h1Key]*h1Idle // one lookup a get or put (h1Key's hash is not cheap)
 	nIdle  int
 	sweep  *time.Timer // closes connections idle for idleTimeout or closed upstream; nil when none are idle
 	closed bool
 
 	watch *deadlineWatch // of response headers
 }
+
+// h1Idle is the idle connections of a key, most recently used last.
+type h1Idle struct{ conns []*h1Conn }
 
 // h1Key says which pooled connections a request may use: same scheme and
 // authority, and same destination address for a tunnel that has one; for a
@@ -250,7 +253,13 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 		}
 		return nil, err
 	}
-	b := &h1Body{h: h, pc: pc, rc: res.Body, stop: stop, written: written,
+	var b *h1Body
+	if lb, ok := res.Body.(*lengthBody); ok && lb.wrap != nil {
+		b = lb.wrap // allocated with the response
+	} else {
+		b = new(h1Body)
+	}
+	*b = h1Body{h: h, pc: pc, rc: res.Body, stop: stop, written: written,
 		keep: !res.Close && !req.Close && res.StatusCode != http.StatusSwitchingProtocols}
 	if res.Body == http.NoBody {
 		b.end(b.keep)
@@ -376,13 +385,14 @@ func (h *h1Upstream) get(ctx context.Context, key h1Key, replayable bool) (pc *h
 	now := time.Now()
 	h.mu.Lock()
 	for {
-		l := h.idle[key]
-		if len(l) == 0 {
+		il := h.idle[key]
+		if il == nil || len(il.conns) == 0 {
 			break
 		}
+		l := il.conns
 		pc = l[len(l)-1]
 		l[len(l)-1] = nil
-		h.idle[key] = l[:len(l)-1]
+		il.conns = l[:len(l)-1]
 		h.nIdle--
 		h.mu.Unlock()
 		if now.Sub(pc.idleAt) < h.idleTimeout && (replayable || pc.alive()) {
@@ -432,15 +442,20 @@ func (h *h1Upstream) dialConn(ctx context.Context, key h1Key) (*h1Conn, error) {
 func (h *h1Upstream) put(pc *h1Conn) {
 	pc.idleAt = time.Now()
 	h.mu.Lock()
-	if h.closed || len(h.idle[pc.key]) >= h.maxIdlePerKey || h.nIdle >= h.maxIdle {
+	il := h.idle[pc.key]
+	if h.closed || il != nil && len(il.conns) >= h.maxIdlePerKey || h.nIdle >= h.maxIdle {
 		h.mu.Unlock()
 		pc.close()
 		return
 	}
-	if h.idle == nil {
-		h.idle = make(map[h1Key][]*h1Conn)
+	if il == nil {
+		if h.idle == nil {
+			h.idle = make(map[h1Key]*h1Idle)
+		}
+		il = &h1Idle{}
+		h.idle[pc.key] = il
 	}
-	h.idle[pc.key] = append(h.idle[pc.key], pc)
+	il.conns = append(il.conns, pc)
 	h.nIdle++
 	if h.sweep == nil {
 		h.sweep = time.AfterFunc(h.sweepAfter(), h.prune)
@@ -465,7 +480,8 @@ func (h *h1Upstream) prune() {
 	var doomed []*h1Conn
 	h.mu.Lock()
 	next := h.sweepAfter()
-	for k, l := range h.idle {
+	for k, il := range h.idle {
+		l := il.conns
 		kept := l[:0]
 		for _, pc := range l {
 			if age := now.Sub(pc.idleAt); age >= h.idleTimeout || !pc.alive() {
@@ -480,7 +496,7 @@ func (h *h1Upstream) prune() {
 		if len(kept) == 0 {
 			delete(h.idle, k)
 		} else {
-			h.idle[k] = kept
+			il.conns = kept
 		}
 	}
 	h.sweep = nil
@@ -504,8 +520,8 @@ func (h *h1Upstream) CloseIdleConnections() {
 		h.sweep = nil
 	}
 	h.mu.Unlock()
-	for _, l := range idle {
-		for _, pc := range l {
+	for _, il := range idle {
+		for _, pc := range il.conns {
 			pc.close()
 		}
 	}

@@ -399,9 +399,9 @@ func TestH1UpstreamSweepsClosed(t *testing.T) {
 	idle := func(s *httptest.Server) int {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		for k, l := range h.idle {
+		for k, il := range h.idle {
 			if k.authority == s.Listener.Addr().String() {
-				return len(l)
+				return len(il.conns)
 			}
 		}
 		return 0

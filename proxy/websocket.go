@@ -29,7 +29,7 @@ func (p *Proxy) serveSocket(x *exchange, r *http.Request, h socketHandler) (abor
 	key, offers, err := ws.CheckRequest(r)
 	if err != nil {
 		x.sw.published = true
-		p.refuse(x.sw.ResponseWriter, &x.ev, http.StatusBadRequest, proxyVerdict(ruleMalformedRequest,
+		p.refuse(x.sw.ResponseWriter, x.ev, http.StatusBadRequest, proxyVerdict(ruleMalformedRequest,
 			"a WebSocket handshake that cannot be inspected: "+err.Error()))
 		return false
 	}
