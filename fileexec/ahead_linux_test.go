@@ -14,28 +14,27 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 )
 
-// TestMarkAhead: once one file of a directory is ignore-marked, the
-// directory's other files that qualify are marked too, and their first
-// opens raise no event; those that do not qualify (Static says no, a
-// second link, another path to a protected file, a file made since) are
-// decided when opened, and Forget undoes it all.
+// TestMarkAhead: once a file of a directory is ignore-marked, more of the
+// directory's files that qualify are marked too, each mark walking twice
+// as far as the one before, and their first opens raise no event; those
+// that do not qualify (Static says no, a second link, another path to a
+// protected file, a file made since) are decided when opened, and Forget
+// undoes it all.
 func TestMarkAhead(t *testing.T) {
 	requireRoot(t)
 	const plain = 40
 	tests := []struct {
 		name  string
 		ahead int
-		// Events raised by opening every file of the directory once more
-		// after the first, and then the file made since.
+		// Events raised by opening every file of the directory once, then
+		// the file made since: of plain files, one per walk (16, 32, 64
+		// entries: the directory's 44 in three), and the others.
 		wantEvents uint64
 	}{
-		// notstatic, linked, alias, new.
-		{name: "ahead", ahead: 4096, wantEvents: 4},
-		// Every file but the first, and new.
-		{name: "not ahead", ahead: 0, wantEvents: plain - 1 + 3 + 1},
-		// The directory read no further than three entries: the rest, and
-		// the three others, are decided when opened (which entries are
-		// read first is the filesystem's order).
+		{name: "ahead", ahead: 4096, wantEvents: 3 + 3 + 1},
+		{name: "not ahead", ahead: 0, wantEvents: plain + 3 + 1},
+		// The directory read no further than three entries: the rest are
+		// decided when opened (which three is the filesystem's order).
 		{name: "bounded", ahead: 3},
 	}
 	for _, tt := range tests {
@@ -72,68 +71,53 @@ func TestMarkAhead(t *testing.T) {
 					return "/the/original", (fileID{dev, ino}) == aliasID
 				}
 			})
-			if got := c.do(t, "open "+files[0]+" r"); got != "ok" {
-				t.Fatalf("first open: %q", got)
-			}
-			// The directory is marked ahead after the open is answered:
-			// wait for its marks (the test's deadline bounds it).
-			wantMarks := uint64(1)
-			if tt.ahead > 0 {
-				wantMarks = min(plain, uint64(tt.ahead)) // the first, and the others read that qualify
-				if tt.ahead >= plain+3 {
-					wantMarks = plain
+			// Each open, then the walk it started (if any) to its end, so
+			// that what the next open finds marked does not depend on how
+			// fast the walk is.
+			openAll := func(paths ...string) uint64 {
+				t.Helper()
+				before := f.Stats().Events
+				for _, p := range paths {
+					if got := c.do(t, "open "+p+" r"); got != "ok" {
+						t.Fatalf("open %s: %q", p, got)
+					}
+					waitFor(t, "the walk ahead to end", func() bool {
+						f.markMu.Lock()
+						defer f.markMu.Unlock()
+						a := f.ahead[dir]
+						return a == nil || !a.walking
+					})
 				}
-			}
-			if tt.ahead != 3 {
-				waitFor(t, "the directory marked ahead", func() bool { return f.Stats().Static >= wantMarks })
-			}
-			before := f.Stats()
-			for _, p := range files[1:] {
-				if got := c.do(t, "open "+p+" r"); got != "ok" {
-					t.Fatalf("open %s: %q", p, got)
-				}
+				return f.Stats().Events - before
 			}
 			made := filepath.Join(dir, "new")
+			got := openAll(files...)
 			if err := os.WriteFile(made, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if got := c.do(t, "open "+made+" r"); got != "ok" {
-				t.Fatalf("open %s: %q", made, got)
-			}
-			got := f.Stats().Events - before.Events
+			got += openAll(made)
 			if tt.ahead == 3 {
-				// At most the two other entries read (the directory may
-				// list sub, or the exceptions, among the first three).
-				if low := uint64(len(files)) - 1 - 2; got < low-3 || got > uint64(len(files)) {
-					t.Errorf("events after the first open: %d, want about %d", got, low)
+				// At most the three entries read (the directory may list
+				// sub, or the exceptions, among them).
+				if low := uint64(len(files)) + 1 - 3; got < low || got > uint64(len(files))+1 {
+					t.Errorf("events: %d, want %d to %d", got, low, len(files)+1)
 				}
 				return
 			}
 			if got != tt.wantEvents {
-				t.Errorf("events after the first open: %d, want %d; decided: %v", got, tt.wantEvents, r.decideCalls())
+				t.Errorf("events: %d, want %d; decided: %v", got, tt.wantEvents, r.decideCalls())
 			}
 			if tt.ahead == 0 {
 				return
 			}
-			// Forget: the marks and the directory's walk are gone; the
-			// next open is decided and marks ahead again.
+			// Forget: the marks and the walks are gone; opening the files
+			// again decides them again and marks ahead again (new is a
+			// file of the directory like the others now).
 			if err := f.Forget(); err != nil {
 				t.Fatal(err)
 			}
-			before = f.Stats()
-			if got := c.do(t, "open "+files[1]+" r"); got != "ok" {
-				t.Fatalf("open after Forget: %q", got)
-			}
-			// The directory again, and new.
-			waitFor(t, "the directory marked ahead again", func() bool { return f.Stats().Static-before.Static >= plain+1 })
-			before = f.Stats()
-			for _, p := range files {
-				if got := c.do(t, "open "+p+" r"); got != "ok" {
-					t.Fatalf("open %s: %q", p, got)
-				}
-			}
-			if diff := cmp.Diff(uint64(3), f.Stats().Events-before.Events); diff != "" {
-				t.Errorf("events after Forget and a walk (-want +got):\n%s", diff)
+			if diff := cmp.Diff(uint64(3+3), openAll(append(files, made)...)); diff != "" {
+				t.Errorf("events after Forget (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -147,4 +131,35 @@ func statID(t *testing.T, path string) fileID {
 		t.Fatal(err)
 	}
 	return fileID{uint64(st.Dev), st.Ino}
+}
+
+// TestMarkAheadBounded: marking ahead stops at half CacheSize marks; it
+// never evicts the marks of opens.
+func TestMarkAheadBounded(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	for i := range 40 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := startChild(t)
+	f, _ := watch(t, c, allowAll, func(o *FileOptions) {
+		o.Ahead, o.CacheSize = 4096, 8
+		o.Static = func(string, event.FileAccess, event.Verdict) bool { return true }
+	})
+	if got := c.do(t, "open "+filepath.Join(dir, "f00")+" r"); got != "ok" {
+		t.Fatalf("open: %q", got)
+	}
+	waitFor(t, "the walk ahead to end", func() bool {
+		f.markMu.Lock()
+		defer f.markMu.Unlock()
+		return !f.ahead[dir].walking
+	})
+	f.markMu.Lock()
+	marked := len(f.marked)
+	f.markMu.Unlock()
+	if st := f.Stats(); marked != 4 || st.Static != 4 {
+		t.Errorf("%d inodes marked (%d marks put), want 4: the open's and three ahead, none evicted", marked, st.Static)
+	}
 }

@@ -74,13 +74,14 @@
 //     next open is then an event again and marks the file again. A file
 //     renamed over the path is a new inode, unmarked, and is decided. At
 //     most CacheSize inodes are marked; one more removes every mark first.
-//   - Ahead: after such a mark, the other entries of the file's directory
-//     (up to FileOptions.Ahead, once per directory until Forget) are
-//     marked the same way when Static holds for them, on a goroutine of
-//     their own after the open is answered: each is opened O_PATH from the
-//     directory (reached under the session's root, and checked to hold the
-//     file just opened), and marked only when that inode is a regular
-//     file with one link, not Protected and not Alias's.
+//   - Ahead: after such a mark, more entries of the file's directory (16
+//     for its first mark, twice as many for each next, up to
+//     FileOptions.Ahead; none past half CacheSize marks) are marked the
+//     same way when Static holds for them, on a goroutine of their own
+//     after the open is answered: each is opened O_PATH from the directory
+//     (reached under the session's root, and checked to hold the file
+//     just opened), and marked only when that inode is a regular file
+//     with one link (or StaticLinked), not Protected and not Alias's.
 //   - Forget removes every ignore mark (FAN_MARK_FLUSH of inode marks: the
 //     mounts' marks stay) and every cached verdict, so the next open of
 //     each file is decided again under the new policy; a verdict looked up

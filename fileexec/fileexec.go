@@ -69,14 +69,16 @@ type FileOptions struct {
 	// after Static, on handler goroutines, and must return promptly.
 	StaticLinked func(path string, access event.FileAccess) bool
 	// Ahead, when positive, marks ahead: once an open's file is
-	// ignore-marked for Static, up to Ahead other entries of its directory
-	// are asked about (Static, or Ignore) and those that qualify are
-	// ignore-marked as if each had been opened and allowed, on a goroutine
-	// of their own after the open is answered, once per directory until
-	// Forget. A tree walked for the first time then costs about one round
-	// trip per directory. A file made in the directory later is decided
-	// when first opened. Not in a session whose processes made mount
-	// namespaces of their own (Nested). WatchFiles does not use it.
+	// ignore-marked for Static, more entries of its directory are asked
+	// about (Static, or Ignore) and those that qualify are ignore-marked
+	// as if each had been opened and allowed, on a goroutine of their own
+	// after the open is answered: 16 entries for the directory's first
+	// mark, twice as many for each next one, up to Ahead; none once half
+	// CacheSize files are marked. A tree walked for the first time then
+	// costs a few round trips per directory. A file made in the directory
+	// later is decided when first opened. Not in a session whose processes
+	// made mount namespaces of their own (Nested). WatchFiles does not use
+	// it.
 	Ahead int
 	// Alias, when set, names the path an opened file (its device and
 	// inode) is to be decided as, when that is not the path it was opened

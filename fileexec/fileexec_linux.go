@@ -96,9 +96,9 @@ type Files struct {
 	byInode bool
 	watched map[inodeKey]struct{}
 	closing bool // Close began: AddPaths marks nothing more (markMu)
-	// ahead: the directories whose files were marked ahead (ahead_linux.go),
-	// with the Forget count they were walked under (markMu).
-	ahead map[inodeKey]uint64
+	// ahead: the directories whose files are marked ahead, by path
+	// (ahead_linux.go; markMu).
+	ahead map[string]*aheadDir
 
 	mounts                                            int
 	events, outside, ignored, hits, denied, execOpens atomic.Uint64
@@ -356,7 +356,7 @@ func newFiles(o FileOptions, what string) (*Files, error) {
 	f := &Files{
 		o: o, log: o.Logger, fd: fd, self: os.Getpid(), nrs: nrs,
 		sem: make(chan struct{}, maxDeciding), cache: cache, notStatic: notStatic, flights: map[cacheKey]*flight{},
-		tgids: map[int]int{}, marked: map[inodeKey]struct{}{}, watched: map[inodeKey]struct{}{}, ahead: map[inodeKey]uint64{},
+		tgids: map[int]int{}, marked: map[inodeKey]struct{}{}, watched: map[inodeKey]struct{}{}, ahead: map[string]*aheadDir{},
 		readerDone: make(chan struct{}), mainRoot: -1,
 	}
 	if f.procFD, err = unix.Open("/proc/self/fd", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {

@@ -225,7 +225,13 @@ func goBuildEnv() ([]string, error) {
 	if len(dirs) != 2 {
 		return nil, fmt.Errorf("go env: %q", out)
 	}
-	env := []string{"M=" + root, "GOCACHE=" + dirs[0], "GOMODCACHE=" + dirs[1], "GOPROXY=off", "GOTOOLCHAIN=local", "GOFLAGS="}
+	// The agent's home is the machine's (its caches are there, as for an
+	// agent run in a developer's own account).
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return nil, err
+	}
+	env := []string{"M=" + root, "HOME=" + home, "GOCACHE=" + dirs[0], "GOMODCACHE=" + dirs[1], "GOPROXY=off", "GOTOOLCHAIN=local", "GOFLAGS="}
 	warm := exec.Command("go", "build", "./policy/")
 	warm.Dir, warm.Env = root, append(os.Environ(), env...)
 	if out, err := warm.CombinedOutput(); err != nil {
