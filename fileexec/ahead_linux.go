@@ -55,11 +55,12 @@ func (f *Files) aheadOf(p string, st *unix.Stat_t, gen uint64) {
 		return
 	}
 	a.walking = true
+	from := a.done
 	f.markMu.Unlock()
 	f.handlers.Add(1) // from a handler: Close waits for both
 	go func() {
 		defer f.handlers.Done()
-		done := f.markAhead(dir, base, a.done, limit, st, gen)
+		done := f.markAhead(dir, base, from, limit, st, gen)
 		f.markMu.Lock()
 		a.walking = false
 		a.done = max(a.done, done)
