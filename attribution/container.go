@@ -121,7 +121,8 @@ func containerOf(c string, above []string) (runtime, id, pod string, ok bool) {
 // podOf returns the pod UID a path component names: "pod<uid>" (cgroupfs
 // driver) or "kubepods[-<qos>]-pod<uid_with_underscores>.slice" (systemd
 // driver, which turns the UID's dashes into underscores since a dash
-// separates a slice's parents). Else "".
+// separates a slice's parents; containerd's colon form keeps the dashes).
+// A UID written with both is no UID. Else "".
 func podOf(c string) string {
 	var uid string
 	if s, ok := strings.CutPrefix(c, "pod"); ok {
@@ -131,7 +132,11 @@ func podOf(c string) string {
 		if i < 0 {
 			return ""
 		}
-		uid = strings.ReplaceAll(s[i+len("-pod"):], "_", "-")
+		// Underscores for the UID's dashes, or (containerd's colon form)
+		// the dashes themselves; never a mix of the two.
+		if u := s[i+len("-pod"):]; !strings.Contains(u, "-") || !strings.Contains(u, "_") {
+			uid = strings.ReplaceAll(u, "_", "-")
+		}
 	}
 	if !isUUID(uid) {
 		return ""
