@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
@@ -114,168 +111,21 @@ func readLog(path string, f telemetry.Filter, fn func(telemetry.Record) error) e
 	return telemetry.ReadRecords(file, f, fn)
 }
 
-// sessionSummary is what the audit log says about one session.
-type sessionSummary struct {
-	ID      string   `json:"id"`
-	Agent   string   `json:"agent,omitempty"`
-	Command []string `json:"command,omitempty"`
-	Mode    string   `json:"mode,omitempty"`
-	RootPID int      `json:"root_pid,omitempty"`
-	// Start is the session_start's time, else (a log that begins in the
-	// middle of the session) its first record's.
-	Start time.Time `json:"start"`
-	// End is the session_end's time; absent while Running.
-	End        *time.Time `json:"end,omitempty"`
-	Running    bool       `json:"running"`
-	ExitCode   *int       `json:"exit_code,omitempty"`
-	DurationMS *int64     `json:"duration_ms,omitempty"`
-	Events     int        `json:"events"`
-	// Requests counts http records, whatever their verdict.
-	Requests int `json:"requests"`
-	// Denials counts denied actions (see sessionCounter.add).
-	Denials int `json:"denials"`
-	// Redactions counts the secrets replaced in requests.
-	Redactions   int   `json:"redactions"`
-	LLMCalls     int   `json:"llm_calls"`
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
-	Tokens       int64 `json:"tokens"` // input + output
-}
-
-// sessionCounter sums one session's records into its summary.
-type sessionCounter struct {
-	s       sessionSummary
-	started bool // a session_start was seen
-	// Denied connections and requests by host: one denied request can be
-	// recorded as a denied connect, tls and http record.
-	deniedConns map[string]int
-	deniedReqs  map[string]bool
-}
-
-// add counts r. Denials count every denied http, dns, file and exec
-// record, and denied connections (connect, or else tls, records) to hosts
-// none of whose requests were denied: a denied tunnel is kept open to
-// answer its requests 403, so their denials stand for it. Denied llm
-// records are not counted: each comes with its denied http record.
-func (c *sessionCounter) add(r telemetry.Record) {
-	s := &c.s
-	if r.Kind == telemetry.KindFileReads {
-		s.Events += r.Count // the reads folded in it
-	} else {
-		s.Events++
-	}
-	if !c.started && (s.Start.IsZero() || r.Time.Before(s.Start)) {
-		s.Start = r.Time
-	}
-	denied := r.Verdict == event.Deny
-	switch r.Kind {
-	case event.KindSessionStart:
-		c.started = true
-		s.Start, s.Agent, s.Command, s.Mode, s.RootPID = r.Time, r.Agent, r.Command, r.Mode, r.RootPID
-	case event.KindSessionEnd:
-		t := r.Time
-		s.End, s.ExitCode, s.DurationMS = &t, r.ExitCode, r.DurationMS
-		if s.Agent == "" {
-			s.Agent, s.Command, s.Mode, s.RootPID = r.Agent, r.Command, r.Mode, r.RootPID
-		}
-	case event.KindHTTP:
-		s.Requests++
-		if r.Rewrite != nil {
-			for _, n := range r.Rewrite.Redacted {
-				s.Redactions += n
-			}
-		}
-		if denied {
-			c.deniedReqs[requestHost(r)] = true
-		}
-	case event.KindConnect:
-		if denied {
-			c.deniedConns[r.Host]++
-		}
-	case event.KindTLS:
-		if denied && c.deniedConns[r.SNI] == 0 {
-			c.deniedConns[r.SNI] = 1
-		}
-	case event.KindLLM:
-		s.LLMCalls++
-		s.InputTokens += r.InputTokens
-		s.OutputTokens += r.OutputTokens
-		s.Tokens += r.InputTokens + r.OutputTokens
-	}
-	switch r.Kind {
-	case event.KindHTTP, event.KindDNS, event.KindFile, event.KindExec:
-		if denied {
-			s.Denials++
-		}
-	}
-}
-
-func (c *sessionCounter) summary() sessionSummary {
-	s := c.s
-	for host, n := range c.deniedConns {
-		if !c.deniedReqs[host] {
-			s.Denials += n
-		}
-	}
-	s.Running = s.End == nil
-	return s
-}
-
-// requestHost is the host name an http record went to.
-func requestHost(r telemetry.Record) string {
-	h := r.Host
-	if h == "" {
-		if u, err := url.Parse(r.URL); err == nil {
-			h = u.Host
-		}
-	}
-	return hostname(h)
-}
-
 // readSessions summarises every session of the audit log at path, oldest
-// first. Records of no session (traffic from outside any session, refused)
-// are left out.
-func readSessions(path string) ([]sessionSummary, error) {
+// first.
+func readSessions(path string) ([]telemetry.SessionSummary, error) {
 	file, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("sessions: %w", err)
 	}
 	defer file.Close()
-	return sessionsOf(file)
-}
-
-// sessionsOf summarises every session of the audit log r, as readSessions.
-func sessionsOf(r io.Reader) ([]sessionSummary, error) {
-	counters := map[string]*sessionCounter{}
-	var order []string
-	err := telemetry.ReadRecords(r, telemetry.Filter{}, func(r telemetry.Record) error {
-		if r.Session == "" {
-			return nil
-		}
-		c := counters[r.Session]
-		if c == nil {
-			c = &sessionCounter{s: sessionSummary{ID: r.Session}, deniedConns: map[string]int{}, deniedReqs: map[string]bool{}}
-			counters[r.Session] = c
-			order = append(order, r.Session)
-		}
-		c.add(r)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	list := make([]sessionSummary, 0, len(order))
-	for _, id := range order {
-		list = append(list, counters[id].summary())
-	}
-	slices.SortStableFunc(list, func(a, b sessionSummary) int { return a.Start.Compare(b.Start) })
-	return list, nil
+	return telemetry.Sessions(file)
 }
 
 // findSession returns the session whose id is id, or else the one whose id
 // starts with it.
-func findSession(list []sessionSummary, id string) (sessionSummary, error) {
-	var matches []sessionSummary
+func findSession(list []telemetry.SessionSummary, id string) (telemetry.SessionSummary, error) {
+	var matches []telemetry.SessionSummary
 	for _, s := range list {
 		if s.ID == id {
 			return s, nil
@@ -288,7 +138,7 @@ func findSession(list []sessionSummary, id string) (sessionSummary, error) {
 	case 1:
 		return matches[0], nil
 	case 0:
-		return sessionSummary{}, usageError{fmt.Errorf("sessions: no session %q in the audit log", telemetry.Printable(id))}
+		return telemetry.SessionSummary{}, usageError{fmt.Errorf("sessions: no session %q in the audit log", telemetry.Printable(id))}
 	}
 	ids := make([]string, 0, 5)
 	for i, s := range matches {
@@ -298,13 +148,13 @@ func findSession(list []sessionSummary, id string) (sessionSummary, error) {
 		}
 		ids = append(ids, telemetry.Printable(s.ID))
 	}
-	return sessionSummary{}, usageError{fmt.Errorf("sessions: %q names %d sessions (%s): give more of the id",
+	return telemetry.SessionSummary{}, usageError{fmt.Errorf("sessions: %q names %d sessions (%s): give more of the id",
 		telemetry.Printable(id), len(matches), strings.Join(ids, ", "))}
 }
 
 // printSessions writes the table of sessions, at most 100 columns wide:
 // longer ids and agent names are cut (show takes a prefix of the id).
-func printSessions(w io.Writer, list []sessionSummary) error {
+func printSessions(w io.Writer, list []telemetry.SessionSummary) error {
 	if len(list) == 0 {
 		_, err := fmt.Fprintln(w, "no sessions in the audit log")
 		return err
@@ -368,7 +218,7 @@ func endTime(start, end time.Time) string {
 
 // sessionAgent names a session's agent, or its command when no agent was
 // recorded.
-func sessionAgent(s sessionSummary) string {
+func sessionAgent(s telemetry.SessionSummary) string {
 	switch {
 	case s.Agent != "":
 		return telemetry.Printable(s.Agent)

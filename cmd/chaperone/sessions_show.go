@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,25 +15,15 @@ import (
 // showWidth is the widest line sessions show writes, in runes.
 const showWidth = 100
 
-// procNode is one process of a session's tree.
-type procNode struct {
-	pid, ppid int
-	names     []string // executable names, in order (an exec changes it)
-	argv      []string
-	lineage   []string
-	recs      []telemetry.Record
-	parent    *procNode
-	children  []*procNode
-}
-
-func (n *procNode) label() string {
-	if n.pid == 0 {
+// label names a process: its names, pid and argv, printable.
+func label(n *telemetry.ProcNode) string {
+	if n.PID == 0 {
 		return "(no process recorded)"
 	}
-	l := strings.Join(n.names, " → ") + "[" + strconv.Itoa(n.pid) + "]"
-	if len(n.argv) > 0 {
-		args := make([]string, len(n.argv))
-		for i, a := range n.argv {
+	l := strings.Join(n.Names, " → ") + "[" + strconv.Itoa(n.PID) + "]"
+	if len(n.Argv) > 0 {
+		args := make([]string, len(n.Argv))
+		for i, a := range n.Argv {
 			args[i] = telemetry.Printable(a)
 		}
 		l += "  " + strings.Join(strings.Fields(strings.Join(args, " ")), " ")
@@ -42,158 +31,9 @@ func (n *procNode) label() string {
 	return l
 }
 
-// processTree sorts a session's records (session_start and session_end
-// aside) into its processes, nested by parentage, and returns the tops:
-// the root process, then any process whose ancestry is unknown, then the
-// records that name no process. A parent the log has no record of is
-// stood in for by a node named from the child's lineage.
-func processTree(s sessionSummary, recs []telemetry.Record) []*procNode {
-	byPID := map[int]*procNode{}
-	var order []*procNode
-	var orphan *procNode // records without a process
-	node := func(pid, ppid int, lineage []string) *procNode {
-		n := byPID[pid]
-		if n == nil {
-			n = &procNode{pid: pid, ppid: ppid, lineage: lineage}
-			byPID[pid] = n
-			order = append(order, n)
-		}
-		return n
-	}
-	for _, r := range recs {
-		switch {
-		case r.Kind == event.KindSessionStart, r.Kind == event.KindSessionEnd:
-			continue
-		case r.Kind == event.KindTLS && r.Verdict == event.Allow:
-			continue // a ClientHello let through says nothing its connect does not
-		}
-		p := r.Process
-		if p == nil && r.PID != 0 {
-			// Its process record is not in the log (a log that begins
-			// mid-session): its pid is all there is.
-			p = &telemetry.Process{PID: r.PID}
-		}
-		if p == nil {
-			if orphan == nil {
-				orphan = &procNode{}
-			}
-			orphan.recs = append(orphan.recs, r)
-			continue
-		}
-		n := node(p.PID, p.PPID, p.Lineage)
-		if name := telemetry.ProcessName(p); len(n.names) == 0 || n.names[len(n.names)-1] != name {
-			n.names = append(n.names, name)
-		}
-		if len(n.argv) == 0 {
-			n.argv = p.Argv
-		}
-		if len(n.lineage) == 0 {
-			n.lineage = p.Lineage
-		}
-		n.recs = append(n.recs, r)
-	}
-
-	var root *procNode
-	if s.RootPID != 0 && (len(order) > 0 || byPID[s.RootPID] != nil) {
-		root = byPID[s.RootPID]
-		if root == nil {
-			root = node(s.RootPID, 0, nil)
-			root.argv = s.Command
-		}
-		if len(root.names) == 0 {
-			root.names = []string{rootName(s, order)}
-		}
-	}
-	// order grows as stand-in parents are added; they are linked in turn.
-	for i := 0; i < len(order); i++ {
-		n := order[i]
-		if n == root {
-			continue
-		}
-		p := byPID[n.ppid]
-		if p == nil && n.ppid != 0 && len(n.lineage) >= 2 && (root == nil || n.ppid != root.pid) {
-			p = node(n.ppid, 0, n.lineage[:len(n.lineage)-1])
-			p.names = []string{telemetry.Printable(n.lineage[len(n.lineage)-2])}
-		}
-		if p == nil || p == n || descends(p, n) {
-			p = root
-		}
-		if p != nil {
-			n.parent = p
-			p.children = append(p.children, n)
-		}
-	}
-
-	var tops []*procNode
-	if root != nil {
-		tops = append(tops, root)
-	}
-	for _, n := range order {
-		if n.parent == nil && n != root {
-			tops = append(tops, n)
-		}
-	}
-	if orphan != nil {
-		tops = append(tops, orphan)
-	}
-	for _, n := range tops {
-		sortTree(n)
-	}
-	return tops
-}
-
-// sortTree puts the records of n and of the processes under it in time
-// order, and each process's children in the order they first acted.
-func sortTree(n *procNode) {
-	slices.SortStableFunc(n.recs, func(a, b telemetry.Record) int { return a.Time.Compare(b.Time) })
-	for _, c := range n.children {
-		sortTree(c)
-	}
-	slices.SortStableFunc(n.children, func(a, b *procNode) int { return firstTime(a).Compare(firstTime(b)) })
-}
-
-// descends reports whether n is p or one of p's ancestors, which would make
-// p's parent a loop (pids reused within a session).
-func descends(p, n *procNode) bool {
-	for a := p; a != nil; a = a.parent {
-		if a == n {
-			return true
-		}
-	}
-	return false
-}
-
-// firstTime is when n, or a process under it, first acted.
-func firstTime(n *procNode) time.Time {
-	var t time.Time
-	if len(n.recs) > 0 {
-		t = n.recs[0].Time
-	}
-	for _, c := range n.children {
-		if ct := firstTime(c); !ct.IsZero() && (t.IsZero() || ct.Before(t)) {
-			t = ct
-		}
-	}
-	return t
-}
-
-// rootName names the session's root process: the first name of a
-// descendant's lineage, else its command's.
-func rootName(s sessionSummary, nodes []*procNode) string {
-	for _, n := range nodes {
-		if len(n.lineage) > 1 {
-			return telemetry.Printable(n.lineage[0])
-		}
-	}
-	if len(s.Command) > 0 {
-		return telemetry.Printable(filepath.Base(s.Command[0]))
-	}
-	return "?"
-}
-
 // printSessionTree writes the session's header and its process tree, no
 // line wider than showWidth.
-func printSessionTree(w io.Writer, s sessionSummary, recs []telemetry.Record) {
+func printSessionTree(w io.Writer, s telemetry.SessionSummary, recs []telemetry.Record) {
 	var b strings.Builder
 	line := func(format string, args ...any) {
 		b.WriteString(fit(fmt.Sprintf(format, args...), showWidth) + "\n")
@@ -236,9 +76,9 @@ func printSessionTree(w io.Writer, s sessionSummary, recs []telemetry.Record) {
 	}
 	line("  activity  %s", activity)
 
-	for _, n := range processTree(s, recs) {
+	for _, n := range telemetry.ProcessTree(s, recs) {
 		b.WriteString("\n")
-		line("%s", n.label())
+		line("%s", label(n))
 		writeChildren(&b, n, "")
 	}
 	io.WriteString(w, b.String())
@@ -246,24 +86,24 @@ func printSessionTree(w io.Writer, s sessionSummary, recs []telemetry.Record) {
 
 // writeChildren writes n's records, then its child processes, each on
 // lines that start with prefix and a branch of the tree.
-func writeChildren(b *strings.Builder, n *procNode, prefix string) {
-	items := len(n.recs) + len(n.children)
+func writeChildren(b *strings.Builder, n *telemetry.ProcNode, prefix string) {
+	items := len(n.Records) + len(n.Children)
 	branch := func(i int) (first, rest string) {
 		if i == items-1 {
 			return prefix + "└─ ", prefix + "   "
 		}
 		return prefix + "├─ ", prefix + "│  "
 	}
-	for i, r := range n.recs {
+	for i, r := range n.Records {
 		first, rest := branch(i)
 		b.WriteString(fit(first+recordLine(r), showWidth) + "\n")
 		for _, note := range recordNotes(r) {
 			b.WriteString(fit(rest+"   ↳ "+note, showWidth) + "\n")
 		}
 	}
-	for j, c := range n.children {
-		first, rest := branch(len(n.recs) + j)
-		b.WriteString(fit(first+c.label(), showWidth) + "\n")
+	for j, c := range n.Children {
+		first, rest := branch(len(n.Records) + j)
+		b.WriteString(fit(first+label(c), showWidth) + "\n")
 		writeChildren(b, c, rest)
 	}
 }

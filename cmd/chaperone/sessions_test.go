@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/telemetry"
 )
 
@@ -214,98 +212,6 @@ func TestEventsTornLog(t *testing.T) {
 	}
 }
 
-func TestSessionDenials(t *testing.T) {
-	at := time.Date(2025, 3, 1, 13, 0, 0, 0, time.UTC)
-	deny := func(kind event.Kind, host string) telemetry.Record {
-		r := telemetry.Record{Time: at, Session: "s", Kind: kind, Verdict: event.Deny, Host: host}
-		switch kind {
-		case event.KindTLS:
-			r.Host, r.SNI = "", host
-		case event.KindHTTP:
-			r.Host, r.URL = host+":443", "https://"+host+"/x"
-		}
-		return r
-	}
-	allow := func(r telemetry.Record) telemetry.Record { r.Verdict = event.Allow; return r }
-	tests := []struct {
-		name string
-		recs []telemetry.Record
-		want int
-	}{
-		{"nothing denied", []telemetry.Record{allow(deny(event.KindConnect, "a")), allow(deny(event.KindHTTP, "a"))}, 0},
-		{"a denied connection", []telemetry.Record{deny(event.KindConnect, "a")}, 1},
-		{"a denied ClientHello", []telemetry.Record{deny(event.KindTLS, "a")}, 1},
-		{"connect and tls of one connection", []telemetry.Record{deny(event.KindConnect, "a"), deny(event.KindTLS, "a")}, 1},
-		{"a denied tunnel's requests", []telemetry.Record{deny(event.KindConnect, "a"), deny(event.KindTLS, "a"),
-			deny(event.KindHTTP, "a"), deny(event.KindHTTP, "a")}, 2},
-		{"two hosts", []telemetry.Record{deny(event.KindConnect, "a"), deny(event.KindConnect, "b"), deny(event.KindHTTP, "b")}, 2},
-		{"an LLM call with its request", []telemetry.Record{deny(event.KindHTTP, "a"), deny(event.KindLLM, "")}, 1},
-		{"dns, file, exec", []telemetry.Record{deny(event.KindDNS, ""), deny(event.KindFile, ""), deny(event.KindExec, "")}, 3},
-		{"ask is not a denial", []telemetry.Record{{Time: at, Session: "s", Kind: event.KindFile, Verdict: event.Ask}}, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := &sessionCounter{s: sessionSummary{ID: "s"}, deniedConns: map[string]int{}, deniedReqs: map[string]bool{}}
-			for _, r := range tt.recs {
-				c.add(r)
-			}
-			if got := c.summary().Denials; got != tt.want {
-				t.Errorf("Denials = %d, want %d", got, tt.want)
-			}
-		})
-	}
-}
-
-// Processes nest by ppid; a parent without records of its own is named
-// from the lineage; a pid loop (pids reused) still shows every process.
-func TestProcessTree(t *testing.T) {
-	at := time.Date(2025, 3, 1, 13, 0, 0, 0, time.UTC)
-	rec := func(pid, ppid int, lineage ...string) telemetry.Record {
-		return telemetry.Record{Time: at, Session: "s", Kind: event.KindExec, Verdict: event.Allow,
-			Process: &telemetry.Process{PID: pid, PPID: ppid, Exe: "/bin/" + lineage[len(lineage)-1], Lineage: lineage}}
-	}
-	tests := []struct {
-		name    string
-		rootPID int
-		recs    []telemetry.Record
-		want    string
-	}{
-		{"nested", 1, []telemetry.Record{rec(1, 0, "a"), rec(2, 1, "a", "b"), rec(3, 2, "a", "b", "c")}, "a[1](b[2](c[3]))"},
-		{"root without records", 1, []telemetry.Record{rec(2, 1, "a", "b")}, "a[1](b[2])"},
-		{"stand-in parent", 1, []telemetry.Record{rec(3, 2, "a", "sh", "c"), rec(4, 2, "a", "sh", "d")}, "a[1](sh[2](c[3] d[4]))"},
-		{"unknown ancestry", 1, []telemetry.Record{rec(5, 0, "x")}, "a[1](x[5])"},
-		{"no root known", 0, []telemetry.Record{rec(2, 1, "a", "b"), rec(3, 9, "z")}, "z[3] a[1](b[2])"},
-		{"pid loop", 1, []telemetry.Record{rec(1, 0, "a"), rec(2, 3, "a", "b"), rec(3, 2, "a", "c")}, "a[1](c[3](b[2]))"},
-		{"exec renames", 1, []telemetry.Record{rec(1, 0, "a"), rec(1, 0, "a2")}, "a → a2[1]"},
-		{"process record missing: by pid", 1, []telemetry.Record{rec(1, 0, "a"),
-			{Time: at, Session: "s", Kind: event.KindFile, Verdict: event.Allow, ProcessID: 7, PID: 8}}, "a[1](?[8])"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := sessionSummary{ID: "s", RootPID: tt.rootPID, Command: []string{"/usr/bin/a"}}
-			var parts []string
-			for _, n := range processTree(s, tt.recs) {
-				parts = append(parts, treeString(n))
-			}
-			if diff := cmp.Diff(tt.want, strings.Join(parts, " ")); diff != "" {
-				t.Errorf("tree (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func treeString(n *procNode) string {
-	s := strings.Join(n.names, " → ") + "[" + strconv.Itoa(n.pid) + "]"
-	if len(n.children) == 0 {
-		return s
-	}
-	var cs []string
-	for _, c := range n.children {
-		cs = append(cs, treeString(c))
-	}
-	return s + "(" + strings.Join(cs, " ") + ")"
-}
-
 // Whatever a log holds, sessions and show neither panic nor loop, and show
 // keeps to its width.
 func FuzzSessionsShow(f *testing.F) {
@@ -324,7 +230,7 @@ func FuzzSessionsShow(f *testing.F) {
 		`{"time":"2025-03-01T13:04:06Z","session":"s","kind":"file_reads","verdict":"allow","decided_by":"default","process_id":1,"pid":3,"count":3,"reads":[{"dir":"/w/\u001b]0;x","count":2,"files":["a","\u001b"]},{"dir":"/x","rule":"r\u001b","count":1}]}` + "\n" +
 		`{"time":"2025-03-01T13:04:07Z","session":"s","kind":"file","verdict":"deny","decided_by":"default","process_id":9,"pid":4,"path":"/p"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		list, err := sessionsOf(bytes.NewReader(data))
+		list, err := telemetry.Sessions(bytes.NewReader(data))
 		if err != nil {
 			return
 		}
