@@ -40,6 +40,7 @@ var allowed = map[string]struct{ project, external []string }{
 	"internal/privdrop": {external: []string{"golang.org/x/sys"}},
 	"internal/testpty":  {external: []string{"golang.org/x/sys"}},
 	"internal/ask":      {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
+	"ui":                {project: []string{"event", "telemetry", "internal/ask"}},
 	// Labeled agent traffic for the tests of rewrite, rewrite/secrets and
 	// proxy: standard library only, so that their tests may import it.
 	"internal/secretcorpus": {},
