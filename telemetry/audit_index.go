@@ -36,6 +36,7 @@ type LogIndex struct {
 	sessions map[string]*IndexedSession
 	order    []*IndexedSession
 	gen      int                   // incremented when the index starts over
+	keep     bool                  // Poll keeps the records it reads
 	kinds    map[string]event.Kind // interned kind names
 	buf      []byte
 	pending  []byte
@@ -112,15 +113,18 @@ type PollResult struct {
 	// Reset says the index started over (the log was truncated, replaced
 	// or removed): every session is to be forgotten and read again.
 	Reset bool
-	// Records are the new records of sessions, in log order.
+	// Records are the new records of sessions, in log order, when Poll
+	// was asked for them.
 	Records []IndexedRecord
 }
 
-// Poll reads the lines appended since the last Poll and indexes them.
-func (x *LogIndex) Poll() (PollResult, error) {
+// Poll reads the lines appended since the last Poll and indexes them; with
+// records, its result holds them too.
+func (x *LogIndex) Poll(records bool) (PollResult, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var res PollResult
+	x.keep = records
 	if x.file != nil {
 		cur, err := os.Stat(x.path)
 		switch {
@@ -256,7 +260,9 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 			g.Denials++
 		}
 	}
-	res.Records = append(res.Records, IndexedRecord{Seq: len(s.entries), Record: r})
+	if x.keep {
+		res.Records = append(res.Records, IndexedRecord{Seq: len(s.entries), Record: r})
+	}
 }
 
 func (x *LogIndex) intern(k event.Kind) event.Kind {

@@ -80,12 +80,12 @@ func TestLogIndex(t *testing.T) {
 	defer x.Close()
 
 	// Not there yet: nothing, no error.
-	if res, err := x.Poll(); err != nil || len(res.Records) != 0 || res.Reset {
+	if res, err := x.Poll(true); err != nil || len(res.Records) != 0 || res.Reset {
 		t.Fatalf("Poll of a missing log = %+v, %v", res, err)
 	}
 
 	indexTestLog(t, path, 0, 10)
-	res, err := x.Poll()
+	res, err := x.Poll(true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestLogIndex(t *testing.T) {
 	}
 	// Appended: only the new ones, their seqs going on.
 	indexTestLog(t, path, 10, 4)
-	res, err = x.Poll()
+	res, err = x.Poll(true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,13 +124,13 @@ func TestLogIndex(t *testing.T) {
 	}
 	line := `{"time":"2026-12-02T11:00:00Z","session":"a","kind":"dns","verdict":"allow","decided_by":"default","name":"late.example"}`
 	fh.WriteString("not a record\n" + line[:40])
-	res, err = x.Poll()
+	res, err = x.Poll(true)
 	if err != nil || len(res.Records) != 0 {
 		t.Fatalf("Poll with a torn last line: %+v, %v", res.Records, err)
 	}
 	fh.WriteString(line[40:] + "\n")
 	fh.Close()
-	res, err = x.Poll()
+	res, err = x.Poll(true)
 	if err != nil || len(res.Records) != 1 || res.Records[0].Record.Name != "late.example" || res.Records[0].Seq != 8 {
 		t.Fatalf("Poll once the line is whole: %+v, %v", res.Records, err)
 	}
@@ -145,7 +145,7 @@ func TestLogIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	indexTestLog(t, path, 100, 2)
-	res, err = x.Poll()
+	res, err = x.Poll(true)
 	if err != nil || !res.Reset || len(res.Records) != 2 || res.Records[0].Seq != 1 {
 		t.Fatalf("Poll after truncation: %+v, %v", res, err)
 	}
@@ -162,7 +162,7 @@ func TestLogIndex(t *testing.T) {
 	if err := os.Rename(other, path); err != nil {
 		t.Fatal(err)
 	}
-	res, err = x.Poll()
+	res, err = x.Poll(true)
 	if err != nil || !res.Reset || len(res.Records) != 3 {
 		t.Fatalf("Poll after replacement: %+v, %v", res, err)
 	}
@@ -172,7 +172,7 @@ func TestLogIndex(t *testing.T) {
 
 	// Removed: forgotten.
 	os.Remove(path)
-	res, err = x.Poll()
+	res, err = x.Poll(true)
 	if err != nil || !res.Reset || len(x.Sessions()) != 0 {
 		t.Fatalf("Poll after removal: %+v, %v, %d sessions", res, err, len(x.Sessions()))
 	}
@@ -185,7 +185,7 @@ func TestLogIndexTree(t *testing.T) {
 	indexTestLog(t, path, 0, 30)
 	x := NewLogIndex(path)
 	defer x.Close()
-	if _, err := x.Poll(); err != nil {
+	if _, err := x.Poll(true); err != nil {
 		t.Fatal(err)
 	}
 	sum, _ := x.Session("a")
