@@ -290,6 +290,12 @@ func Fields() []Field {
 		of(llm("finish_reasons", "finish_reasons", InLog, "", ""), lp, func(l *LLM) *[]string { return &l.FinishReasons }),
 		of(llm("tool_calls", "tool_calls", InLog, "", ""), lp, func(l *LLM) *[]ToolCall { return &l.ToolCalls }),
 		of(llm("restored", "restored", InLog, "", ""), lp, func(l *LLM) *int { return &l.Restored }),
+		// The prompt (placeholders, never a secret) is the log's only:
+		// not a policy's, a plugin's or a trace's.
+		of(llm("prompt", "prompt", InLog, "", ""), lp, func(l *LLM) *string { return &l.Prompt }),
+		of(llm("prompt_truncated", "prompt_truncated", InLog, "", ""), lp, func(l *LLM) *bool { return &l.PromptTruncated }),
+		// In whole milliseconds in the flat forms.
+		of(llm("latency", "latency_ms", InLog, "", ""), lp, func(l *LLM) *time.Duration { return &l.Latency }),
 		// Over WebSocket: the connection's client messages that carry a
 		// request, and what was changed in each.
 		of(llm("websocket", "websocket", InLog, "", ""), lp, func(l *LLM) *bool { return &l.WebSocket }),

@@ -75,6 +75,12 @@ type Record struct {
 	FinishReasons       []string         `json:"finish_reasons,omitempty"`
 	ToolCalls           []event.ToolCall `json:"tool_calls,omitempty"`
 	Restored            int              `json:"restored,omitempty"`
+	// Prompt is the request's last user turn, placeholders for its
+	// secrets (event.LLM.Prompt); LatencyMS from its start to the
+	// answer's end.
+	Prompt          string `json:"prompt,omitempty"`
+	PromptTruncated bool   `json:"prompt_truncated,omitempty"`
+	LatencyMS       int64  `json:"latency_ms,omitempty"`
 	// An llm request made over WebSocket (event.LLM's WebSocket, WSMessage,
 	// WSUnparsed; its changes in Rewrite).
 	WebSocket  bool   `json:"websocket,omitempty"`
@@ -309,7 +315,7 @@ func (r Record) truncated() Record {
 	for _, p := range []*string{&r.Session, &r.Rule, &r.Reason, &r.Dst, &r.Host, &r.Transport, &r.Via, &r.Relay, &r.SNI,
 		&r.TLSVersion, &r.Alert, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Error, &r.Provider, &r.Model, &r.Path, &r.Name,
 		&r.QType, &r.Rcode, &r.Access, &r.Op, &r.Target, &r.Cwd, &r.Digest, &r.Program, &r.Interpreter, &r.Trigger, &r.Agent, &r.Mode,
-		&r.TTY, &r.ContainerID, &r.ContainerRuntime, &r.PodUID, &r.Workdir, &r.Home} {
+		&r.TTY, &r.ContainerID, &r.ContainerRuntime, &r.PodUID, &r.Workdir, &r.Home, &r.Prompt} {
 		s(p)
 	}
 	k := string(r.Kind)
@@ -330,12 +336,16 @@ func (r Record) truncated() Record {
 }
 
 // redacted returns r with the secrets redact finds replaced in its free
-// text: process and exec argv, the session's command, URL and paths.
+// text: process and exec argv, the session's command, URL, paths and
+// an LLM call's prompt.
 // Lists are copied, never changed in place: they belong to the event.
 func (r Record) redacted(redact func(string) string) Record {
 	r.Process = r.Process.redacted(redact)
 	r.Argv, r.Command = redactList(r.Argv, redact), redactList(r.Command, redact)
 	r.URL, r.Path = redact(r.URL), redact(r.Path)
+	if r.Prompt != "" {
+		r.Prompt = redact(r.Prompt)
+	}
 	if r.Workdir != "" {
 		r.Workdir = redact(r.Workdir)
 	}
