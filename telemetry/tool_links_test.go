@@ -141,15 +141,15 @@ func TestLinkToolCalls(t *testing.T) {
 		name: "kind, lineage and window",
 		script: func(s *linkScript) {
 			s.llm(1000, 2000, 100, "b:Bash", "r:Read", "w:WebFetch")
-			s.exec(4000, 200, 100, "/bin/bash")      // kind
-			s.exec(4500, 201, 200, "/usr/bin/curl")  // lineage
-			s.connect(5000, 201, "api.example.com")  // lineage
+			s.exec(4000, 200, 100, "/bin/bash")     // kind
+			s.exec(4500, 201, 200, "/usr/bin/curl") // lineage
+			s.connect(5000, 201, "api.example.com") // lineage
 			s.http(5500, 201, "https://api.example.com/")
-			s.file(6000, 100, "/work/repo/a.go", event.FileRead) // kind, by the agent
-			s.dns(6500, 100, "example.org")                      // kind
-			s.exec(8000, 500, 1, "/usr/bin/sleep")               // another tree
+			s.file(6000, 100, "/work/repo/a.go", event.FileRead)  // kind, by the agent
+			s.dns(6500, 100, "example.org")                       // kind
+			s.exec(8000, 500, 1, "/usr/bin/sleep")                // another tree
 			s.file(70000, 100, "/work/repo/b.go", event.FileRead) // the window closed at 63 s
-			s.connect(71000, 201, "api.example.com")             // lineage outlives it
+			s.connect(71000, 201, "api.example.com")              // lineage outlives it
 			s.end(80000)
 		},
 		want: map[string]string{
@@ -162,7 +162,7 @@ func TestLinkToolCalls(t *testing.T) {
 		script: func(s *linkScript) {
 			s.llm(1000, 1000, 100, "t:TodoWrite")
 			s.exec(3000, 200, 100, "/usr/bin/python3")
-			s.connect(3500, 200, "pypi.org")   // its process: the exec's call
+			s.connect(3500, 200, "pypi.org")  // its process: the exec's call
 			s.connect(3600, 100, "claude.ai") // the agent's own traffic
 			s.dns(3700, 400, "example.org")   // of no process known
 			s.end(10000)
