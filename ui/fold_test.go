@@ -182,9 +182,45 @@ func TestToolLinks(t *testing.T) {
 	if got.Events[1].Tool != nil || got.Events[0].Tool != nil {
 		t.Errorf("the llm record or the start linked: %+v", got.Events)
 	}
+	if exec.Tool != nil && exec.Tool.Match != "kind" {
+		t.Errorf("exec's tool matched by %q, want kind (a Bash call, an exec)", exec.Tool.Match)
+	}
 	// The same on a page of the exec alone, after the call.
 	srv.getJSON(t, "/api/sessions/l/events?after=2", 200, &got)
 	if len(got.Events) != 1 || got.Events[0].Tool == nil || got.Events[0].Tool.ID != "toolu_01" {
 		t.Errorf("exec alone: %+v", got.Events)
+	}
+}
+
+// A page's actions are linked from the records around the page: curl,
+// a child of a process a Bash call started, is that call's by lineage,
+// though a WebFetch call is more recent and of its kind.
+func TestToolLinksAroundThePage(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	claude, bash, curl := proc(10, 1, "/usr/bin/claude"), proc(11, 10, "/bin/bash"), proc(12, 11, "/usr/bin/curl")
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	call := func(s int, id, name string) *event.Event {
+		return &event.Event{Time: at(s), Kind: event.KindLLM, Session: "l", Process: claude, Verdict: event.Verdict{Action: event.Allow},
+			LLM: &event.LLM{Provider: "anthropic", Model: "claude-x", Operation: "messages", ToolCalls: []event.ToolCall{{ID: id, Name: name}}}}
+	}
+	writeLog(t, log, sessionStart("l", t0, 10),
+		execEv("l", at(60), claude, "git", "status"), // long before: claude's own
+		call(1200, "toolu_02", "Bash"),
+		execEv("l", at(1201), bash, "sh", "-c", "curl https://x.example/"),
+		call(1202, "toolu_03", "WebFetch"),
+		httpEv("l", at(1203), curl, "https://x.example/", false))
+	srv := newTestServer(t, Options{Logs: []string{log}})
+	var got struct {
+		Events []struct {
+			Kind string              `json:"kind"`
+			Tool *telemetry.ToolLink `json:"tool"`
+		} `json:"events"`
+	}
+	srv.getJSON(t, "/api/sessions/l/events?after=5", 200, &got)
+	if len(got.Events) != 1 || got.Events[0].Kind != "http" {
+		t.Fatalf("events %+v", got.Events)
+	}
+	if tl := got.Events[0].Tool; tl == nil || tl.ID != "toolu_02" || tl.Match != "lineage" {
+		t.Errorf("curl's tool %+v, want toolu_02 by lineage", tl)
 	}
 }
