@@ -169,10 +169,11 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 
 	// The lines: a match each, or, unless all, a run of routine file
 	// records of one process folded into one.
-	var lines []line
+	lines := make([]line, 0, len(matches))
 	var es []telemetry.IndexEntry // the entries of the page's lines
 	l.Entries(id, func(all []telemetry.IndexEntry) {
-		for k, p := range matches {
+		for k32, p32 := range matches {
+			k, p := int32(k32), int32(p32)
 			e := &all[p]
 			fold := !q.all && e.Routine && e.Kind == event.KindFile
 			if n := len(lines); fold && n > 0 && lines[n-1].n > 0 && lines[n-1].pid == e.PID && lines[n-1].lastMatch == k-1 {
@@ -192,7 +193,7 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 	page := eventsPage{Events: []json.RawMessage{}, Total: len(lines)}
 	// Lines are in seq order (of their first); pick the page.
 	search := func(seq int) int { // the first line whose seq is >= seq
-		i, _ := slices.BinarySearchFunc(lines, seq, func(ln line, seq int) int { return ln.first + 1 - seq })
+		i, _ := slices.BinarySearchFunc(lines, seq, func(ln line, seq int) int { return int(ln.first) + 1 - seq })
 		return i
 	}
 	var lo, hi int
@@ -237,11 +238,11 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 			if rec, err = foldRun(l, id, gen, matches[ln.firstMatch:ln.lastMatch+1]); err != nil {
 				return eventsPage{}, err
 			}
-			x.lastSeq = ln.last + 1
-		} else if tl, ok := links[ln.first]; ok && tl.ID != "" {
+			x.lastSeq = int(ln.last) + 1
+		} else if tl, ok := links[int(ln.first)]; ok && tl.ID != "" {
 			x.tool = &tl
 		}
-		page.Events = append(page.Events, eventJSON(rec, ln.first+1, x))
+		page.Events = append(page.Events, eventJSON(rec, int(ln.first)+1, x))
 	}
 	return page, nil
 }
@@ -287,9 +288,9 @@ func foldRun(l *telemetry.LogIndex, id string, gen int, positions []int) (teleme
 // line is one line of an events page: one record, or n > 0 routine file
 // records of one process folded.
 type line struct {
-	first, last           int   // positions in the session's entries
-	firstMatch, lastMatch int   // their positions among the matches
-	n                     int   // records folded; 0: not folded
+	first, last           int32 // positions in the session's entries
+	firstMatch, lastMatch int32 // their positions among the matches
+	n                     int32 // records folded; 0: not folded
 	pid                   int32 // the process
 	until                 int64 // the last record's time
 }
