@@ -367,6 +367,20 @@ func (x *LogIndex) Tree(id string) (tops []*ProcNode, count func(Record) (action
 	}, true
 }
 
+// EntriesIn is Entries for a caller that took positions in generation
+// gen: it fails with ErrIndexReset, without calling fn, when the index
+// started over since.
+func (x *LogIndex) EntriesIn(gen int, id string, fn func([]IndexEntry)) error {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := x.sessions[id]
+	if gen != x.gen || s == nil {
+		return ErrIndexReset
+	}
+	fn(s.entries[:len(s.entries):len(s.entries)])
+	return nil
+}
+
 // Places returns session id's working tree and home, as its
 // session_start record says (for RoutineRecord and ViewFold).
 func (x *LogIndex) Places(id string) (workdir, home string) {

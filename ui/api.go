@@ -171,7 +171,7 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 	// records of one process folded into one.
 	lines := make([]line, 0, len(matches))
 	var es []telemetry.IndexEntry // the entries of the page's lines
-	l.Entries(id, func(all []telemetry.IndexEntry) {
+	if err := l.EntriesIn(gen, id, func(all []telemetry.IndexEntry) {
 		for k32, p32 := range matches {
 			k, p := int32(k32), int32(p32)
 			e := &all[p]
@@ -188,7 +188,9 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 			}
 			lines = append(lines, ln)
 		}
-	})
+	}); err != nil {
+		return eventsPage{}, err
+	}
 
 	page := eventsPage{Events: []json.RawMessage{}, Total: len(lines)}
 	// Lines are in seq order (of their first); pick the page.
@@ -216,11 +218,13 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 	}
 	page.More, page.Newer = lo > 0, hi < len(lines)
 	lines = lines[lo:hi]
-	l.Entries(id, func(all []telemetry.IndexEntry) {
+	if err := l.EntriesIn(gen, id, func(all []telemetry.IndexEntry) {
 		for _, ln := range lines {
 			es = append(es, all[ln.first])
 		}
-	})
+	}); err != nil {
+		return eventsPage{}, err
+	}
 	recs, err := l.Read(gen, es)
 	if err != nil {
 		return eventsPage{}, err
@@ -258,12 +262,14 @@ const maxFoldRead = 4096
 func foldRun(l *telemetry.LogIndex, id string, gen int, positions []int) (telemetry.Record, error) {
 	var es []telemetry.IndexEntry
 	var last telemetry.IndexEntry
-	l.Entries(id, func(all []telemetry.IndexEntry) {
+	if err := l.EntriesIn(gen, id, func(all []telemetry.IndexEntry) {
 		for _, p := range positions[:min(len(positions), maxFoldRead)] {
 			es = append(es, all[p])
 		}
 		last = all[positions[len(positions)-1]]
-	})
+	}); err != nil {
+		return telemetry.Record{}, err
+	}
 	recs, err := l.Read(gen, es)
 	if err != nil {
 		return telemetry.Record{}, err
@@ -314,7 +320,7 @@ func linkToolCalls(l *telemetry.LogIndex, id string, gen int, lines []line) (map
 	}
 	var window []telemetry.IndexEntry
 	var pos []int
-	l.Entries(id, func(all []telemetry.IndexEntry) {
+	if err := l.EntriesIn(gen, id, func(all []telemetry.IndexEntry) {
 		tmin, tmax := all[lines[0].first].Time, all[lines[0].first].Time
 		for _, ln := range lines {
 			tmin, tmax = min(tmin, all[ln.first].Time), max(tmax, all[ln.first].Time)
@@ -326,7 +332,9 @@ func linkToolCalls(l *telemetry.LogIndex, id string, gen int, lines []line) (map
 				pos = append(pos, i)
 			}
 		}
-	})
+	}); err != nil {
+		return nil, err
+	}
 	if len(window) > maxLinkWindow {
 		cut := len(window) - maxLinkWindow
 		window, pos = window[cut:], pos[cut:]

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -798,4 +799,62 @@ func TestFileReads(t *testing.T) {
 	if n["file_reads"] != 3 || n["file"] != 1 || n["dns"] != 1 {
 		t.Errorf("timeline counts %v, want 3 folded reads, 1 file, 1 dns", n)
 	}
+}
+
+// Pages asked while the log is truncated and written again fail at worst
+// with ErrIndexReset (the handler asks again), never read a line that
+// is not theirs, nor panic.
+func TestEventsWhileTheLogStartsOver(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "audit.jsonl")
+	big := pagedLog(t, 300)
+	small := pagedLog(t, 5)
+	copyFile := func(from string) {
+		b := must(os.ReadFile(from))
+		if err := os.WriteFile(log+".new", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(log+".new", log); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(big)
+	x := telemetry.NewLogIndex(log)
+	defer x.Close()
+	x.Poll(false)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, q := range []eventQuery{{limit: 1000, pid: -1}, {limit: 10, pid: -1, text: "item-1"}, {limit: 50, pid: -1, before: 250}} {
+				page, err := queryEvents(x, "p", q)
+				if err != nil && !errors.Is(err, telemetry.ErrIndexReset) {
+					t.Errorf("query: %v", err)
+				}
+				for _, e := range page.Events {
+					var r struct {
+						Session string `json:"session"`
+					}
+					json.Unmarshal(e, &r)
+					if r.Session != "p" {
+						t.Errorf("a line of another session: %s", e)
+					}
+				}
+			}
+		}
+	}()
+	for i := 0; i < 30; i++ {
+		copyFile([]string{small, big}[i%2])
+		if _, err := x.Poll(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
 }
