@@ -576,7 +576,7 @@ func TestStreamAndAnswer(t *testing.T) {
 	base := s.URL()[:strings.Index(s.URL(), "/?")]
 	ts := &testServer{s: s, base: base}
 	ts.client = ts.signIn(t)
-	events := openStream(t, ts.client, base+"/api/stream")
+	events, _ := openStream(t, ts.client, base+"/api/stream")
 
 	// A record appended to the log.
 	writeLog(t, log, httpEv("s1", t0.Add(time.Second), proc(12, 11, "/usr/bin/curl"), "https://live.example/<b>", true))
@@ -692,7 +692,7 @@ func TestStreamOfOneSession(t *testing.T) {
 	base := s.URL()[:strings.Index(s.URL(), "/?")]
 	ts := &testServer{s: s, base: base}
 	ts.client = ts.signIn(t)
-	events := openStream(t, ts.client, base+"/api/stream?session=b")
+	events, _ := openStream(t, ts.client, base+"/api/stream?session=b")
 	writeLog(t, log, dnsEv("a", t0, nil, "a.example", false), dnsEv("b", t0, nil, "b.example", false))
 	rec := waitEvent(t, events, "b's record", func(e sseEvent) bool { return e.name == "record" })
 	if !strings.Contains(rec.data, "b.example") {
@@ -857,4 +857,54 @@ func TestEventsWhileTheLogStartsOver(t *testing.T) {
 	}
 	close(stop)
 	<-done
+}
+
+// The asks are attended only while a page is connected to the stream.
+func TestWatchOnlyWhileAPageIsConnected(t *testing.T) {
+	dir := t.TempDir()
+	askDir := filepath.Join(dir, "ask")
+	b := serveBroker(t, askDir, "s1", ask.UnattendedDeny)
+	s, err := New(Options{AskDir: askDir, Listen: testAddr, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	base := s.URL()[:strings.Index(s.URL(), "/?")]
+	ts := &testServer{s: s, base: base}
+	ts.client = ts.signIn(t)
+
+	n := 0
+	// attended asks until the broker's answer to a new ask says whether
+	// somebody attends: an unattended one is denied at once, an attended
+	// one waits (and is abandoned after a short while).
+	attended := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n++
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			v := b.Decide(ctx, askEvent("s1", fmt.Sprintf("h%d.example", n)), askVerdict)
+			cancel()
+			got := !strings.Contains(v.Reason, "nobody could be asked")
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("attended = %v after 10 s, want %v (last verdict %v)", got, want, v)
+			}
+		}
+	}
+	attended(false)
+	events, disconnect := openStream(t, ts.client, base+"/api/stream")
+	attended(true)
+	waitEvent(t, events, "a question", func(e sseEvent) bool { return e.name == "question" })
+	disconnect()
+	attended(false)
+	_, disconnect = openStream(t, ts.client, base+"/api/stream")
+	attended(true)
+	disconnect()
+	attended(false)
 }
