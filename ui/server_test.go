@@ -908,3 +908,51 @@ func TestWatchOnlyWhileAPageIsConnected(t *testing.T) {
 	disconnect()
 	attended(false)
 }
+
+// The page's three answers reach the session's broker as such: Allow
+// once, Allow for the session (always), Deny.
+func TestAnswerButtons(t *testing.T) {
+	askDir := filepath.Join(t.TempDir(), "ask")
+	b := serveBroker(t, askDir, "s1", ask.UnattendedWait)
+	srv := newTestServer(t, Options{AskDir: askDir})
+	tests := []struct {
+		name, body string
+		want       event.Action
+		reason     string
+	}{
+		{"once", `{"allow":true,"always":false}`, event.Allow, "approved by"},
+		{"session", `{"allow":true,"always":true}`, event.Allow, "approved for the session by"},
+		{"deny", `{"allow":false,"always":false}`, event.Deny, "denied by"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verdict := make(chan event.Verdict, 1)
+			go func() {
+				verdict <- b.Decide(context.Background(), askEvent("s1", fmt.Sprintf("b%d.example", i)), askVerdict)
+			}()
+			var qs struct{ Questions []ask.Question }
+			deadline := time.Now().Add(10 * time.Second)
+			for len(qs.Questions) == 0 && time.Now().Before(deadline) {
+				srv.getJSON(t, "/api/questions", 200, &qs)
+			}
+			if len(qs.Questions) != 1 {
+				t.Fatalf("questions %+v", qs.Questions)
+			}
+			req, _ := http.NewRequest("POST", srv.base+"/api/questions/"+qs.Questions[0].ID, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Origin", srv.base)
+			resp := must(srv.client.Do(req))
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			v := <-verdict
+			if v.Action != tt.want || !strings.Contains(v.Reason, tt.reason) {
+				t.Errorf("verdict %v, want %v %q", v, tt.want, tt.reason)
+			}
+			if tt.name == "once" && strings.Contains(v.Reason, "for the session") {
+				t.Errorf("allow once answered for the session: %v", v)
+			}
+		})
+	}
+}
