@@ -1,8 +1,6 @@
 package ui
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -47,16 +45,8 @@ func TestFoldRoutineReads(t *testing.T) {
 	start.SessionInfo.Workdir, start.SessionInfo.Home = "/work/proj", "/home/u"
 	creds := readEv("f", at(5), a, "/home/u/.aws/credentials")
 	creds.Verdict = event.Verdict{Action: event.Deny, Rule: "creds", DecidedBy: event.DecidedByRule}
-	// The session_start line (1) is encoded here, with its workdir and
-	// home.
-	line, err := json.Marshal(telemetry.RecordOf(start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(log, append(line, '\n'), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	writeLogAll(t, log,
+		start, // 1: with the session's workdir and home
 		readEv("f", at(1), a, "/usr/lib/x86_64-linux-gnu/libc.so.6"), // 2
 		readEv("f", at(2), a, "/usr/lib/x86_64-linux-gnu/libm.so.6"), // 3
 		readEv("f", at(3), a, "/etc/ld.so.cache"),                    // 4
