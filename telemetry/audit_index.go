@@ -33,8 +33,8 @@ type LogIndex struct {
 	lines    int
 	skipped  int
 	procs    map[procKey]*Process
-	sessions map[string]*IndexedSession
-	order    []*IndexedSession
+	sessions map[string]*indexedSession
+	order    []*indexedSession
 	gen      int                   // incremented when the index starts over
 	keep     bool                  // Poll keeps the records it reads
 	kinds    map[string]event.Kind // interned kind names
@@ -60,24 +60,24 @@ type IndexEntry struct {
 	Proc *Process
 }
 
-// IndexedSession is one session of an indexed log. Its fields are read
-// under the index's lock: use LogIndex.Session and LogIndex.Entries.
-type IndexedSession struct {
+// indexedSession is one session of an indexed log, read and written under
+// the index's lock.
+type indexedSession struct {
 	ID      string
 	counter *SessionCounter
 	entries []IndexEntry // process records left out; seq = position + 1
-	groups  map[procGroupKey]*ProcGroup
-	gorder  []*ProcGroup
+	groups  map[procGroupKey]*procGroup
+	gorder  []*procGroup
 	// From its session_start record: for RoutineRecord.
 	workdir, home string
 	// toolCalls says an llm record of it named tool calls.
 	toolCalls bool
 }
 
-// ProcGroup is one process (as one process record names it) of a
+// procGroup is one process (as one process record names it) of a
 // session: its first record, stripped to what ProcessTree reads, and how
 // many of the session's records it made.
-type ProcGroup struct {
+type procGroup struct {
 	First   Record
 	Actions int
 	Denials int
@@ -233,9 +233,9 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 	s := x.sessions[r.Session]
 	if s == nil {
 		if x.sessions == nil {
-			x.sessions = map[string]*IndexedSession{}
+			x.sessions = map[string]*indexedSession{}
 		}
-		s = &IndexedSession{ID: r.Session, counter: NewSessionCounter(r.Session), groups: map[procGroupKey]*ProcGroup{}}
+		s = &indexedSession{ID: r.Session, counter: NewSessionCounter(r.Session), groups: map[procGroupKey]*procGroup{}}
 		x.sessions[r.Session] = s
 		x.order = append(x.order, s)
 	}
@@ -268,7 +268,7 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 		k := groupKeyOf(&r)
 		g := s.groups[k]
 		if g == nil {
-			g = &ProcGroup{First: Record{Time: r.Time, Session: r.Session, Kind: e.Kind, Verdict: r.Verdict,
+			g = &procGroup{First: Record{Time: r.Time, Session: r.Session, Kind: e.Kind, Verdict: r.Verdict,
 				Process: r.Process, ProcessID: r.ProcessID, PID: r.PID}}
 			s.groups[k] = g
 			s.gorder = append(s.gorder, g)
