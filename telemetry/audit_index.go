@@ -70,8 +70,9 @@ type indexedSession struct {
 	gorder  []*procGroup
 	// From its session_start record: for RoutineRecord.
 	workdir, home string
-	// toolCalls says an llm record of it named tool calls.
-	toolCalls bool
+	// lastToolCall is the time of its latest llm record that named
+	// tool calls (Unix ns), 0 for none.
+	lastToolCall int64
 }
 
 // procGroup is one process (as one process record names it) of a
@@ -244,7 +245,9 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 	case event.KindSessionStart:
 		s.workdir, s.home = r.Workdir, r.Home
 	case event.KindLLM:
-		s.toolCalls = s.toolCalls || len(r.ToolCalls) > 0
+		if len(r.ToolCalls) > 0 {
+			s.lastToolCall = max(s.lastToolCall, r.Time.UnixNano())
+		}
 	}
 	e := IndexEntry{Off: off, Len: int32(len(line)), Count: 1, Time: r.Time.UnixNano(),
 		Kind: x.intern(r.Kind), Verdict: r.Verdict}
@@ -392,13 +395,15 @@ func (x *LogIndex) Places(id string) (workdir, home string) {
 	return "", ""
 }
 
-// Linkable reports whether session id has an llm record that named tool
-// calls: without one, LinkToolCalls links nothing.
-func (x *LogIndex) Linkable(id string) bool {
+// LastToolCall is the time of session id's latest llm record that named
+// tool calls; zero for none (LinkToolCalls then links nothing).
+func (x *LogIndex) LastToolCall(id string) time.Time {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	s := x.sessions[id]
-	return s != nil && s.toolCalls
+	if s := x.sessions[id]; s != nil && s.lastToolCall != 0 {
+		return time.Unix(0, s.lastToolCall).UTC()
+	}
+	return time.Time{}
 }
 
 // Processes returns a process record (kind KindProcess, at its first

@@ -230,8 +230,12 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 		return eventsPage{}, err
 	}
 	var links map[int]telemetry.ToolLink
-	if l.Linkable(id) {
-		if links, err = linkToolCalls(l, id, gen, lines); err != nil {
+	if !l.LastToolCall(id).IsZero() {
+		pos := make([]int32, len(lines))
+		for i, ln := range lines {
+			pos[i] = ln.first
+		}
+		if links, err = linkToolCalls(l, id, gen, pos, pageWindow); err != nil {
 			return eventsPage{}, err
 		}
 	}
@@ -301,31 +305,39 @@ type line struct {
 	until                 int64 // the last record's time
 }
 
-// Bounds of the records read to link a page's actions to tool calls: a
-// call can be linked to actions from its request's start to a minute
+// linkWindow bounds the records read around actions to link them to tool
+// calls: from before their first to after their last, max at most (the
+// latest kept).
+type linkWindow struct {
+	before, after time.Duration
+	max           int
+}
+
+// A call can be linked to actions from its request's start to a minute
 // after its answer ends (docs/telemetry.md), and answers take minutes at
-// most.
-const (
-	linkBefore    = 15 * time.Minute
-	linkAfter     = 5 * time.Minute
-	maxLinkWindow = 20000
+// most: a page reads the records of a quarter of an hour before it and
+// five minutes after (late links). The stream links each poll's new
+// records with the two minutes before them, while a call is that recent.
+var (
+	pageWindow   = linkWindow{before: 15 * time.Minute, after: 5 * time.Minute, max: 20000}
+	streamWindow = linkWindow{before: 2 * time.Minute, max: 2000}
 )
 
-// linkToolCalls links the actions of lines to the tool calls of session
-// id (telemetry.LinkToolCalls over the records around them, with every
-// process of the session named first), by position.
-func linkToolCalls(l *telemetry.LogIndex, id string, gen int, lines []line) (map[int]telemetry.ToolLink, error) {
-	if len(lines) == 0 {
+// linkToolCalls links the actions at positions of session id to its tool
+// calls (telemetry.LinkToolCalls over the records of w around them, with
+// every process of the session named first), by position.
+func linkToolCalls(l *telemetry.LogIndex, id string, gen int, positions []int32, w linkWindow) (map[int]telemetry.ToolLink, error) {
+	if len(positions) == 0 {
 		return nil, nil
 	}
 	var window []telemetry.IndexEntry
 	var pos []int
 	if err := l.EntriesIn(gen, id, func(all []telemetry.IndexEntry) {
-		tmin, tmax := all[lines[0].first].Time, all[lines[0].first].Time
-		for _, ln := range lines {
-			tmin, tmax = min(tmin, all[ln.first].Time), max(tmax, all[ln.first].Time)
+		tmin, tmax := all[positions[0]].Time, all[positions[0]].Time
+		for _, p := range positions {
+			tmin, tmax = min(tmin, all[p].Time), max(tmax, all[p].Time)
 		}
-		from, to := tmin-int64(linkBefore), tmax+int64(linkAfter)
+		from, to := tmin-int64(w.before), tmax+int64(w.after)
 		for i := range all {
 			if e := &all[i]; e.Time >= from && e.Time <= to && e.Kind != event.KindSessionStart {
 				window = append(window, *e)
@@ -335,8 +347,8 @@ func linkToolCalls(l *telemetry.LogIndex, id string, gen int, lines []line) (map
 	}); err != nil {
 		return nil, err
 	}
-	if len(window) > maxLinkWindow {
-		cut := len(window) - maxLinkWindow
+	if len(window) > w.max {
+		cut := len(window) - w.max
 		window, pos = window[cut:], pos[cut:]
 	}
 	recs, err := l.Read(gen, window)

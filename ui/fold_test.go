@@ -1,7 +1,10 @@
 package ui
 
 import (
+	"context"
+	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,5 +215,41 @@ func TestToolLinksAroundThePage(t *testing.T) {
 	}
 	if tl := got.Events[0].Tool; tl == nil || tl.ID != "toolu_02" || tl.Match != "lineage" {
 		t.Errorf("curl's tool %+v, want toolu_02 by lineage", tl)
+	}
+}
+
+// A record streamed live names its tool call too.
+func TestStreamToolLinks(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	writeLog(t, log, sessionStart("l", t0, 10))
+	s, err := New(Options{Logs: []string{log}, Listen: testAddr, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	base := s.URL()[:strings.Index(s.URL(), "/?")]
+	ts := &testServer{s: s, base: base}
+	ts.client = ts.signIn(t)
+	events, _ := openStream(t, ts.client, base+"/api/stream?session=l")
+
+	claude, bash := proc(10, 1, "/usr/bin/claude"), proc(11, 10, "/bin/bash", "claude", "bash")
+	llm := &event.Event{Time: t0.Add(time.Second), Kind: event.KindLLM, Session: "l", Process: claude, Verdict: event.Verdict{Action: event.Allow},
+		LLM: &event.LLM{Provider: "anthropic", Model: "claude-x", Operation: "messages", ToolCalls: []event.ToolCall{{ID: "toolu_live", Name: "Bash"}}}}
+	writeLog(t, log, llm)
+	waitEvent(t, events, "the llm record", func(e sseEvent) bool { return e.name == "record" && strings.Contains(e.data, `"kind":"llm"`) })
+	writeLog(t, log, execEv("l", t0.Add(2*time.Second), bash, "ls"))
+	rec := waitEvent(t, events, "the exec record", func(e sseEvent) bool { return e.name == "record" && strings.Contains(e.data, `"kind":"exec"`) })
+	var got struct {
+		Seq  int                 `json:"seq"`
+		Tool *telemetry.ToolLink `json:"tool"`
+	}
+	if err := json.Unmarshal([]byte(rec.data), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Seq != 3 || got.Tool == nil || got.Tool.ID != "toolu_live" || got.Tool.Name != "Bash" {
+		t.Errorf("streamed exec %s, want seq 3 linked to toolu_live", rec.data)
 	}
 }

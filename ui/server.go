@@ -228,12 +228,18 @@ func (s *Server) poll() {
 		changed := map[string]bool{}
 		var order []string
 		for _, ir := range res.Records {
-			id := ir.Record.Session
-			if !changed[id] {
+			if id := ir.Record.Session; !changed[id] {
 				changed[id] = true
 				order = append(order, id)
 			}
-			s.hub.publish("record", id, eventJSON(ir.Record, ir.Seq, extra{routine: ir.Routine}))
+		}
+		links := s.streamLinks(l, order, res.Records)
+		for _, ir := range res.Records {
+			x := extra{routine: ir.Routine}
+			if tl, ok := links[linkKey{ir.Record.Session, ir.Seq}]; ok {
+				x.tool = &tl
+			}
+			s.hub.publish("record", ir.Record.Session, eventJSON(ir.Record, ir.Seq, x))
 		}
 		for _, id := range order {
 			if sum, ok := l.Session(id); ok {
@@ -241,6 +247,45 @@ func (s *Server) poll() {
 			}
 		}
 	}
+}
+
+type linkKey struct {
+	session string
+	seq     int
+}
+
+// streamLinks links the new records recs of the sessions ids to the tool
+// calls before them, for the sessions that made one within
+// streamWindow.
+func (s *Server) streamLinks(l *telemetry.LogIndex, ids []string, recs []telemetry.IndexedRecord) map[linkKey]telemetry.ToolLink {
+	var out map[linkKey]telemetry.ToolLink
+	for _, id := range ids {
+		last := l.LastToolCall(id)
+		if last.IsZero() {
+			continue
+		}
+		var pos []int32
+		for _, ir := range recs {
+			if ir.Record.Session == id && ir.Record.Time.Sub(last) <= streamWindow.before {
+				pos = append(pos, int32(ir.Seq-1))
+			}
+		}
+		if len(pos) == 0 {
+			continue
+		}
+		gen, _ := l.Entries(id, func([]telemetry.IndexEntry) {})
+		links, err := linkToolCalls(l, id, gen, pos, streamWindow)
+		if err != nil {
+			continue // the log started over: its records come again
+		}
+		for p, tl := range links {
+			if out == nil {
+				out = map[linkKey]telemetry.ToolLink{}
+			}
+			out[linkKey{id, p + 1}] = tl
+		}
+	}
+	return out
 }
 
 func errString(err error) string {
