@@ -73,6 +73,22 @@ type indexedSession struct {
 	// lastToolCall is the time of its latest llm record that named
 	// tool calls (Unix ns), 0 for none.
 	lastToolCall int64
+	// links are its llm records that named tool calls and its exec
+	// records, as the tool linker reads them (LinkRecords).
+	links []linkRecord
+}
+
+// linkRecord is an llm or exec record, as much of it as LinkToolCalls
+// reads.
+type linkRecord struct {
+	pos       int32 // in the session's entries
+	kind      event.Kind
+	verdict   event.Action
+	pid       int
+	time      time.Time
+	process   *Process
+	toolCalls []event.ToolCall
+	latencyMS int64
 }
 
 // procGroup is one process (as one process record names it) of a
@@ -249,6 +265,10 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 			s.lastToolCall = max(s.lastToolCall, r.Time.UnixNano())
 		}
 	}
+	if r.Kind == event.KindLLM && len(r.ToolCalls) > 0 || r.Kind == event.KindExec {
+		s.links = append(s.links, linkRecord{pos: int32(len(s.entries)), kind: x.intern(r.Kind), verdict: r.Verdict, pid: r.PID, time: r.Time,
+			process: r.Process, toolCalls: r.ToolCalls, latencyMS: r.LatencyMS})
+	}
 	e := IndexEntry{Off: off, Len: int32(len(line)), Count: 1, Time: r.Time.UnixNano(),
 		Kind: x.intern(r.Kind), Verdict: r.Verdict}
 	if r.ProcessID != 0 {
@@ -393,6 +413,29 @@ func (x *LogIndex) Places(id string) (workdir, home string) {
 		return s.workdir, s.home
 	}
 	return "", ""
+}
+
+// LinkRecords calls fn, in log order, with session id's llm records that
+// named tool calls and its exec records, at their
+// positions in the session's entries, up to position end (excluded), as
+// far as LinkToolCalls reads them: the records that decide which call an
+// action is linked to (its calls, and the processes started for them),
+// kept in memory for it. Other records link nothing but themselves.
+func (x *LogIndex) LinkRecords(gen int, id string, end int, fn func(pos int, r Record)) error {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := x.sessions[id]
+	if gen != x.gen || s == nil {
+		return ErrIndexReset
+	}
+	for _, l := range s.links {
+		if int(l.pos) >= end {
+			break
+		}
+		fn(int(l.pos), Record{Time: l.time, Session: id, Kind: l.kind, Verdict: l.verdict, Process: l.process, PID: l.pid,
+			ToolCalls: l.toolCalls, LatencyMS: l.latencyMS})
+	}
+	return nil
 }
 
 // LastToolCall is the time of session id's latest llm record that named

@@ -231,11 +231,11 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 	}
 	var links map[int]telemetry.ToolLink
 	if !l.LastToolCall(id).IsZero() {
-		pos := make([]int32, len(lines))
+		acts := make([]posRecord, len(lines))
 		for i, ln := range lines {
-			pos[i] = ln.first
+			acts[i] = posRecord{ln.first, recs[i]}
 		}
-		if links, err = linkToolCalls(l, id, gen, pos, pageWindow); err != nil {
+		if links, err = linkToolCalls(l, id, gen, acts, linkAfter); err != nil {
 			return eventsPage{}, err
 		}
 	}
@@ -305,63 +305,60 @@ type line struct {
 	until                 int64 // the last record's time
 }
 
-// linkWindow bounds the records read around actions to link them to tool
-// calls: from before their first to after their last, max at most (the
-// latest kept).
-type linkWindow struct {
-	before, after time.Duration
-	max           int
+// posRecord is a record and its position in its session's entries.
+type posRecord struct {
+	pos int32
+	r   telemetry.Record
 }
 
-// A call can be linked to actions from its request's start to a minute
-// after its answer ends (docs/telemetry.md), and answers take minutes at
-// most: a page reads the records of a quarter of an hour before it and
-// five minutes after (late links). The stream links each poll's new
-// records with the two minutes before them, while a call is that recent.
-var (
-	pageWindow   = linkWindow{before: 15 * time.Minute, after: 5 * time.Minute, max: 20000}
-	streamWindow = linkWindow{before: 2 * time.Minute, max: 2000}
-)
+// linkAfter is how long after a page's last action the calls that may be
+// linked to it late are looked for: a call links the actions made while
+// its request was in flight, and requests take minutes at most.
+const linkAfter = 5 * time.Minute
 
-// linkToolCalls links the actions at positions of session id to its tool
-// calls (telemetry.LinkToolCalls over the records of w around them, with
-// every process of the session named first), by position.
-func linkToolCalls(l *telemetry.LogIndex, id string, gen int, positions []int32, w linkWindow) (map[int]telemetry.ToolLink, error) {
-	if len(positions) == 0 {
+// linkToolCalls links acts, actions of session id in position order, to
+// its tool calls: telemetry.LinkToolCalls over the session's processes,
+// its calls and the execs (LinkRecords, which decide every link) up to
+// after past the last act, and acts. It returns the links by position.
+func linkToolCalls(l *telemetry.LogIndex, id string, gen int, acts []posRecord, after time.Duration) (map[int]telemetry.ToolLink, error) {
+	if len(acts) == 0 {
 		return nil, nil
 	}
-	var window []telemetry.IndexEntry
-	var pos []int
+	last := acts[len(acts)-1]
+	end := int(last.pos) + 1
 	if err := l.EntriesIn(gen, id, func(all []telemetry.IndexEntry) {
-		tmin, tmax := all[positions[0]].Time, all[positions[0]].Time
-		for _, p := range positions {
-			tmin, tmax = min(tmin, all[p].Time), max(tmax, all[p].Time)
-		}
-		from, to := tmin-int64(w.before), tmax+int64(w.after)
-		for i := range all {
-			if e := &all[i]; e.Time >= from && e.Time <= to && e.Kind != event.KindSessionStart {
-				window = append(window, *e)
-				pos = append(pos, i)
-			}
+		until := last.r.Time.Add(after).UnixNano()
+		for end < len(all) && all[end].Time <= until {
+			end++
 		}
 	}); err != nil {
 		return nil, err
 	}
-	if len(window) > w.max {
-		cut := len(window) - w.max
-		window, pos = window[cut:], pos[cut:]
+	sum, _ := l.Session(id)
+	recs := append([]telemetry.Record{{Time: sum.Start, Session: id, Kind: event.KindSessionStart, RootPID: sum.RootPID}}, l.Processes(id)...)
+	var pos []int // of recs, -1 for the head
+	for range recs {
+		pos = append(pos, -1)
 	}
-	recs, err := l.Read(gen, window)
-	if err != nil {
+	next := 0
+	add := func(p int, r telemetry.Record) {
+		for next < len(acts) && int(acts[next].pos) < p {
+			recs, pos = append(recs, acts[next].r), append(pos, int(acts[next].pos))
+			next++
+		}
+		if next < len(acts) && int(acts[next].pos) == p {
+			return // an act itself
+		}
+		recs, pos = append(recs, r), append(pos, p)
+	}
+	if err := l.LinkRecords(gen, id, end, add); err != nil {
 		return nil, err
 	}
-	sum, _ := l.Session(id)
-	head := append([]telemetry.Record{{Time: sum.Start, Session: id, Kind: event.KindSessionStart, RootPID: sum.RootPID}}, l.Processes(id)...)
-	all := append(head, recs...)
-	links := telemetry.LinkToolCalls(all)
-	out := make(map[int]telemetry.ToolLink, len(recs))
-	for i, tl := range links[len(head):] {
-		if tl.ID != "" {
+	add(end, telemetry.Record{}) // the acts left
+	recs, pos = recs[:len(recs)-1], pos[:len(pos)-1]
+	out := make(map[int]telemetry.ToolLink)
+	for i, tl := range telemetry.LinkToolCalls(recs) {
+		if tl.ID != "" && pos[i] >= 0 {
 			out[pos[i]] = tl
 		}
 	}

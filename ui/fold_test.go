@@ -3,6 +3,9 @@ package ui
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -251,5 +254,89 @@ func TestStreamToolLinks(t *testing.T) {
 	}
 	if got.Seq != 3 || got.Tool == nil || got.Tool.ID != "toolu_live" || got.Tool.Name != "Bash" {
 		t.Errorf("streamed exec %s, want seq 3 linked to toolu_live", rec.data)
+	}
+}
+
+// The links a page shows are those LinkToolCalls finds over the whole
+// session, page after page, though a page reads only the llm and exec
+// records around it.
+func TestToolLinksAsOverTheWholeSession(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	rng := rand.New(rand.NewPCG(1, 2))
+	claude := proc(10, 1, "/usr/bin/claude")
+	procs := []*event.Process{claude}
+	evs := []*event.Event{sessionStart("w", t0, 10)}
+	tools := []string{"Bash", "WebFetch", "Read", "TodoWrite"}
+	at := t0
+	for i := 0; i < 1500; i++ {
+		at = at.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		p := procs[rng.IntN(len(procs))]
+		switch r := rng.IntN(20); {
+		case r == 0:
+			evs = append(evs, &event.Event{Time: at, Kind: event.KindLLM, Session: "w", Process: claude, Verdict: event.Verdict{Action: event.Allow},
+				LLM: &event.LLM{Provider: "anthropic", Model: "m", Operation: "messages", Latency: time.Duration(rng.IntN(5000)) * time.Millisecond,
+					ToolCalls: []event.ToolCall{{ID: fmt.Sprintf("toolu_%d", i), Name: tools[rng.IntN(len(tools))]}}}})
+		case r < 4:
+			pid := 100 + len(procs)
+			child := proc(pid, p.PID, "/usr/bin/tool")
+			procs = append(procs, child)
+			evs = append(evs, execEv("w", at, child, "tool", fmt.Sprint(i)))
+		case r < 10:
+			evs = append(evs, httpEv("w", at, p, fmt.Sprintf("https://h%d.example/", i%7), false))
+		case r < 14:
+			evs = append(evs, dnsEv("w", at, p, fmt.Sprintf("h%d.example", i%7), false))
+		default:
+			evs = append(evs, readEv("w", at, p, fmt.Sprintf("/work/f%d", i)))
+		}
+	}
+	writeLog(t, log, evs...)
+
+	var recs []telemetry.Record
+	f := must(os.Open(log))
+	defer f.Close()
+	if err := telemetry.ReadRecords(f, telemetry.Filter{Session: "w"}, func(r telemetry.Record) error {
+		recs = append(recs, r)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]string{}
+	for i, tl := range telemetry.LinkToolCalls(recs) {
+		if tl.ID != "" {
+			want[i+1] = tl.ID + " " + tl.Match
+		}
+	}
+	if len(want) < 100 {
+		t.Fatalf("only %d actions linked over the whole session: the test log links too little", len(want))
+	}
+
+	srv := newTestServer(t, Options{Logs: []string{log}})
+	got := map[int]string{}
+	before := 0
+	for pages := 0; ; pages++ {
+		var page struct {
+			Events []struct {
+				Seq  int                 `json:"seq"`
+				Tool *telemetry.ToolLink `json:"tool"`
+			} `json:"events"`
+			More bool `json:"more"`
+		}
+		q := "/api/sessions/w/events?all=1&limit=37"
+		if before > 0 {
+			q += fmt.Sprintf("&before=%d", before)
+		}
+		srv.getJSON(t, q, 200, &page)
+		for _, e := range page.Events {
+			if e.Tool != nil {
+				got[e.Seq] = e.Tool.ID + " " + e.Tool.Match
+			}
+		}
+		if !page.More || len(page.Events) == 0 {
+			break
+		}
+		before = page.Events[0].Seq
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("links by seq (-whole session +pages):\n%s", diff)
 	}
 }

@@ -255,8 +255,7 @@ type linkKey struct {
 }
 
 // streamLinks links the new records recs of the sessions ids to the tool
-// calls before them, for the sessions that made one within
-// streamWindow.
+// calls before them, for the sessions that made one.
 func (s *Server) streamLinks(l *telemetry.LogIndex, ids []string, recs []telemetry.IndexedRecord) map[linkKey]telemetry.ToolLink {
 	var out map[linkKey]telemetry.ToolLink
 	for _, id := range ids {
@@ -264,17 +263,14 @@ func (s *Server) streamLinks(l *telemetry.LogIndex, ids []string, recs []telemet
 		if last.IsZero() {
 			continue
 		}
-		var pos []int32
+		var acts []posRecord
 		for _, ir := range recs {
-			if ir.Record.Session == id && ir.Record.Time.Sub(last) <= streamWindow.before {
-				pos = append(pos, int32(ir.Seq-1))
+			if ir.Record.Session == id {
+				acts = append(acts, posRecord{int32(ir.Seq - 1), ir.Record})
 			}
 		}
-		if len(pos) == 0 {
-			continue
-		}
 		gen, _ := l.Entries(id, func([]telemetry.IndexEntry) {})
-		links, err := linkToolCalls(l, id, gen, pos, streamWindow)
+		links, err := linkToolCalls(l, id, gen, acts, 0)
 		if err != nil {
 			continue // the log started over: its records come again
 		}
