@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"sync"
 	"time"
 
@@ -428,14 +429,27 @@ func (x *LogIndex) LinkRecords(gen int, id string, end int, fn func(pos int, r R
 	if gen != x.gen || s == nil {
 		return ErrIndexReset
 	}
-	for _, l := range s.links {
-		if int(l.pos) >= end {
-			break
-		}
+	for _, l := range s.links[:s.linksBefore(end)] {
 		fn(int(l.pos), Record{Time: l.time, Session: id, Kind: l.kind, Verdict: l.verdict, Process: l.process, PID: l.pid,
 			ToolCalls: l.toolCalls, LatencyMS: l.latencyMS})
 	}
 	return nil
+}
+
+// linksBefore is how many of s's link records are before position end.
+func (s *indexedSession) linksBefore(end int) int {
+	return sort.Search(len(s.links), func(i int) bool { return int(s.links[i].pos) >= end })
+}
+
+// CountLinkRecords is how many records LinkRecords(gen, id, end, …) would
+// pass.
+func (x *LogIndex) CountLinkRecords(id string, end int) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if s := x.sessions[id]; s != nil {
+		return s.linksBefore(end)
+	}
+	return 0
 }
 
 // LastToolCall is the time of session id's latest llm record that named

@@ -335,8 +335,12 @@ func linkToolCalls(l *telemetry.LogIndex, id string, gen int, acts []posRecord, 
 		return nil, err
 	}
 	sum, _ := l.Session(id)
-	recs := append([]telemetry.Record{{Time: sum.Start, Session: id, Kind: event.KindSessionStart, RootPID: sum.RootPID}}, l.Processes(id)...)
-	var pos []int // of recs, -1 for the head
+	procs := l.Processes(id)
+	n := 1 + len(procs) + l.CountLinkRecords(id, end) + len(acts) + 1
+	recs := make([]telemetry.Record, 0, n)
+	pos := make([]int, 0, n) // of recs, -1 for the head
+	recs = append(recs, telemetry.Record{Time: sum.Start, Session: id, Kind: event.KindSessionStart, RootPID: sum.RootPID})
+	recs = append(recs, procs...)
 	for range recs {
 		pos = append(pos, -1)
 	}
