@@ -344,22 +344,24 @@ func linkToolCalls(l *telemetry.LogIndex, id string, gen int, acts []posRecord, 
 	for range recs {
 		pos = append(pos, -1)
 	}
+	// Merge the acts into the link records, by position.
 	next := 0
-	add := func(p int, r telemetry.Record) {
+	actsBefore := func(p int) {
 		for next < len(acts) && int(acts[next].pos) < p {
 			recs, pos = append(recs, acts[next].r), append(pos, int(acts[next].pos))
 			next++
 		}
+	}
+	if err := l.LinkRecords(gen, id, end, func(p int, r telemetry.Record) {
+		actsBefore(p)
 		if next < len(acts) && int(acts[next].pos) == p {
-			return // an act itself
+			return // an act itself, whole
 		}
 		recs, pos = append(recs, r), append(pos, p)
-	}
-	if err := l.LinkRecords(gen, id, end, add); err != nil {
+	}); err != nil {
 		return nil, err
 	}
-	add(end, telemetry.Record{}) // the acts left
-	recs, pos = recs[:len(recs)-1], pos[:len(pos)-1]
+	actsBefore(end)
 	out := make(map[int]telemetry.ToolLink)
 	for i, tl := range telemetry.LinkToolCalls(recs) {
 		if tl.ID != "" && pos[i] >= 0 {
