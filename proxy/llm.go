@@ -97,6 +97,20 @@ func (rw *Rewrites) logPrompt(l *event.LLM, text string, body []byte, learned bo
 	l.Prompt, l.PromptTruncated = rewrite.LogPrompt(text, rw.Redactor, event.MaxPrompt)
 }
 
+// tellTask tells the session the agent's task (clipped, the last user
+// turn whole) for the judge, itself an LLM, so never with a secret: the
+// whole turn is searched before it is cut, as for the logged prompt, so
+// that a secret cut in two at the bound is not missed.
+func (rw *Rewrites) tellTask(clipped, whole string) {
+	if clipped == "" || rw.Task == nil {
+		return
+	}
+	if rw.Redactor != nil {
+		clipped, _ = rewrite.LogPrompt(whole, rw.Redactor, rewrite.MaxTaskBytes)
+	}
+	rw.Task(clipped)
+}
+
 // rewriteParam reports whether the rule of v asks for the rewrite param.
 func (rw *Rewrites) wants(v event.Verdict, param string) bool {
 	if v.Action != event.Rewrite || rw.RewriteParams == nil {
@@ -227,14 +241,7 @@ func (p *Proxy) decideLLM(w http.ResponseWriter, r *http.Request, x *exchange, a
 	c.llm = event.LLM{Provider: string(api.Provider), Model: req.Model, Path: r.URL.Path, Operation: api.Op, Stream: req.Stream}
 	c.ev = event.Event{Time: x.ev.Time, Kind: event.KindLLM, Session: x.ev.Session, Process: x.ev.Process, LLM: &c.llm}
 	x.llm = c
-	if req.Task != "" && x.rw.Task != nil {
-		// The task goes to the judge, itself an LLM: never with a secret.
-		task := req.Task
-		if x.rw.Redactor != nil {
-			task, _ = x.rw.Redactor.Redact(task)
-		}
-		x.rw.Task(task)
-	}
+	x.rw.tellTask(req.Task, req.Prompt)
 	c.prompt = req.Prompt // the event has it once published: the policy never sees it
 	c.ev.Verdict = p.decide(r.Context(), &c.ev)
 	if !c.ev.Verdict.Allowed() {

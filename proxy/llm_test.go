@@ -19,6 +19,7 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/upstream"
 	"github.com/chaperone-dev/chaperone/policy"
+	"github.com/chaperone-dev/chaperone/rewrite"
 	"github.com/chaperone-dev/chaperone/rewrite/inject"
 	"github.com/chaperone-dev/chaperone/rewrite/secrets"
 )
@@ -181,6 +182,30 @@ func TestRedactLLMPrompt(t *testing.T) {
 				t.Errorf("tasks %q: want the prompt, redacted", re.tasks)
 			}
 		})
+	}
+}
+
+// The task the judge reads is cut at rewrite.MaxTaskBytes only after the
+// whole last user turn was searched: a secret across the bound is neither
+// sent whole nor in part.
+func TestTaskSecretAcrossTheBound(t *testing.T) {
+	re := newRewriteEnv(t, nil)
+	tok := fakeToken(t)
+	pad := strings.Repeat("x ", (rewrite.MaxTaskBytes-len(tok)/2)/2)
+	if status, body := re.post(t, re.llm.URL+"/v1/messages", nil, anthropicBody(t, false, pad+tok+" please")); status != http.StatusOK {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	re.mu.Lock()
+	defer re.mu.Unlock()
+	if len(re.tasks) != 1 {
+		t.Fatalf("%d tasks, want 1", len(re.tasks))
+	}
+	task := re.tasks[0]
+	if len(task) > rewrite.MaxTaskBytes {
+		t.Errorf("task of %d bytes, want at most %d", len(task), rewrite.MaxTaskBytes)
+	}
+	if i := strings.LastIndex(task, "x "); strings.Contains(task[i+2:], tok[:8]) {
+		t.Errorf("the task ends with part of the secret (%d bytes after the padding)", len(task)-i-2)
 	}
 }
 

@@ -169,13 +169,7 @@ func (s *llmSocket) request(m ws.Message) ws.Action {
 	}
 	e := s.newEvent(wm)
 	rw := s.rw
-	if wm.Task != "" && rw.Task != nil {
-		task := wm.Task
-		if rw.Redactor != nil {
-			task, _ = rw.Redactor.Redact(task)
-		}
-		rw.Task(task)
-	}
+	rw.tellTask(wm.Task, wm.Prompt)
 	v := s.p.decide(s.ctx, &e.ev)
 	if !v.Allowed() {
 		rw.logPrompt(&e.llm, wm.Prompt, m.Data, false)
