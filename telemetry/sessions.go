@@ -216,11 +216,8 @@ func ProcessTree(s SessionSummary, recs []Record) []*ProcNode {
 		return n
 	}
 	for _, r := range recs {
-		switch {
-		case r.Kind == event.KindSessionStart, r.Kind == event.KindSessionEnd, r.Kind == KindProcess:
+		if !InProcessTree(r) {
 			continue
-		case r.Kind == event.KindTLS && r.Verdict == event.Allow:
-			continue // a ClientHello let through says nothing its connect does not
 		}
 		p := r.Process
 		if p == nil && r.PID != 0 {
@@ -295,6 +292,20 @@ func ProcessTree(s SessionSummary, recs []Record) []*ProcNode {
 		sortTree(n)
 	}
 	return tops
+}
+
+// InProcessTree reports whether ProcessTree counts r as an action of its
+// process: session_start, session_end and process records are not, nor is
+// an allowed tls record (a ClientHello let through says nothing its
+// connect does not).
+func InProcessTree(r Record) bool {
+	switch {
+	case r.Kind == event.KindSessionStart, r.Kind == event.KindSessionEnd, r.Kind == KindProcess:
+		return false
+	case r.Kind == event.KindTLS && r.Verdict == event.Allow:
+		return false
+	}
+	return true
 }
 
 // sortTree puts the records of n and of the processes under it in time

@@ -39,12 +39,13 @@ var allowed = map[string]struct{ project, external []string }{
 	"internal/layers":   {},
 	"internal/privdrop": {external: []string{"golang.org/x/sys"}},
 	"internal/testpty":  {external: []string{"golang.org/x/sys"}},
-	// A headless Chromium for the live view's browser tests.
-	"internal/testbrowser": {external: []string{"github.com/chromedp/"}},
-	"internal/ask":         {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
+	"internal/ask":      {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
+	"ui":                {project: []string{"event", "telemetry", "internal/ask"}},
 	// Labeled agent traffic for the tests of rewrite, rewrite/secrets and
 	// proxy: standard library only, so that their tests may import it.
 	"internal/secretcorpus": {},
+	// A headless Chromium for the live view's browser tests.
+	"internal/testbrowser": {external: []string{"github.com/chromedp/"}},
 	"cmd/chaperone":         {project: []string{"*"}, external: []string{"*"}},
 
 	"plugin":                   {project: []string{"event"}},

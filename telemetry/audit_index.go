@@ -1,0 +1,391 @@
+package telemetry
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/chaperone-dev/chaperone/event"
+)
+
+// LogIndex follows an audit log as it grows and indexes it by session:
+// each session's summary (SessionCounter), a few bytes per record (where
+// its line is, its time, kind, verdict and pid), and its processes. A
+// record itself stays on disk until Read asks for it, so a session of
+// 100,000 records costs a few MB, and a page of it a few reads.
+//
+// Poll reads what was appended since the last call: complete lines only
+// (a partially written last line waits for its newline), each torn or bad
+// line skipped and counted (Skipped). When the file is truncated or
+// replaced, the index starts over. A LogIndex is safe for concurrent use:
+// one caller polls, any number read.
+type LogIndex struct {
+	path string
+
+	mu       sync.RWMutex
+	file     *os.File
+	info     os.FileInfo
+	offset   int64 // bytes of complete lines consumed
+	lines    int
+	skipped  int
+	procs    map[procKey]*Process
+	sessions map[string]*IndexedSession
+	order    []*IndexedSession
+	gen      int                   // incremented when the index starts over
+	kinds    map[string]event.Kind // interned kind names
+	buf      []byte
+	pending  []byte
+}
+
+// IndexEntry is one record of a session as the index keeps it.
+type IndexEntry struct {
+	Off       int64 // where its line starts in the file
+	Len       int32 // its line's length, newline excluded
+	PID       int32 // the acting process's pid, 0 for none
+	Count     int32 // reads folded in a file_reads record; 1 for others
+	Time      int64 // Unix nanoseconds
+	Kind      event.Kind
+	Verdict   event.Action
+	ProcessID int64
+}
+
+// IndexedSession is one session of an indexed log. Its fields are read
+// under the index's lock: use LogIndex.Session and LogIndex.Entries.
+type IndexedSession struct {
+	ID      string
+	counter *SessionCounter
+	entries []IndexEntry // process records left out; seq = position + 1
+	groups  map[procGroupKey]*ProcGroup
+	gorder  []*ProcGroup
+}
+
+// ProcGroup is one process (as one process record names it) of a
+// session: its first record, stripped to what ProcessTree reads, and how
+// many of the session's records it made.
+type ProcGroup struct {
+	First   Record
+	Actions int
+	Denials int
+}
+
+type procGroupKey struct {
+	processID int64
+	pid       int
+	name      string
+}
+
+func groupKeyOf(r *Record) procGroupKey {
+	switch {
+	case r.ProcessID != 0:
+		return procGroupKey{processID: r.ProcessID}
+	case r.Process != nil:
+		return procGroupKey{pid: r.Process.PID, name: ProcessName(r.Process)}
+	default:
+		return procGroupKey{pid: r.PID}
+	}
+}
+
+// NewLogIndex returns an index of the audit log at path, which need not
+// exist yet; nothing is read before Poll.
+func NewLogIndex(path string) *LogIndex {
+	return &LogIndex{path: path}
+}
+
+// Path is the log's path.
+func (x *LogIndex) Path() string { return x.path }
+
+// IndexedRecord is a record Poll found: its session and its 1-based
+// position there (seq), stable until the index starts over.
+type IndexedRecord struct {
+	Seq    int
+	Record Record
+}
+
+// PollResult says what one Poll found.
+type PollResult struct {
+	// Reset says the index started over (the log was truncated, replaced
+	// or removed): every session is to be forgotten and read again.
+	Reset bool
+	// Records are the new records of sessions, in log order.
+	Records []IndexedRecord
+}
+
+// Poll reads the lines appended since the last Poll and indexes them.
+func (x *LogIndex) Poll() (PollResult, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var res PollResult
+	if x.file != nil {
+		cur, err := os.Stat(x.path)
+		switch {
+		case errors.Is(err, os.ErrNotExist), err == nil && !os.SameFile(x.info, cur), err == nil && cur.Size() < x.offset:
+			x.resetLocked()
+			res.Reset = true
+		case err != nil:
+			return res, fmt.Errorf("telemetry: index audit log: %w", err)
+		}
+	}
+	if x.file == nil {
+		f, err := os.Open(x.path)
+		if errors.Is(err, os.ErrNotExist) {
+			return res, nil
+		}
+		if err != nil {
+			return res, fmt.Errorf("telemetry: index audit log: %w", err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return res, fmt.Errorf("telemetry: index audit log: %w", err)
+		}
+		x.file, x.info = f, fi
+	}
+	if x.buf == nil {
+		x.buf = make([]byte, 256<<10)
+	}
+	for {
+		n, err := x.file.ReadAt(x.buf, x.offset+int64(len(x.pending)))
+		if n > 0 {
+			x.pending = append(x.pending, x.buf[:n]...)
+			start := 0
+			for {
+				i := bytes.IndexByte(x.pending[start:], '\n')
+				if i < 0 {
+					break
+				}
+				x.indexLine(x.pending[start:start+i], x.offset+int64(start), &res)
+				start += i + 1
+			}
+			x.offset += int64(start)
+			x.pending = append(x.pending[:0], x.pending[start:]...)
+			if len(x.pending) > MaxLineSize {
+				// A line too long to be a record: skip it whole.
+				x.skipped++
+				x.offset += int64(len(x.pending))
+				x.pending = x.pending[:0]
+			}
+		}
+		if errors.Is(err, io.EOF) || n == 0 {
+			return res, nil
+		}
+		if err != nil {
+			return res, fmt.Errorf("telemetry: index audit log: %w", err)
+		}
+	}
+}
+
+func (x *LogIndex) resetLocked() {
+	if x.file != nil {
+		x.file.Close()
+	}
+	x.file, x.info, x.offset, x.lines, x.skipped = nil, nil, 0, 0, 0
+	x.gen++
+	x.procs, x.sessions, x.order = nil, nil, nil
+	x.pending = x.pending[:0]
+}
+
+// indexLine indexes the line at off.
+func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
+	x.lines++
+	trimmed := bytes.TrimSpace(line)
+	if len(trimmed) == 0 {
+		return
+	}
+	r, err := parseRecord(trimmed)
+	if err != nil {
+		x.skipped++ // torn by a crash, or not a record
+		return
+	}
+	if r.Kind == KindProcess {
+		if r.ProcessID != 0 && r.Process != nil {
+			if x.procs == nil {
+				x.procs = map[procKey]*Process{}
+			}
+			x.procs[procKey{r.Session, r.ProcessID}] = r.Process
+		}
+		return
+	}
+	if r.Session == "" {
+		return // traffic of no session
+	}
+	if r.Process == nil && r.ProcessID != 0 {
+		r.Process = x.procs[procKey{r.Session, r.ProcessID}]
+	}
+	s := x.sessions[r.Session]
+	if s == nil {
+		if x.sessions == nil {
+			x.sessions = map[string]*IndexedSession{}
+		}
+		s = &IndexedSession{ID: r.Session, counter: NewSessionCounter(r.Session), groups: map[procGroupKey]*ProcGroup{}}
+		x.sessions[r.Session] = s
+		x.order = append(x.order, s)
+	}
+	s.counter.Add(r)
+	e := IndexEntry{Off: off, Len: int32(len(line)), Count: 1, Time: r.Time.UnixNano(),
+		Kind: x.intern(r.Kind), Verdict: r.Verdict, ProcessID: r.ProcessID}
+	if r.Kind == KindFileReads {
+		e.Count = int32(r.Count)
+	}
+	switch {
+	case r.Process != nil:
+		e.PID = int32(r.Process.PID)
+	default:
+		e.PID = int32(r.PID)
+	}
+	s.entries = append(s.entries, e)
+	if InProcessTree(r) {
+		k := groupKeyOf(&r)
+		g := s.groups[k]
+		if g == nil {
+			g = &ProcGroup{First: Record{Time: r.Time, Session: r.Session, Kind: e.Kind, Verdict: r.Verdict,
+				Process: r.Process, ProcessID: r.ProcessID, PID: r.PID}}
+			s.groups[k] = g
+			s.gorder = append(s.gorder, g)
+		}
+		g.Actions++
+		if r.Verdict == event.Deny {
+			g.Denials++
+		}
+	}
+	res.Records = append(res.Records, IndexedRecord{Seq: len(s.entries), Record: r})
+}
+
+func (x *LogIndex) intern(k event.Kind) event.Kind {
+	if i, ok := x.kinds[string(k)]; ok {
+		return i
+	}
+	if x.kinds == nil {
+		x.kinds = map[string]event.Kind{}
+	}
+	if len(x.kinds) < 256 {
+		x.kinds[string(k)] = k
+	}
+	return k
+}
+
+// Skipped counts the lines Poll skipped: torn, or not records.
+func (x *LogIndex) Skipped() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.skipped
+}
+
+// Sessions returns the summaries of the log's sessions, in the order they
+// first appear.
+func (x *LogIndex) Sessions() []SessionSummary {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]SessionSummary, 0, len(x.order))
+	for _, s := range x.order {
+		out = append(out, s.counter.Summary())
+	}
+	return out
+}
+
+// Session returns the summary of session id and whether the log has it.
+func (x *LogIndex) Session(id string) (SessionSummary, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := x.sessions[id]
+	if s == nil {
+		return SessionSummary{}, false
+	}
+	return s.counter.Summary(), true
+}
+
+// Entries calls fn with session id's entries, in log order (entry i has
+// seq i+1; fn must not change them), and returns the index's generation,
+// for Read, and whether the session is known. fn runs under the index's
+// read lock: Poll waits for it.
+func (x *LogIndex) Entries(id string, fn func([]IndexEntry)) (gen int, ok bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := x.sessions[id]
+	if s == nil {
+		return x.gen, false
+	}
+	fn(s.entries[:len(s.entries):len(s.entries)])
+	return x.gen, true
+}
+
+// Tree returns session id's process tree, as ProcessTree builds it from
+// the first record of each process; each node's Records hold that one
+// record per process (an exec that renames a process adds one), and
+// groups says how many records each made (Actions, Denials), keyed by
+// the first record's ProcessID, or pid and name. ok is false for an
+// unknown session.
+func (x *LogIndex) Tree(id string) (tops []*ProcNode, count func(Record) (actions, denials int), ok bool) {
+	x.mu.RLock()
+	s := x.sessions[id]
+	if s == nil {
+		x.mu.RUnlock()
+		return nil, nil, false
+	}
+	sum := s.counter.Summary()
+	firsts := make([]Record, len(s.gorder))
+	counts := make(map[procGroupKey][2]int, len(s.gorder))
+	for i, g := range s.gorder {
+		firsts[i] = g.First
+		counts[groupKeyOf(&g.First)] = [2]int{g.Actions, g.Denials}
+	}
+	x.mu.RUnlock()
+	return ProcessTree(sum, firsts), func(r Record) (int, int) {
+		c := counts[groupKeyOf(&r)]
+		return c[0], c[1]
+	}, true
+}
+
+// Read returns the records of entries taken in generation gen (see
+// Entries), in their order, read from the log, with their processes put
+// back. It fails with ErrIndexReset when the index started over since
+// (their offsets may no longer hold the same lines).
+func (x *LogIndex) Read(gen int, entries []IndexEntry) ([]Record, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if gen != x.gen || x.file == nil {
+		return nil, ErrIndexReset
+	}
+	out := make([]Record, 0, len(entries))
+	var line []byte
+	for _, e := range entries {
+		if cap(line) < int(e.Len) {
+			line = make([]byte, e.Len)
+		}
+		line = line[:e.Len]
+		if _, err := x.file.ReadAt(line, e.Off); err != nil {
+			return nil, fmt.Errorf("telemetry: read audit log: %w", err)
+		}
+		r, err := parseRecord(bytes.TrimSpace(line))
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: read audit log at byte %d: %w", e.Off, err)
+		}
+		if r.Process == nil && r.ProcessID != 0 {
+			r.Process = x.procs[procKey{r.Session, r.ProcessID}]
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// ErrIndexReset says a LogIndex started over since the entries read were
+// taken.
+var ErrIndexReset = errors.New("telemetry: the audit log was truncated or replaced")
+
+// Close closes the log.
+func (x *LogIndex) Close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.file == nil {
+		return nil
+	}
+	err := x.file.Close()
+	x.resetLocked()
+	return err
+}
+
+// EntryTime is e's time.
+func (e IndexEntry) EntryTime() time.Time { return time.Unix(0, e.Time).UTC() }
