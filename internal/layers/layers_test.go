@@ -46,7 +46,7 @@ var allowed = map[string]struct{ project, external []string }{
 	"internal/secretcorpus": {},
 	// A headless Chromium for the live view's browser tests.
 	"internal/testbrowser": {external: []string{"github.com/chromedp/"}},
-	"cmd/chaperone":         {project: []string{"*"}, external: []string{"*"}},
+	"cmd/chaperone":        {project: []string{"*"}, external: []string{"*"}},
 
 	"plugin":                   {project: []string{"event"}},
 	"examples/denyhost-plugin": {project: []string{"plugin", "event"}},
