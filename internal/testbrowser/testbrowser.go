@@ -13,6 +13,7 @@ package testbrowser
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -109,8 +110,8 @@ func (b *Browser) listen(ev any) {
 		}
 		msg = "console.error: " + strings.Join(parts, " ")
 	case *log.EventEntryAdded:
-		if ev.Entry.Level != log.EntryLevelError {
-			return
+		if ev.Entry.Level != log.EntryLevelError || strings.HasSuffix(ev.Entry.URL, "/favicon.ico") {
+			return // the browser's own request for an icon is not the page's
 		}
 		msg = fmt.Sprintf("%s: %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
 	default:
@@ -200,15 +201,32 @@ func (b *Browser) Click(sel string) {
 	}
 }
 
-// Type replaces the value of the input sel with text, as typed (the
-// page sees input events).
+// Type replaces the value of the input sel with text and tells the page
+// (input and change events), as typing it would.
 func (b *Browser) Type(sel, text string) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(sel), ""), chromedp.SendKeys(chromedp.CSS(sel), text)); err != nil {
-		b.t.Fatalf("testbrowser: type into %s: %v", sel, err)
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return false; e.focus(); e.value = %s;
+		e.dispatchEvent(new Event('input', {bubbles: true})); e.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`,
+		quote(sel), quote(text))
+	if !Eval[bool](b, js) {
+		b.t.Fatalf("testbrowser: type into %s: no such element", sel)
 	}
+}
+
+// Select chooses value in the select element sel and tells the page.
+func (b *Browser) Select(sel, value string) {
+	b.t.Helper()
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return false; e.value = %s;
+		e.dispatchEvent(new Event('change', {bubbles: true})); return e.value === %s; })()`, quote(sel), quote(value), quote(value))
+	if !Eval[bool](b, js) {
+		b.t.Fatalf("testbrowser: select %q in %s: no such element or option", value, sel)
+	}
+}
+
+// quote is s as a JavaScript string literal.
+func quote(s string) string {
+	q, _ := json.Marshal(s)
+	return string(q)
 }
 
 // Screenshot takes a PNG of the whole page into dir/name.png, and checks

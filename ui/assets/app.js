@@ -18,7 +18,7 @@
   function el(tag, attrs, ...kids) {
     const e = document.createElement(tag);
     setAttrs(e, attrs);
-    for (const k of kids) add(e, k);
+    add(e, ...kids);
     return e;
   }
 
@@ -26,7 +26,7 @@
   function svg(tag, attrs, ...kids) {
     const e = document.createElementNS(SVG, tag);
     setAttrs(e, attrs);
-    for (const k of kids) add(e, k);
+    add(e, ...kids);
     return e;
   }
 
@@ -41,14 +41,18 @@
     }
   }
 
-  function add(parent, kid) {
-    if (kid === undefined || kid === null || kid === false) return;
-    if (Array.isArray(kid)) {
-      for (const k of kid) add(parent, k);
-    } else if (kid instanceof Node) {
-      parent.append(kid);
-    } else {
-      parent.append(document.createTextNode(String(kid)));
+  // add appends kids (nodes, text, arrays of them; null and false are
+  // nothing) to parent.
+  function add(parent, ...kids) {
+    for (const kid of kids) {
+      if (kid === undefined || kid === null || kid === false) continue;
+      if (Array.isArray(kid)) {
+        add(parent, ...kid);
+      } else if (kid instanceof Node) {
+        parent.append(kid);
+      } else {
+        parent.append(document.createTextNode(String(kid)));
+      }
     }
   }
 
@@ -1043,7 +1047,7 @@
           el('span', { class: 'count-n', text: String(e.count || 0) }),
           ` routine read${e.count === 1 ? '' : 's'}${files ? ` of ${files} file${files === 1 ? '' : 's'}` : ''} in `,
           el('span', { class: 'mono', text: dirs.slice(0, 3).join(', ') + (dirs.length > 3 ? `, +${dirs.length - 3} more` : '') }),
-          el('button', { type: 'button', class: 'link', text: 'show', onclick: () => { $('#show-all').checked = true; reloadEvents(); } })),
+          ' ', el('button', { type: 'button', class: 'link', text: 'show', onclick: () => { $('#show-all').checked = true; reloadEvents(); } })),
         pid ? el('span', { class: 'who mono', text: `${procName(e.process) || 'pid'}[${pid}]` }) : null));
   }
 
