@@ -201,33 +201,49 @@
 
   // ---------------------------------------------------------------- stream
 
-  // One EventSource at a time; a new one (another route) replaces the old
-  // only once open, so the server never sees the page leave (it watches
-  // the sessions' questions while a page is connected).
+  // One EventSource at a time: a new one (another route) replaces the
+  // others only once open, so the server never sees the page leave (it
+  // watches the sessions' questions while a page is connected).
   let stream = null;
+  const streams = new Set();
 
   function openStream(session) {
     const url = '/api/stream' + (session ? `?session=${encodeURIComponent(session)}` : '');
-    const old = stream;
     const es = new EventSource(url);
     stream = es;
+    streams.add(es);
+    const drop = (x) => {
+      x.close();
+      streams.delete(x);
+    };
     es.addEventListener('open', () => {
-      if (old && old !== es) old.close();
+      if (stream !== es) {
+        drop(es); // replaced meanwhile
+        return;
+      }
+      for (const other of [...streams]) if (other !== es) drop(other);
       setConn('live');
       onStreamOpen();
     });
     es.addEventListener('error', () => {
       if (stream !== es) return;
-      setConn(es.readyState === EventSource.CLOSED ? 'closed' : 'reconnecting');
-      if (es.readyState === EventSource.CLOSED) {
-        // 401 (the cookie is gone) or the server went away: try again.
-        setTimeout(() => { if (stream === es) openStream(session); }, 3000);
+      if (es.readyState !== EventSource.CLOSED) {
+        setConn('reconnecting');
+        return;
       }
+      // Refused (401: the cookie is gone) or the server went away: try
+      // again in a while.
+      setConn('closed');
+      drop(es);
+      setTimeout(() => { if (stream === es) openStream(session); }, 3000);
     });
-    es.addEventListener('record', (e) => onRecord(JSON.parse(e.data)));
-    es.addEventListener('session', (e) => onSession(JSON.parse(e.data)));
-    es.addEventListener('question', (e) => onQuestion(JSON.parse(e.data)));
-    es.addEventListener('answered', (e) => onAnswered(JSON.parse(e.data)));
+    // Until the new stream opens, the old one still delivers: what both
+    // deliver is the same (records are kept once, by seq).
+    const on = (name, fn) => es.addEventListener(name, (e) => fn(JSON.parse(e.data)));
+    on('record', onRecord);
+    on('session', onSession);
+    on('question', onQuestion);
+    on('answered', onAnswered);
   }
 
   function setConn(s) {
