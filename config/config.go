@@ -24,6 +24,8 @@ type Config struct {
 	Log string `mapstructure:"log" yaml:"log"`
 	// Audit is what the audit log records.
 	Audit Audit `mapstructure:"audit" yaml:"audit"`
+	// UI is the live view (`chaperone ui`, `run --ui`, `daemon --ui`).
+	UI UI `mapstructure:"ui" yaml:"ui"`
 	// Policy is the policy file's path; empty means the built-in policy.
 	Policy string `mapstructure:"policy" yaml:"policy"`
 	// DenyHosts are the hosts the built-in policy denies: a name, *.domain
@@ -195,6 +197,13 @@ type Audit struct {
 	FileReads string `mapstructure:"file_reads" yaml:"file_reads"`
 }
 
+// UI is the ui key's section: the live view.
+type UI struct {
+	// Listen is the live view's address, a loopback IP:port (port 0: one
+	// the system picks).
+	Listen string `mapstructure:"listen" yaml:"listen"`
+}
+
 // Which file reads the audit log records whole (Audit.FileReads).
 const (
 	AuditReadsRoutine = "routine"
@@ -233,6 +242,7 @@ var keys = []key{
 	{name: "listen", flag: "listen", help: "proxy listen address, a loopback IP:port"},
 	{name: "log", flag: "log", help: "audit log path (default <state_dir>/audit.jsonl)"},
 	{name: "audit", kind: kindSection, fields: auditFields},
+	{name: "ui", kind: kindSection, fields: uiFields},
 	{name: "policy", flag: "policy", help: "policy file (default: the built-in policy)"},
 	{name: "deny_hosts", flag: "deny-host", kind: kindList, help: "deny this host: a name, *.domain or IP (repeatable)"},
 	{name: "upstream_ca", flag: "upstream-ca", kind: kindList, help: "also trust this PEM file's certificates for upstream TLS (repeatable)"},
@@ -259,6 +269,11 @@ var keys = []key{
 // auditFields are the keys of the audit section.
 var auditFields = []key{
 	{name: "file_reads", flag: "audit-file-reads", help: `"routine": fold routine file reads (libraries, locale, caches, the working tree) into one audit record per process; "all": record every read`},
+}
+
+// uiFields are the keys of the ui section.
+var uiFields = []key{
+	{name: "listen", flag: "ui-listen", help: "the live view's listen address, a loopback IP:port (default 127.0.0.1:0: a port the system picks)"},
 }
 
 // agentFields are the keys of an agents entry.
@@ -330,6 +345,7 @@ func Default(env func(string) string, euid int) Config {
 		Mode:            ModeAuto,
 		QUIC:            QUICRefuse,
 		Audit:           Audit{FileReads: AuditReadsRoutine},
+		UI:              UI{Listen: DefaultListen},
 		UDP:             UDPRefuse,
 		Listen:          DefaultListen,
 		LogLevel:        "info",

@@ -189,6 +189,8 @@ func defaultValue(c Config, name string) any {
 		return c.Log
 	case "audit.file_reads":
 		return c.Audit.FileReads
+	case "ui.listen":
+		return c.UI.Listen
 	case "policy":
 		return c.Policy
 	case "deny_hosts":
@@ -459,7 +461,7 @@ func editDistance(a, b string) int {
 }
 
 // BindFlags registers a flag for every key set by flags on fs: --state-dir,
-// --mode, --listen, --log, --audit-file-reads, --policy, --deny-host, --upstream-ca, --resolve,
+// --mode, --listen, --log, --audit-file-reads, --ui-listen, --policy, --deny-host, --upstream-ca, --resolve,
 // --tls-passthrough, --quic, --udp, --dns-upstream, --log-level, --llm-host,
 // --identity-header, --identity-host, --restore-secrets. The list flags are
 // repeatable. Flags carry no defaults of their own: Load applies defaults

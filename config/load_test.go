@@ -188,6 +188,7 @@ func TestLoadFileErrors(t *testing.T) {
 		{"section not a mapping", "audit: all\n", []string{"line 1", "audit: want a mapping"}},
 		{"unknown key in a section", "audit:\n  file_read: all\n", []string{"line 2", "audit.file_read: unknown key", `did you mean "file_reads"`}},
 		{"section value", "audit:\n  file_reads: some\n", []string{"audit.file_reads", `is not "routine" or "all"`}},
+		{"ui listen not loopback", "ui:\n  listen: 0.0.0.0:8080\n", []string{"config: ui.listen:", "not a loopback", "live view"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -396,5 +397,52 @@ func TestLoadSectionKey(t *testing.T) {
 	}
 	if got := EnvVar("audit.file_reads"); got != "CHAPERONE_AUDIT_FILE_READS" {
 		t.Errorf("EnvVar = %s", got)
+	}
+}
+
+// ui.listen is set by the file's ui section, CHAPERONE_UI_LISTEN and
+// --ui-listen, in that order of precedence.
+func TestLoadUIListen(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "c.yaml", "ui:\n  listen: 127.0.0.1:7000\n")
+	tests := []struct {
+		name  string
+		file  string
+		env   map[string]string
+		flags []string
+		want  string
+	}{
+		{"default", "", nil, nil, DefaultListen},
+		{"file", file, nil, nil, "127.0.0.1:7000"},
+		{"env over file", file, map[string]string{"CHAPERONE_UI_LISTEN": "127.0.0.2:7001"}, nil, "127.0.0.2:7001"},
+		{"flag over env", file, map[string]string{"CHAPERONE_UI_LISTEN": "127.0.0.2:7001"}, []string{"--ui-listen=[::1]:7002"}, "[::1]:7002"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"HOME": "/home/u"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			opts := LoadOptions{File: tt.file, Env: envMap(env), EUID: 1000}
+			if tt.flags != nil {
+				fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+				BindFlags(fs)
+				if err := fs.Parse(tt.flags); err != nil {
+					t.Fatal(err)
+				}
+				opts.Flags = fs
+			}
+			c, err := Load(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.UI.Listen != tt.want {
+				t.Errorf("ui.listen = %q, want %q", c.UI.Listen, tt.want)
+			}
+		})
+	}
+	if _, err := Load(LoadOptions{Env: envMap(map[string]string{"HOME": "/home/u", "CHAPERONE_UI_LISTEN": "192.0.2.1:80"}), EUID: 1000}); err == nil ||
+		!strings.Contains(err.Error(), "ui.listen") {
+		t.Errorf("a non-loopback ui.listen: %v, want refused", err)
 	}
 }

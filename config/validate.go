@@ -73,6 +73,9 @@ func (c *Config) Validate() error {
 	if p := listenProblem(c.Listen); p != "" {
 		add("listen", c.Listen, p)
 	}
+	if p := listenProblem(c.UI.Listen); c.UI.Listen != "" && p != "" {
+		add("ui.listen", c.UI.Listen, strings.Replace(p, "the proxy is", "the live view is", 1))
+	}
 
 	if p := fileProblem(c.Policy); c.Policy != "" && p != "" {
 		add("policy", c.Policy, p)

@@ -36,6 +36,7 @@ type LogIndex struct {
 	sessions map[string]*IndexedSession
 	order    []*IndexedSession
 	gen      int                   // incremented when the index starts over
+	keep     bool                  // Poll keeps the records it reads
 	kinds    map[string]event.Kind // interned kind names
 	buf      []byte
 	pending  []byte
@@ -43,14 +44,16 @@ type LogIndex struct {
 
 // IndexEntry is one record of a session as the index keeps it.
 type IndexEntry struct {
-	Off       int64 // where its line starts in the file
-	Len       int32 // its line's length, newline excluded
-	PID       int32 // the acting process's pid, 0 for none
-	Count     int32 // reads folded in a file_reads record; 1 for others
-	Time      int64 // Unix nanoseconds
-	Kind      event.Kind
-	Verdict   event.Action
-	ProcessID int64
+	Off     int64 // where its line starts in the file
+	Len     int32 // its line's length, newline excluded
+	PID     int32 // the acting process's pid, 0 for none
+	Count   int32 // reads folded in a file_reads record; 1 for others
+	Time    int64 // Unix nanoseconds
+	Kind    event.Kind
+	Verdict event.Action
+	// Proc is the process its ProcessID named when it was written (a
+	// writer that reopens the log numbers its processes anew).
+	Proc *Process
 }
 
 // IndexedSession is one session of an indexed log. Its fields are read
@@ -73,15 +76,15 @@ type ProcGroup struct {
 }
 
 type procGroupKey struct {
-	processID int64
-	pid       int
-	name      string
+	proc *Process // the process record's, shared by the records naming it
+	pid  int
+	name string
 }
 
 func groupKeyOf(r *Record) procGroupKey {
 	switch {
-	case r.ProcessID != 0:
-		return procGroupKey{processID: r.ProcessID}
+	case r.ProcessID != 0 && r.Process != nil:
+		return procGroupKey{proc: r.Process}
 	case r.Process != nil:
 		return procGroupKey{pid: r.Process.PID, name: ProcessName(r.Process)}
 	default:
@@ -110,15 +113,18 @@ type PollResult struct {
 	// Reset says the index started over (the log was truncated, replaced
 	// or removed): every session is to be forgotten and read again.
 	Reset bool
-	// Records are the new records of sessions, in log order.
+	// Records are the new records of sessions, in log order, when Poll
+	// was asked for them.
 	Records []IndexedRecord
 }
 
-// Poll reads the lines appended since the last Poll and indexes them.
-func (x *LogIndex) Poll() (PollResult, error) {
+// Poll reads the lines appended since the last Poll and indexes them; with
+// records, its result holds them too.
+func (x *LogIndex) Poll(records bool) (PollResult, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var res PollResult
+	x.keep = records
 	if x.file != nil {
 		cur, err := os.Stat(x.path)
 		switch {
@@ -226,7 +232,10 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 	}
 	s.counter.Add(r)
 	e := IndexEntry{Off: off, Len: int32(len(line)), Count: 1, Time: r.Time.UnixNano(),
-		Kind: x.intern(r.Kind), Verdict: r.Verdict, ProcessID: r.ProcessID}
+		Kind: x.intern(r.Kind), Verdict: r.Verdict}
+	if r.ProcessID != 0 {
+		e.Proc = r.Process
+	}
 	if r.Kind == KindFileReads {
 		e.Count = int32(r.Count)
 	}
@@ -251,7 +260,9 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 			g.Denials++
 		}
 	}
-	res.Records = append(res.Records, IndexedRecord{Seq: len(s.entries), Record: r})
+	if x.keep {
+		res.Records = append(res.Records, IndexedRecord{Seq: len(s.entries), Record: r})
+	}
 }
 
 func (x *LogIndex) intern(k event.Kind) event.Kind {
@@ -315,9 +326,8 @@ func (x *LogIndex) Entries(id string, fn func([]IndexEntry)) (gen int, ok bool) 
 // Tree returns session id's process tree, as ProcessTree builds it from
 // the first record of each process; each node's Records hold that one
 // record per process (an exec that renames a process adds one), and
-// groups says how many records each made (Actions, Denials), keyed by
-// the first record's ProcessID, or pid and name. ok is false for an
-// unknown session.
+// count says how many records the process of such a record made
+// (actions, denials). ok is false for an unknown session.
 func (x *LogIndex) Tree(id string) (tops []*ProcNode, count func(Record) (actions, denials int), ok bool) {
 	x.mu.RLock()
 	s := x.sessions[id]
@@ -364,7 +374,7 @@ func (x *LogIndex) Read(gen int, entries []IndexEntry) ([]Record, error) {
 			return nil, fmt.Errorf("telemetry: read audit log at byte %d: %w", e.Off, err)
 		}
 		if r.Process == nil && r.ProcessID != 0 {
-			r.Process = x.procs[procKey{r.Session, r.ProcessID}]
+			r.Process = e.Proc
 		}
 		out = append(out, r)
 	}

@@ -199,7 +199,8 @@ func (s *Server) Poll() { s.poll() }
 // poll reads every log's new records and sends them to the streams.
 func (s *Server) poll() {
 	for _, l := range s.logs {
-		res, err := l.Poll()
+		streaming := s.hub.wantsRecords()
+		res, err := l.Poll(streaming)
 		if err != nil {
 			s.o.Logger.Warn("ui: read audit log", "path", l.Path(), "err", err)
 			continue
@@ -207,7 +208,7 @@ func (s *Server) poll() {
 		if res.Reset {
 			s.hub.reset()
 		}
-		if len(res.Records) == 0 {
+		if !streaming || len(res.Records) == 0 {
 			continue
 		}
 		changed := map[string]bool{}
@@ -218,9 +219,7 @@ func (s *Server) poll() {
 				changed[id] = true
 				order = append(order, id)
 			}
-			if s.hub.wantsRecords() {
-				s.hub.publish("record", id, eventJSON(ir.Record, ir.Seq, nil, true))
-			}
+			s.hub.publish("record", id, eventJSON(ir.Record, ir.Seq, nil, true))
 		}
 		for _, id := range order {
 			if sum, ok := l.Session(id); ok {

@@ -23,6 +23,7 @@ import (
 
 func newDaemonCommand(e env) *cobra.Command {
 	var pinDir, group string
+	var serveUI bool
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Find every agent the machine runs and make each a session, with no wrapper (root, Linux)",
@@ -41,6 +42,13 @@ func newDaemonCommand(e env) *cobra.Command {
 			file := configFile(cmd, e)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
+			if serveUI {
+				s, err := startUI(ctx, e, cfg, nil, e.stderr)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+			}
 			return daemon.Run(ctx, daemon.Options{
 				Settings: cfg, ConfigFile: file, PinDir: pinDir, Group: group,
 				Reload: func() (config.Config, error) { return loadConfig(cmd, e) },
@@ -52,6 +60,7 @@ func newDaemonCommand(e env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&pinDir, "pin-dir", daemon.DefaultPinDir, "where the kernel hooks are pinned (bpffs): they outlive the daemon")
+	cmd.Flags().BoolVar(&serveUI, "ui", false, "serve the live view while the daemon runs (see chaperone ui; --ui-listen sets its address)")
 	cmd.Flags().StringVar(&group, "group", "", "a group whose members may use the control socket (list and adopt sessions) besides root")
 	remove := &cobra.Command{
 		Use:   "remove",

@@ -95,6 +95,7 @@ func newRootCommand(e env) *cobra.Command {
 		newEventsCommand(e),
 		newSessionsCommand(e),
 		newDemoCommand(e),
+		newUICommand(e),
 		newPolicyCommand(e),
 		newApproveCommand(e, true),
 		newApproveCommand(e, false),

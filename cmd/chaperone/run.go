@@ -15,6 +15,7 @@ import (
 func newRunCommand(e env) *cobra.Command {
 	var (
 		killOnExit bool
+		serveUI    bool
 		user       string
 		agent      string
 	)
@@ -42,6 +43,13 @@ func newRunCommand(e env) *cobra.Command {
 			if joined, err := joinDaemon(e, cfg, agent, args); joined || err != nil {
 				return err // joined: the agent replaced this process; never here
 			}
+			if serveUI {
+				s, err := startUI(cmd.Context(), e, cfg, nil, e.stderr)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+			}
 			code, err := runSession(cmd.Context(), e, session.Config{
 				Settings:   cfg,
 				ConfigFile: configFile(cmd, e),
@@ -62,6 +70,7 @@ func newRunCommand(e env) *cobra.Command {
 	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().StringVar(&agent, "agent", "", "the agent's name in events and traces (default: detected from the command: claude, codex, cursor, aider, gemini, …)")
 	cmd.Flags().StringVar(&user, "user", "", "run the command as this user (name or uid); default: the user who ran sudo, else unchanged")
+	cmd.Flags().BoolVar(&serveUI, "ui", false, "serve the live view while the session runs (see chaperone ui; --ui-listen sets its address)")
 	cmd.Flags().BoolVar(&killOnExit, "kill-on-exit", true, "transparent mode: when the command exits, kill every process it left in the session (else wait for them)")
 	return cmd
 }
