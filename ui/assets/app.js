@@ -507,6 +507,7 @@
       summary: state.sessions.get(id) || null,
       tree: null,
       folded: new Map(), // pid → folded, as toggled
+      pids: new Set(), // the pids in the tree shown
       loaded: false,
       loading: 0, // generation of the page being loaded
       gen: 0,
@@ -614,6 +615,12 @@
   function renderTree(v) {
     const box = $('#tree');
     const ul = el('ul', { class: 'tree-root' });
+    v.pids = new Set();
+    const collect = (n) => {
+      v.pids.add(n.pid);
+      for (const k of n.children || []) collect(k);
+    };
+    for (const n of v.tree || []) collect(n);
     const walk = (n, depth) => {
       const kids = n.children || [];
       // Deep subtrees start folded; a toggle is remembered across updates.
@@ -847,7 +854,8 @@
     const v = state.view;
     if (!v || e.session !== v.id) return;
     v.refreshTimeline();
-    if (e.kind === 'process' || e.kind === 'session_end') v.refreshTree();
+    const pid = e.pid || (e.process && e.process.pid) || 0;
+    if (e.kind === 'process' || e.kind === 'session_end' || (pid && !v.pids.has(pid))) v.refreshTree();
     if (!v.loaded) {
       v.buffer.push(e);
       return;
