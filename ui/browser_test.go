@@ -459,7 +459,9 @@ func TestBrowserBigSession(t *testing.T) {
 	opened := time.Since(start)
 	b.WaitFor("its tree and timeline", `document.querySelector('#tree [data-pid="4001"]') && document.querySelector('#timeline rect.bar')`, 30*time.Second)
 	all := time.Since(start)
-	t.Logf("a %d-event session: newest page shown %v after the click, with its tree and timeline %v", n, opened.Round(time.Millisecond), all.Round(time.Millisecond))
+	t.Logf("requests: %s", testbrowser.Eval[string](b, `performance.getEntriesByType('resource').filter(r => r.name.includes('/api/sessions/')).map(r => r.name.replace(location.origin, '') + ' ' + Math.round(r.duration) + ' ms').join('; ')`))
+	t.Logf("a %d-event session: newest page shown %v after the click (its request and rendering: %s ms), with its tree and timeline %v",
+		n, opened.Round(time.Millisecond), testbrowser.Eval[string](b, `document.body.dataset.eventsLoadedMs`), all.Round(time.Millisecond))
 	if got := testbrowser.Eval[string](b, `document.querySelector('#events-count').textContent`); got != fmt.Sprintf("200 shown of %d", n) {
 		t.Errorf("the count reads %q", got)
 	}

@@ -265,7 +265,20 @@
   async function loadSessions() {
     try {
       const body = await api('/api/sessions');
-      for (const s of body.sessions || []) state.sessions.set(s.id, s);
+      const seen = new Set();
+      for (const s of body.sessions || []) {
+        seen.add(s.id);
+        state.sessions.set(s.id, s);
+      }
+      // The log started over (truncated, replaced): what it no longer
+      // holds goes.
+      for (const id of [...state.sessions.keys()]) {
+        if (seen.has(id)) continue;
+        state.sessions.delete(id);
+        const r = rows.get(id);
+        if (r) r.tr.remove();
+        rows.delete(id);
+      }
       renderSessions();
     } catch (e) {
       if (e.status !== 401) notice(`sessions: ${e.message}`, 'error');
@@ -307,6 +320,10 @@
     return n;
   }
 
+  // rows keeps each session's row element: a row is updated in place
+  // (never replaced under a pointer about to click it).
+  const rows = new Map(); // id → {tr, key}
+
   function renderSessions() {
     const list = [...state.sessions.values()].sort((a, b) => {
       const ta = parseTime(a.start) || 0;
@@ -314,19 +331,34 @@
       return tb - ta || (a.id < b.id ? 1 : -1);
     });
     const tbody = $('#sessions tbody');
-    const rows = list.map((s) => sessionRow(s));
-    tbody.replaceChildren(...rows);
+    let prev = null;
+    for (const s of list) {
+      const key = JSON.stringify(s) + questionsOf(s.id);
+      let r = rows.get(s.id);
+      if (!r) {
+        const tr = el('tr', { 'data-session': s.id, onclick: () => { location.hash = `#/s/${encodeURIComponent(s.id)}`; } });
+        r = { tr, key: '' };
+        rows.set(s.id, r);
+      }
+      if (r.key !== key) {
+        r.key = key;
+        r.tr.className = s.running ? 'running' : 'ended';
+        r.tr.replaceChildren(...sessionCells(s));
+      }
+      const want = prev ? prev.nextSibling : tbody.firstChild;
+      if (want !== r.tr) tbody.insertBefore(r.tr, want);
+      prev = r.tr;
+    }
     $('#sessions-empty').hidden = list.length > 0;
     $('#sessions-count').textContent = list.length ? `(${list.length})` : '';
   }
 
-  function sessionRow(s) {
-    const go = () => { location.hash = `#/s/${encodeURIComponent(s.id)}`; };
+  function sessionCells(s) {
     const running = !!s.running;
     const waiting = questionsOf(s.id);
     const num = (col, v, title) => el('td', { class: 'num', 'data-col': col, title }, v);
     const uid = s.agent_uid === undefined || s.agent_uid === null ? '' : `uid ${s.agent_uid}`;
-    return el('tr', { 'data-session': s.id, class: running ? 'running' : 'ended', onclick: go },
+    return [
       el('td', { class: 'id mono' }, el('a', { href: `#/s/${encodeURIComponent(s.id)}`, text: shortID(s.id), title: s.id }),
         waiting ? el('span', { class: 'badge ask', text: `${waiting} waiting`, title: 'questions waiting for an answer' }) : null),
       el('td', { class: 'agent', title: (s.command || []).join(' ') }, s.agent || base((s.command || [])[0]) || '?'),
@@ -341,7 +373,8 @@
       num('tokens', fmtCount(s.tokens), `${s.input_tokens || 0} in, ${s.output_tokens || 0} out`),
       num('events', fmtCount(s.events)),
       el('td', {}, el('span', { class: `state ${running ? 'running' : 'ended'}`, text: running ? 'running' : 'ended' }),
-        !running && s.exit_code !== undefined && s.exit_code !== null ? el('span', { class: 'muted', text: ` exit ${s.exit_code}` }) : null));
+        !running && s.exit_code !== undefined && s.exit_code !== null ? el('span', { class: 'muted', text: ` exit ${s.exit_code}` }) : null),
+    ];
   }
 
   // Running sessions' durations tick.
