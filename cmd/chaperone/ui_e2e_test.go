@@ -13,6 +13,7 @@ import (
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/testbrowser"
+	"github.com/chaperone-dev/chaperone/internal/upstream"
 )
 
 // startUI starts `chaperone ui` over w's log on addr and returns the
@@ -135,13 +136,21 @@ func TestUILiveSession(t *testing.T) {
 		t.Errorf("the question reads %q", summary)
 	}
 	b.Screenshot(uiShotDir(t), "question")
-	answered := time.Now()
+	// When the click reaches the page (the browser's clock is this
+	// machine's), to when the api receives the request it let through.
+	testbrowser.Eval[bool](b, `(document.addEventListener('click', () => { window.__clickedAt = Date.now(); }, true), true)`)
 	b.Click(q + ` button[data-answer="once"]`)
+	for deadline := time.Now().Add(30 * time.Second); !received(w.api, "/asked"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the api never received the asked request; session stderr:\n%s", errb.String())
+		}
+	}
+	got := time.Now().UnixMilli()
+	t.Logf("the api received the asked request %d ms after the click on Allow once", got-testbrowser.Eval[int64](b, `window.__clickedAt`))
 	b.WaitFor("the question gone", `!document.querySelector('`+q+`')`, 10*time.Second)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("session: %v\n%s", err, errb.String())
 	}
-	t.Logf("the agent was done %v after Allow once was clicked", time.Since(answered).Round(time.Millisecond))
 	if got := out.String(); strings.Count(got, "hello from api.e2e.test") != 2 {
 		t.Errorf("the agent printed %q, want both answers of the api", got)
 	}
@@ -175,6 +184,16 @@ func askOnly(t *testing.T, policy, path string) {
 	if err := os.WriteFile(policy, []byte(p), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// received reports whether srv has received a request for path.
+func received(srv *upstream.Server, path string) bool {
+	for _, r := range srv.Requests() {
+		if r.Path == path {
+			return true
+		}
+	}
+	return false
 }
 
 // uiShotDir is where the screenshots go: docs/ui with -update.
