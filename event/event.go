@@ -234,6 +234,15 @@ type LLM struct {
 	ToolCalls           []ToolCall // tools the model asked to run
 	// Restored counts the placeholders put back in the answer.
 	Restored int
+	// Prompt is the text of the request's last user turn (its text
+	// parts) as sent upstream, with every secret the session's redactor
+	// finds replaced by its placeholder (also when the request went
+	// unredacted): at most MaxPrompt bytes, cut at a rune boundary, and
+	// PromptTruncated says it was cut. Latency is the time from the
+	// request's start to the answer's end.
+	Prompt          string
+	PromptTruncated bool
+	Latency         time.Duration
 
 	// Over WebSocket (Responses over WebSocket, the Realtime API, Gemini
 	// Live), Path is the connection's and Status its 101. WSMessage is
@@ -248,6 +257,9 @@ type LLM struct {
 	WSUnparsed int
 	Rewrite    *Changes
 }
+
+// MaxPrompt bounds LLM.Prompt, in bytes.
+const MaxPrompt = 2000
 
 // ToolCall is a tool the model asked the agent to run.
 type ToolCall struct {

@@ -62,6 +62,10 @@ type Field struct {
 	// Kinds are the kinds of event the field belongs to; nil: every kind.
 	// An event of another kind never shows it, whatever it carries.
 	Kinds []Kind
+	// FlatKinds, when set, are the only kinds whose flat forms hold the
+	// field, fewer than Kinds: the session's working tree, which every
+	// event carries for the policy, is in session_start's record only.
+	FlatKinds []Kind
 	// Key is the field's key in the audit log's and plugins' flat JSON
 	// (docs/events.md); a process.* field's is its key inside the
 	// "process" object. Fields of different kinds may share a key
@@ -135,6 +139,20 @@ func (f *Field) Of(k Kind) bool {
 	return false
 }
 
+// InFlat reports whether the flat forms of events of kind k hold the
+// field (when its In says they hold it at all).
+func (f *Field) InFlat(k Kind) bool {
+	if f.FlatKinds != nil {
+		for _, x := range f.FlatKinds {
+			if x == k {
+				return true
+			}
+		}
+		return false
+	}
+	return f.Of(k)
+}
+
 // IsProcess reports whether the field is one of the acting process's
 // (the "process" object of the flat forms).
 func (f *Field) IsProcess() bool { return strings.HasPrefix(f.Name, "process.") }
@@ -186,7 +204,7 @@ func Fields() []Field {
 		return Field{Name: "session." + name, Kinds: kinds, Key: key, In: in, CEL: cel}
 	}
 	sp := func(e *Event) **Session { return &e.SessionInfo }
-	end := []Kind{KindSessionEnd}
+	start, end := []Kind{KindSessionStart}, []Kind{KindSessionEnd}
 	fs = append(fs,
 		of(session("id", sess, "", 0, ""), sp, func(s *Session) *string { return &s.ID }),
 		of(session("agent", sess, "agent", both, ""), sp, func(s *Session) *string { return &s.Agent }),
@@ -194,8 +212,10 @@ func Fields() []Field {
 		of(session("root_pid", sess, "root_pid", both, ""), sp, func(s *Session) *int { return &s.RootPID }),
 		of(session("mode", sess, "mode", both, ""), sp, func(s *Session) *string { return &s.Mode }),
 		of(session("started", sess, "", 0, ""), sp, func(s *Session) *time.Time { return &s.Started }),
-		of(session("workdir", nil, "", 0, "session.workdir"), sp, func(s *Session) *string { return &s.Workdir }),
-		of(session("home", nil, "", 0, "session.home"), sp, func(s *Session) *string { return &s.Home }),
+		// In session_start's record, for readers of the log to tell
+		// routine reads (Routine) as the audit log did.
+		flatIn(of(session("workdir", nil, "workdir", InLog, "session.workdir"), sp, func(s *Session) *string { return &s.Workdir }), start),
+		flatIn(of(session("home", nil, "home", InLog, "session.home"), sp, func(s *Session) *string { return &s.Home }), start),
 		of(session("state_dir", nil, "", 0, "session.state_dir"), sp, func(s *Session) *string { return &s.StateDir }),
 		of(session("uid", sess, "agent_uid", both, "session.uid"), sp, func(s *Session) *int { return &s.UID }),
 		of(session("tty", sess, "tty", both, "session.tty"), sp, func(s *Session) *string { return &s.TTY }),
@@ -270,6 +290,12 @@ func Fields() []Field {
 		of(llm("finish_reasons", "finish_reasons", InLog, "", ""), lp, func(l *LLM) *[]string { return &l.FinishReasons }),
 		of(llm("tool_calls", "tool_calls", InLog, "", ""), lp, func(l *LLM) *[]ToolCall { return &l.ToolCalls }),
 		of(llm("restored", "restored", InLog, "", ""), lp, func(l *LLM) *int { return &l.Restored }),
+		// The prompt (placeholders, never a secret) is the log's only:
+		// not a policy's, a plugin's or a trace's.
+		of(llm("prompt", "prompt", InLog, "", ""), lp, func(l *LLM) *string { return &l.Prompt }),
+		of(llm("prompt_truncated", "prompt_truncated", InLog, "", ""), lp, func(l *LLM) *bool { return &l.PromptTruncated }),
+		// In whole milliseconds in the flat forms.
+		of(llm("latency", "latency_ms", InLog, "", ""), lp, func(l *LLM) *time.Duration { return &l.Latency }),
 		// Over WebSocket: the connection's client messages that carry a
 		// request, and what was changed in each.
 		of(llm("websocket", "websocket", InLog, "", ""), lp, func(l *LLM) *bool { return &l.WebSocket }),
@@ -304,6 +330,12 @@ func Fields() []Field {
 		of(pol("error", "error", InLog, "", ""), pr, func(p *PolicyReload) *string { return &p.Error }),
 	)
 	return fs
+}
+
+// flatIn returns f held by the flat forms of kinds only (FlatKinds).
+func flatIn(f Field, kinds []Kind) Field {
+	f.FlatKinds = kinds
+	return f
 }
 
 // ofEvent completes f, a field of the event itself at member.

@@ -161,7 +161,7 @@ func TestFieldsNames(t *testing.T) {
 				continue
 			}
 			for _, k := range Kinds {
-				if !f.Of(k) {
+				if !f.InFlat(k) {
 					continue
 				}
 				s := slot{use, k, f.Key, f.IsProcess()}
@@ -206,6 +206,8 @@ type flatForm struct {
 	Pod       string    `json:"pod_uid"`
 	ExitCode  *int      `json:"exit_code"`
 	Duration  *int64    `json:"duration_ms"`
+	Workdir   string    `json:"workdir"`
+	Home      string    `json:"home"`
 }
 
 // TestFlat copies events to a flat form and back: the conversions hold,
@@ -255,6 +257,17 @@ func TestFlat(t *testing.T) {
 		{
 			e:    &Event{Time: t0.UTC(), Kind: KindConnect, Connect: &Connect{Host: "no address yet"}},
 			want: flatForm{Time: t0.UTC(), Kind: KindConnect, Host: "no address yet"},
+		},
+		{
+			// The working tree and home are session_start's only
+			// (FlatKinds), though every event carries them.
+			e:    &Event{Time: t0.UTC(), Kind: KindSessionStart, SessionInfo: &Session{Agent: "a", Workdir: "/w", Home: "/h"}},
+			want: flatForm{Time: t0.UTC(), Kind: KindSessionStart, Agent: "a", Workdir: "/w", Home: "/h"},
+		},
+		{
+			e:    &Event{Time: t0.UTC(), Kind: KindConnect, Connect: &Connect{Host: "h"}, SessionInfo: &Session{Workdir: "/w", Home: "/h"}},
+			want: flatForm{Time: t0.UTC(), Kind: KindConnect, Host: "h"},
+			back: &Event{Time: t0.UTC(), Kind: KindConnect, Connect: &Connect{Host: "h"}},
 		},
 	}
 	for _, tt := range tests {

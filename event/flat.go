@@ -121,7 +121,7 @@ func NewFlat[T any](fields []Field, use Use, process bool) (*Flat[T], error) {
 			m.op = opTime
 		}
 		for k := range fl.byKind {
-			if k == len(Kinds) && f.Kinds == nil || k < len(Kinds) && f.Of(Kinds[k]) {
+			if k == len(Kinds) && f.Kinds == nil && f.FlatKinds == nil || k < len(Kinds) && f.InFlat(Kinds[k]) {
 				fl.byKind[k] = append(fl.byKind[k], m)
 			}
 		}

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/secretcorpus"
 	"github.com/chaperone-dev/chaperone/internal/upstream"
 	"github.com/chaperone-dev/chaperone/policy"
+	"github.com/chaperone-dev/chaperone/rewrite"
 	"github.com/chaperone-dev/chaperone/rewrite/secrets"
 )
 
@@ -55,9 +57,10 @@ func TestCorpusNoFalseRefusals(t *testing.T) {
 	}
 	c, _ := e.client(false)
 
-	sent, refused := 0, 0
+	sent, refused, prompts, checked := 0, 0, 0, 0
 	for _, s := range sessions {
 		for _, r := range s.Requests {
+			n := len(e.rec.kinds(event.KindLLM))
 			up := ups[r.Provider.Host()]
 			req, err := http.NewRequest(http.MethodPost, "https://"+hostPort(up)+r.Provider.Path(), bytes.NewReader(r.Body))
 			if err != nil {
@@ -78,8 +81,47 @@ func TestCorpusNoFalseRefusals(t *testing.T) {
 			if msg := string(answer); strings.HasPrefix(msg, "chaperone: denied") {
 				refused++
 				t.Errorf("%s refused (%d): %s", r.Name, res.StatusCode, strings.TrimSpace(msg))
+				continue
+			}
+			// The llm event's prompt is the last user turn of the body
+			// as the API received it, and holds no secret that
+			// redaction took out of that body.
+			e.rec.wait(t, "llm", func(*event.Event) bool { return len(e.rec.kinds(event.KindLLM)) > n })
+			l := e.rec.kinds(event.KindLLM)[n].LLM
+			got := up.Requests()
+			body := got[len(got)-1].Body
+			sentReq, err := rewrite.Inspect(rewrite.API{Provider: rewrite.Provider(l.Provider), Op: l.Operation}, l.Path, body)
+			if err != nil {
+				t.Fatalf("%s: %v", r.Name, err)
+			}
+			if want, cut := rewrite.LogPrompt(sentReq.Prompt, rw.Redactor, event.MaxPrompt); want != l.Prompt || cut != l.PromptTruncated {
+				t.Errorf("%s: the llm event's prompt (%d bytes, cut %v) is not the last user turn sent (%d bytes, cut %v); they differ from byte %d",
+					r.Name, len(l.Prompt), l.PromptTruncated, len(want), cut, commonPrefix(want, l.Prompt))
+			}
+			if l.Prompt != "" {
+				prompts++
+			}
+			res2, err := r.Check(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, sec := range r.Secrets {
+				if res2.Leaked[i] {
+					continue // not redacted: TestCorpus of rewrite/secrets scores these
+				}
+				checked++
+				for _, p := range sec.Probes {
+					if strings.Contains(l.Prompt, p) {
+						t.Errorf("%s: a %s secret (%s, %s) redacted from the body is in the llm event's prompt", r.Name, sec.Type, sec.Location, sec.Layout)
+						break
+					}
+				}
 			}
 		}
+	}
+	t.Logf("%d prompts, checked against %d redacted secrets", prompts, checked)
+	if prompts == 0 || checked == 0 {
+		t.Error("no prompt or no redacted secret to check")
 	}
 	got := 0
 	for _, up := range ups {
@@ -89,4 +131,13 @@ func TestCorpusNoFalseRefusals(t *testing.T) {
 	if got != sent-refused {
 		t.Errorf("the APIs received %d requests, want %d", got, sent-refused)
 	}
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }

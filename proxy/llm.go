@@ -75,6 +75,17 @@ type llmCall struct {
 	checked bool
 }
 
+// logPrompt sets l's Prompt to text as the log may hold it: the
+// redactor's placeholders for its secrets, whether or not the request is
+// redacted, at most event.MaxPrompt bytes (rewrite.LogPrompt). Without a
+// redactor there is none.
+func (rw *Rewrites) logPrompt(l *event.LLM, text string) {
+	if rw.Redactor == nil {
+		return
+	}
+	l.Prompt, l.PromptTruncated = rewrite.LogPrompt(text, rw.Redactor, event.MaxPrompt)
+}
+
 // rewriteParam reports whether the rule of v asks for the rewrite param.
 func (rw *Rewrites) wants(v event.Verdict, param string) bool {
 	if v.Action != event.Rewrite || rw.RewriteParams == nil {
@@ -211,6 +222,7 @@ func (p *Proxy) decideLLM(w http.ResponseWriter, r *http.Request, x *exchange, a
 		x.rw.Task(task)
 	}
 	c.ev.Verdict = p.decide(r.Context(), &c.ev)
+	x.rw.logPrompt(&c.llm, req.Prompt) // decided without it: the policy never sees a prompt
 	if !c.ev.Verdict.Allowed() {
 		p.refuse(w, x.ev, http.StatusForbidden, c.ev.Verdict)
 		p.finishLLM(x, http.StatusForbidden)
@@ -367,6 +379,9 @@ func (p *Proxy) finishLLM(x *exchange, status int) {
 		return
 	}
 	c.llm.Status = status
+	if d := p.now().Sub(c.ev.Time); d > 0 {
+		c.llm.Latency = d
+	}
 	if c.reader != nil {
 		info := c.reader.Info()
 		c.llm.ResponseModel = info.Model

@@ -155,9 +155,15 @@ func TestRedactLLMPrompt(t *testing.T) {
 			want := event.LLM{Provider: "anthropic", Model: "claude-test", Path: "/v1/messages", Operation: "messages", Stream: stream,
 				Status: 200, ResponseModel: "claude-test", InputTokens: 12, OutputTokens: 34, CacheReadTokens: 3, CacheCreationTokens: 4,
 				FinishReasons: []string{"tool_use"}, ToolCalls: []event.ToolCall{{ID: "toolu_01", Name: "bash"}}, Restored: 1}
-			// When the answer named the call is checked by TestToolCallTimes.
-			if d := cmp.Diff(want, *llm.LLM, cmpopts.IgnoreFields(event.ToolCall{}, "Time")); d != "" {
+			// When the answer named the call is checked by TestToolCallTimes;
+			// the prompt and latency by TestLLMPrompt.
+			if d := cmp.Diff(want, *llm.LLM, cmpopts.IgnoreFields(event.ToolCall{}, "Time"), cmpopts.IgnoreFields(event.LLM{}, "Prompt", "Latency")); d != "" {
 				t.Errorf("llm event (-want +got):\n%s", d)
+			}
+			if strings.Contains(llm.LLM.Prompt, tok) {
+				t.Error("the secret is in the llm event's prompt")
+			} else if !strings.HasPrefix(llm.LLM.Prompt, "deploy with token [REDACTED:github-pat:") {
+				t.Errorf("prompt %q: want the prompt, redacted", llm.LLM.Prompt)
 			}
 			if llm.Verdict.Action != event.Rewrite || llm.Verdict.Rule != "redact-llm-prompts" {
 				t.Errorf("llm verdict %v", llm.Verdict)

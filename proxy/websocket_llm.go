@@ -177,6 +177,7 @@ func (s *llmSocket) request(m ws.Message) ws.Action {
 		rw.Task(task)
 	}
 	v := s.p.decide(s.ctx, &e.ev)
+	rw.logPrompt(&e.llm, wm.Prompt)
 	if !v.Allowed() {
 		return s.refuse(e, v)
 	}
@@ -259,6 +260,9 @@ func (s *llmSocket) answered(info rewrite.ResponseInfo, restored int) {
 	e := s.pending[0]
 	s.pending = s.pending[1:]
 	s.mu.Unlock()
+	if d := s.p.now().Sub(e.ev.Time); d > 0 {
+		e.llm.Latency = d
+	}
 	e.fill(info, restored)
 	s.publish(e)
 }

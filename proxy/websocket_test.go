@@ -258,7 +258,26 @@ func TestLLMWebSocketResponses(t *testing.T) {
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("llm events (-want +got):\n%s", diff)
 			}
+			if evs := we.llmEvents(); len(evs) > 0 {
+				checkPrompt(t, evs[0].LLM, tok, "my token is [REDACTED:github-pat:", "] and more")
+				if evs[0].LLM.Latency <= 0 {
+					t.Errorf("the answered request's latency is %v", evs[0].LLM.Latency)
+				}
+			}
 		})
+	}
+}
+
+// checkPrompt checks that an llm event's prompt is what was asked, the
+// secret tok replaced by its placeholder: prefix, the placeholder's hex,
+// suffix.
+func checkPrompt(t *testing.T, l *event.LLM, tok, prefix, suffix string) {
+	t.Helper()
+	switch p := l.Prompt; {
+	case strings.Contains(p, tok):
+		t.Error("the secret is in the llm event's prompt")
+	case !strings.HasPrefix(p, prefix) || !strings.HasSuffix(p, suffix) || strings.Trim(p[len(prefix):len(p)-len(suffix)], "0123456789abcdef") != "":
+		t.Errorf("prompt %q, want %q, a placeholder's hex, %q", p, prefix, suffix)
 	}
 }
 
@@ -318,6 +337,7 @@ func TestLLMWebSocketRealtimeAndLive(t *testing.T) {
 			if ctx.LLM.Rewrite.Redacted["github-pat"] != 1 || ctx.Verdict.Action != event.Rewrite {
 				t.Errorf("the prompt's llm event: %+v %v", *ctx.LLM, ctx.Verdict)
 			}
+			checkPrompt(t, ctx.LLM, tok, "use [REDACTED:github-pat:", "] please")
 		})
 	}
 }

@@ -21,6 +21,8 @@ type Request struct {
 	Model  string
 	Stream bool
 	Task   string // the text of the last user message, at most MaxTaskBytes, cut at a rune boundary
+	// Prompt is that text whole: for the log, through LogPrompt.
+	Prompt string
 }
 
 // Inspect reads an LLM request body: the model (from the body, or from path
@@ -63,8 +65,47 @@ func Inspect(api API, path string, body []byte) (Request, error) {
 			}
 		}
 	}
-	req.Task = clip(req.Task, MaxTaskBytes)
+	req.Prompt, req.Task = req.Task, clip(req.Task, MaxTaskBytes)
 	return req, nil
+}
+
+// LogPrompt returns text as an llm event may say it: every secret r finds
+// replaced by its placeholder, at most max bytes, cut at a rune boundary
+// and never inside a placeholder (cut says it was cut). Without a
+// redactor it returns nothing: a prompt is never logged with what may be
+// a secret. The whole text is searched, so that no secret is cut in two
+// where a search would miss it.
+func LogPrompt(text string, r Redactor, max int) (out string, cut bool) {
+	if text == "" || r == nil || max <= 0 {
+		return "", false
+	}
+	var b strings.Builder
+	last := 0 // text[last:] is not in b yet
+	full := false
+	put := func(s string) {
+		if full {
+			return
+		}
+		if room := max - b.Len(); len(s) > room {
+			b.WriteString(clip(s, room))
+			full = true
+			return
+		}
+		b.WriteString(s)
+	}
+	r.FindSecrets(text, func(start, end int, _, placeholder string) {
+		if full || start < last || end > len(text) {
+			return
+		}
+		put(text[last:start])
+		if !full && b.Len()+len(placeholder) > max {
+			full = true // a placeholder is whole or not at all
+		}
+		put(placeholder)
+		last = end
+	})
+	put(text[last:])
+	return b.String(), full
 }
 
 func jsonString(raw json.RawMessage) string {

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -160,7 +161,7 @@ func TestInspect(t *testing.T) {
 		{
 			name: "task clipped at a rune boundary", api: API{Anthropic, OpMessages},
 			body: []byte(`{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`),
-			want: Request{Model: "m", Task: long[:4095]},
+			want: Request{Model: "m", Task: long[:4095], Prompt: long},
 		},
 		{
 			name: "odd shapes give empty fields", api: API{OpenAI, OpChatCompletions},
@@ -176,6 +177,9 @@ func TestInspect(t *testing.T) {
 				t.Fatal(err)
 			}
 			tt.want.API = tt.api
+			if tt.want.Prompt == "" {
+				tt.want.Prompt = tt.want.Task // not clipped
+			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Inspect (-want +got):\n%s", diff)
 			}
@@ -213,6 +217,111 @@ func FuzzInspect(f *testing.F) {
 		}
 		if len(req.Task) > MaxTaskBytes {
 			t.Fatalf("task of %d bytes", len(req.Task))
+		}
+		if err != nil && req.Prompt != "" {
+			t.Fatalf("not JSON, yet a prompt %q", req.Prompt)
+		}
+		if req.Task != clip(req.Prompt, MaxTaskBytes) {
+			t.Fatalf("task %q is not the prompt %q clipped", req.Task, req.Prompt)
+		}
+		// What encoding/json decodes: every line of the prompt is in one
+		// of the body's strings (parts are joined by newlines).
+		if req.Prompt != "" {
+			strs := decodedTexts(t, body) // by encoding/json
+			for _, line := range strings.Split(req.Prompt, "\n") {
+				if !slices.ContainsFunc(strs, func(s string) bool { return strings.Contains(s, line) }) {
+					t.Fatalf("prompt line %q is in none of the body's strings %q", line, strs)
+				}
+			}
+		}
+	})
+}
+
+// wordRedactor finds each "SECRET" followed by letters and digits, as a
+// redactor finds a token, and gives its placeholder.
+var wordRedactor = RedactorFunc(func(s string, found func(start, end int, rule, placeholder string)) {
+	for i := 0; ; {
+		j := strings.Index(s[i:], "SECRET")
+		if j < 0 {
+			return
+		}
+		start := i + j
+		end := start + len("SECRET")
+		for end < len(s) && (s[end] >= 'a' && s[end] <= 'z' || s[end] >= '0' && s[end] <= '9') {
+			end++
+		}
+		found(start, end, "word", "[REDACTED:word:0f0f]")
+		i = end
+	}
+})
+
+// wordRedacted is what wordRedactor makes of s, whole.
+func wordRedacted(s string) string {
+	var b strings.Builder
+	last := 0
+	wordRedactor(s, func(start, end int, _, ph string) {
+		b.WriteString(s[last:start])
+		b.WriteString(ph)
+		last = end
+	})
+	return b.String() + s[last:]
+}
+
+func TestLogPrompt(t *testing.T) {
+	const ph = "[REDACTED:word:0f0f]"
+	tests := []struct {
+		name, text string
+		max        int
+		want       string
+		cut        bool
+	}{
+		{"no secret", "list the files", 100, "list the files", false},
+		{"a secret", "use SECRETabc123 now", 100, "use " + ph + " now", false},
+		{"cut in the text", "0123456789", 4, "0123", true},
+		{"a placeholder is whole or not at all", "ab SECRETx", 10, "ab ", true},
+		{"a placeholder that fits", "ab SECRETx", 3 + len(ph), "ab " + ph, false},
+		{"cut at a rune boundary", "aé", 2, "a", true},
+		// The secret beyond the cut is found all the same: the text is
+		// searched whole, then cut.
+		{"a long secret before the cut", "SECRET" + strings.Repeat("a", 5000) + " x", 100, ph + " x", false},
+		{"empty", "", 10, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, cut := LogPrompt(tt.text, wordRedactor, tt.max)
+			if got != tt.want || cut != tt.cut {
+				t.Errorf("LogPrompt(%q, %d) = %q, %v; want %q, %v", tt.text, tt.max, got, cut, tt.want, tt.cut)
+			}
+		})
+	}
+	if got, _ := LogPrompt("SECRETx", nil, 100); got != "" {
+		t.Errorf("without a redactor: %q, want nothing", got)
+	}
+}
+
+// FuzzLogPrompt checks LogPrompt against redacting the whole text and
+// cutting it: a prefix of it, never a secret, never a part of a
+// placeholder, at most max bytes, valid UTF-8 when the text is.
+func FuzzLogPrompt(f *testing.F) {
+	f.Add("use SECRETabc now", uint16(10))
+	f.Add("é SECRET1 é SECRET2", uint16(23))
+	f.Fuzz(func(t *testing.T, text string, max uint16) {
+		got, cut := LogPrompt(text, wordRedactor, int(max))
+		whole := wordRedacted(text)
+		if len(got) > int(max) || !strings.HasPrefix(whole, got) {
+			t.Fatalf("LogPrompt(%q, %d) = %q: not a prefix of %q within %d bytes", text, max, got, whole, max)
+		}
+		if max > 0 && text != "" && cut != (got != whole) {
+			t.Fatalf("LogPrompt(%q, %d) = %q, cut %v; whole %q", text, max, got, cut, whole)
+		}
+		if strings.Contains(got, "SECRET") && !strings.Contains(whole, "SECRET") {
+			t.Fatalf("a secret in %q", got)
+		}
+		if i := strings.LastIndex(got, "[REDACTED:"); i >= 0 && !strings.Contains(got[i:], "]") && strings.Contains(whole[i:], "[REDACTED:word:0f0f]") && strings.HasPrefix(whole[i:], "[REDACTED:word:0f0f]") {
+			t.Fatalf("a placeholder cut in %q", got)
+		}
+		if utf8.ValidString(text) && !utf8.ValidString(got) {
+			t.Fatalf("%q is not valid UTF-8", got)
 		}
 	})
 }

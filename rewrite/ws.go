@@ -103,6 +103,8 @@ type WSMessage struct {
 	Type  string
 	Model string // the model it names, if any ("models/" removed)
 	Task  string // the text of its last user message, as Inspect's Task
+	// Prompt is that text whole, as Inspect's Prompt.
+	Prompt string
 }
 
 // InspectWSMessage reads a client's message to an LLM API over WebSocket,
@@ -159,7 +161,7 @@ func InspectWSMessage(api API, msg []byte) WSMessage {
 	}
 	if m.Kind != WSUnknown {
 		m.Model = strings.TrimPrefix(m.Model, "models/")
-		m.Task = clip(m.Task, MaxTaskBytes)
+		m.Prompt, m.Task = m.Task, clip(m.Task, MaxTaskBytes)
 	}
 	return m
 }

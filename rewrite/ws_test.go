@@ -71,6 +71,7 @@ func TestInspectWSMessage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			tt.want.Prompt = tt.want.Task // none is clipped
 			if diff := cmp.Diff(tt.want, InspectWSMessage(tt.api, []byte(tt.msg))); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

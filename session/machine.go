@@ -411,9 +411,11 @@ func (m *machineScope) add(pid int, name, how string) *agentSession {
 func (m *machineScope) addLocked(pid int, name string, slot uint32, how string) *agentSession {
 	id := newID(6)
 	info := event.Session{ID: id, Agent: name, RootPID: pid, Mode: ModeDaemon, Started: time.Now(), StateDir: m.s.cfg.StateDir}
+	found := false
 	if p, err := m.s.procs.Process(pid); err == nil {
 		info.Command, info.Workdir = p.Argv, p.Cwd
 		info.UID, info.ParentPID = p.UID, p.PPID
+		found = true
 	}
 	info.TTY = terminalOf(pid)
 	if c, ok, err := m.s.procs.ProcessContainer(pid); err == nil && ok {
@@ -422,6 +424,9 @@ func (m *machineScope) addLocked(pid int, name string, slot uint32, how string) 
 	user := strconv.Itoa(info.UID)
 	if u, err := osuser.LookupId(user); err == nil {
 		user = u.Username
+		if found {
+			info.Home = u.HomeDir // the agent's user's: its caches' reads are routine
+		}
 	}
 	a := &agentSession{slot: slot, info: info, rw: m.s.agentRewrites(id, name, user)}
 	m.bySlot[slot], m.byID[id] = a, a

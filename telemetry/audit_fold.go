@@ -65,14 +65,23 @@ func (a *AuditLog) fold(e *event.Event, pe *procEntry) error {
 	if a.redact != nil {
 		path = a.redact(path)
 	}
+	f.add(path, e.Verdict, e.Time)
+	if f.size >= foldMaxBytes {
+		return a.writeFold(pe.id, f)
+	}
+	return nil
+}
+
+// add counts a read of path at t, allowed by v, in f.
+func (f *readFold) add(path string, v event.Verdict, t time.Time) {
 	i := strings.LastIndexByte(path, '/')
 	dir, name := path[:i+1], path[i+1:]
 	if len(dir) > 1 {
 		dir = dir[:len(dir)-1]
 	}
 	k := dirKey{dir: dir}
-	if e.Verdict.DecidedBy == event.DecidedByRule {
-		k.rule = e.Verdict.Rule
+	if v.DecidedBy == event.DecidedByRule {
+		k.rule = v.Rule
 	}
 	d := f.byDir[k]
 	if d == nil {
@@ -88,30 +97,33 @@ func (a *AuditLog) fold(e *event.Event, pe *procEntry) error {
 		f.size += len(name) + 3
 	}
 	f.count++
-	if e.Time.Before(f.first) {
-		f.first = e.Time
+	if t.Before(f.first) {
+		f.first = t
 	}
-	if e.Time.After(f.last) {
-		f.last = e.Time
+	if t.After(f.last) {
+		f.last = t
 	}
-	if f.size >= foldMaxBytes {
-		return a.writeFold(pe.id, f)
-	}
-	return nil
 }
 
-// writeFold writes the file_reads record of f, the folded reads of the
-// process id, and forgets them.
-func (a *AuditLog) writeFold(id int64, f *readFold) error {
-	delete(a.folds, id)
+// record is f's file_reads record.
+func (f *readFold) record() Record {
 	r := Record{Time: f.first, Session: f.session, Kind: KindFileReads, Verdict: event.Allow,
-		ProcessID: id, PID: f.pid, Count: f.count, Reads: make([]DirReads, len(f.dirs))}
+		PID: f.pid, Count: f.count, Reads: make([]DirReads, len(f.dirs))}
 	if f.last.After(f.first) {
 		r.Until = f.last
 	}
 	for i, d := range f.dirs {
 		r.Reads[i] = d.DirReads
 	}
+	return r
+}
+
+// writeFold writes the file_reads record of f, the folded reads of the
+// process id, and forgets them.
+func (a *AuditLog) writeFold(id int64, f *readFold) error {
+	delete(a.folds, id)
+	r := f.record()
+	r.ProcessID = id
 	if err := a.emit(&r, nil); err != nil {
 		return err
 	}

@@ -75,6 +75,12 @@ type Record struct {
 	FinishReasons       []string         `json:"finish_reasons,omitempty"`
 	ToolCalls           []event.ToolCall `json:"tool_calls,omitempty"`
 	Restored            int              `json:"restored,omitempty"`
+	// Prompt is the request's last user turn, placeholders for its
+	// secrets (event.LLM.Prompt); LatencyMS from its start to the
+	// answer's end.
+	Prompt          string `json:"prompt,omitempty"`
+	PromptTruncated bool   `json:"prompt_truncated,omitempty"`
+	LatencyMS       int64  `json:"latency_ms,omitempty"`
 	// An llm request made over WebSocket (event.LLM's WebSocket, WSMessage,
 	// WSUnparsed; its changes in Rewrite).
 	WebSocket  bool   `json:"websocket,omitempty"`
@@ -124,6 +130,10 @@ type Record struct {
 	PodUID           string   `json:"pod_uid,omitempty"`
 	ExitCode         *int     `json:"exit_code,omitempty"`   // session_end only, present even when 0
 	DurationMS       *int64   `json:"duration_ms,omitempty"` // session_end only
+	// session_start only: the agent's working tree and home, which tell
+	// routine reads (RoutineRecord).
+	Workdir string `json:"workdir,omitempty"`
+	Home    string `json:"home,omitempty"`
 
 	// Truncated says long values were shortened to keep the line readable
 	// (under MaxLineSize).
@@ -254,6 +264,24 @@ func (r Record) Events() []*event.Event {
 	return out
 }
 
+// RoutineRecord reports whether r records routine file reads
+// (event.Routine): a file_reads record, which folds nothing else, or a
+// file record that the rule finds routine, given the session's working
+// tree and home (its session_start record's workdir and home; empty when
+// unknown, and then only the system's paths count). The live views fold
+// these records, as the audit log folds the events.
+func RoutineRecord(r *Record, workdir, home string) bool {
+	switch {
+	case r.Kind == KindFileReads:
+		return true
+	case r.Kind != event.KindFile:
+		return false
+	}
+	e := r.Event()
+	e.SessionInfo = &event.Session{ID: r.Session, Workdir: workdir, Home: home}
+	return event.Routine(e)
+}
+
 // Truncation limits applied when a record would exceed MaxLineSize. With
 // JSON escaping at most six bytes per input byte, the worst case stays well
 // under a MiB.
@@ -287,7 +315,7 @@ func (r Record) truncated() Record {
 	for _, p := range []*string{&r.Session, &r.Rule, &r.Reason, &r.Dst, &r.Host, &r.Transport, &r.Via, &r.Relay, &r.SNI,
 		&r.TLSVersion, &r.Alert, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Error, &r.Provider, &r.Model, &r.Path, &r.Name,
 		&r.QType, &r.Rcode, &r.Access, &r.Op, &r.Target, &r.Cwd, &r.Digest, &r.Program, &r.Interpreter, &r.Trigger, &r.Agent, &r.Mode,
-		&r.TTY, &r.ContainerID, &r.ContainerRuntime, &r.PodUID} {
+		&r.TTY, &r.ContainerID, &r.ContainerRuntime, &r.PodUID, &r.Workdir, &r.Home, &r.Prompt} {
 		s(p)
 	}
 	k := string(r.Kind)
@@ -308,12 +336,22 @@ func (r Record) truncated() Record {
 }
 
 // redacted returns r with the secrets redact finds replaced in its free
-// text: process and exec argv, the session's command, URL and paths.
+// text: process and exec argv, the session's command, URL, paths and
+// an LLM call's prompt.
 // Lists are copied, never changed in place: they belong to the event.
 func (r Record) redacted(redact func(string) string) Record {
 	r.Process = r.Process.redacted(redact)
 	r.Argv, r.Command = redactList(r.Argv, redact), redactList(r.Command, redact)
 	r.URL, r.Path = redact(r.URL), redact(r.Path)
+	if r.Prompt != "" {
+		r.Prompt = redact(r.Prompt)
+	}
+	if r.Workdir != "" {
+		r.Workdir = redact(r.Workdir)
+	}
+	if r.Home != "" {
+		r.Home = redact(r.Home)
+	}
 	return r
 }
 

@@ -80,24 +80,11 @@ type sessionTrace struct {
 	// rootPID is the session's first process: lineages are cut there,
 	// since what is above it (whoever ran Chaperone) is not the session's.
 	rootPID int
-	tools   toolLinker
-	// unlinked holds the latest actions no tool call claimed: the llm event
-	// that names a call is published when the proxy has passed its whole
-	// answer on, and the agent may act on it before that.
-	unlinked []pendingAction
+	tools   toolLinker[*procSpan]
 	// https holds the http spans of requests that may be LLM calls, by
 	// pid and path, until their llm event arrives.
 	https map[httpKey]trace.SpanContext
 }
-
-// pendingAction is an action that may yet be linked to a tool call.
-type pendingAction struct {
-	a  action
-	ps *procSpan
-}
-
-// maxUnlinked bounds the actions kept for late tool calls.
-const maxUnlinked = 256
 
 type procSpan struct {
 	span     trace.Span
@@ -142,7 +129,7 @@ func NewTracer(o TracerOptions) (*Tracer, error) {
 		t.now = time.Now
 	}
 	if t.window <= 0 {
-		t.window = 60 * time.Second
+		t.window = defaultToolWindow
 	}
 	return t, nil
 }
@@ -479,7 +466,7 @@ func pidOf(e *event.Event) int {
 
 func (t *Tracer) onHTTP(s *sessionTrace, e *event.Event) {
 	h := e.HTTP
-	ctx, _ := t.parentOf(s, e)
+	ctx, ps := t.parentOf(s, e)
 	host, port := serverOf(h)
 	attrs := []attribute.KeyValue{
 		attribute.String(keyMethod, h.Method),
@@ -514,8 +501,7 @@ func (t *Tracer) onHTTP(s *sessionTrace, e *event.Event) {
 		attrs = append(attrs, attribute.String(keyErrorType, httpErrorType(h.Error)))
 	}
 	opts := []trace.SpanStartOption{trace.WithTimestamp(e.Time), trace.WithSpanKind(trace.SpanKindClient)}
-	if c, how := s.tools.link(actionOf(e)); c != nil {
-		s.tools.linked(actionOf(e), c)
+	if c, how := s.tools.act(actionOf(e), ps); c != nil {
 		attrs = append(attrs, attribute.String(keyToolCallID, c.id), attribute.String(keyToolMatch, how))
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: c.sc, Attributes: []attribute.KeyValue{attribute.String(keyToolMatch, how)}}))
 	}
@@ -602,45 +588,24 @@ func (t *Tracer) onLLM(s *sessionTrace, e *event.Event) {
 	} else if l.Status >= 400 {
 		span.SetStatus(codes.Error, "")
 	}
-	// The llm event arrives when the answer has ended: now, unless the
-	// clock says otherwise (a replay).
-	end := t.now()
-	if end.Before(e.Time) || end.Sub(e.Time) > maxAnswerDelay {
-		end = e.Time
-	}
+	// The llm event arrives when the answer has ended.
+	end := answerEnd(e.Time, l.Latency, t.now())
 	span.End(trace.WithTimestamp(end))
-	for _, tc := range l.ToolCalls {
-		if tc.ID != "" {
-			if _, dup := s.tools.byID[tc.ID]; dup {
-				continue
-			}
-			if s.tools.byID == nil {
-				s.tools.byID = map[string]struct{}{}
-			}
-			s.tools.byID[tc.ID] = struct{}{}
-		}
+	added := s.tools.addCalls(l.ToolCalls, e.Time, end, pidOf(e), t.window)
+	for _, c := range added {
 		tattrs := []attribute.KeyValue{
 			attribute.String(keyOperation, "execute_tool"),
-			attribute.String(keyToolName, tc.Name),
+			attribute.String(keyToolName, c.name),
 		}
-		if tc.ID != "" {
-			tattrs = append(tattrs, attribute.String(keyToolCallID, tc.ID))
+		if c.id != "" {
+			tattrs = append(tattrs, attribute.String(keyToolCallID, c.id))
 		}
-		_, ts := t.tracer.Start(chatCtx, "execute_tool "+tc.Name,
+		_, c.span = t.tracer.Start(chatCtx, "execute_tool "+c.name,
 			trace.WithTimestamp(end), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(tattrs...))
-		called := tc.Time
-		if called.IsZero() || called.Before(e.Time) {
-			called = e.Time // unknown (a replay): from the request's start
-		}
-		s.tools.calls = append(s.tools.calls, &toolCall{
-			id: tc.ID, name: tc.Name, kind: classifyTool(tc.Name),
-			sc: ts.SpanContext(), span: ts,
-			called: called, answered: end, until: end.Add(t.window),
-			callerPID: pidOf(e),
-		})
+		c.sc = c.span.SpanContext()
 	}
-	if len(l.ToolCalls) > 0 {
-		s.relink(e.Time)
+	if len(added) > 0 {
+		s.tools.relink(e.Time, func(ps *procSpan, c *toolCall, how string) { linkProcess(ps, c, how+" (late)") })
 	}
 }
 
@@ -661,45 +626,18 @@ func linkProcess(ps *procSpan, c *toolCall, how string) {
 	}})
 }
 
-// relink gives the actions no call had claimed a second chance, now that
-// calls whose requests began at or after from have arrived: the agent may
-// act on an answer before its llm event is published.
-func (s *sessionTrace) relink(from time.Time) {
-	kept := s.unlinked[:0]
-	for _, p := range s.unlinked {
-		if p.a.t.Before(from) {
-			kept = append(kept, p)
-			continue
-		}
-		if c, how := s.tools.link(p.a); c != nil {
-			s.tools.linked(p.a, c)
-			linkProcess(p.ps, c, how+" (late)")
-			continue
-		}
-		kept = append(kept, p)
-	}
-	s.unlinked = kept
-}
-
 // onAction records a connect, dns, tls, file or exec event as an event on
 // its process's span, linked to the tool call that caused it.
 func (t *Tracer) onAction(s *sessionTrace, e *event.Event) {
 	_, ps := t.parentOf(s, e)
 	attrs := t.actionAttrs(e)
 	attrs = append(attrs, verdictAttrs(e.Verdict)...)
-	a := actionOf(e)
-	if c, how := s.tools.link(a); c != nil {
-		s.tools.linked(a, c)
+	if c, how := s.tools.act(actionOf(e), ps); c != nil {
 		attrs = append(attrs,
 			attribute.String(keyToolCallID, c.id),
 			attribute.String(keyToolSpan, c.sc.SpanID().String()),
 			attribute.String(keyToolMatch, how))
 		linkProcess(ps, c, how)
-	} else if actionKind(a.kind) != toolOther {
-		if len(s.unlinked) == maxUnlinked {
-			s.unlinked = slices.Delete(s.unlinked, 0, 1)
-		}
-		s.unlinked = append(s.unlinked, pendingAction{a: a, ps: ps})
 	}
 	span := s.root
 	if ps != nil {

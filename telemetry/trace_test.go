@@ -443,7 +443,7 @@ func TestToolLinker(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := toolLinker{calls: tt.calls}
+			l := toolLinker[int]{calls: tt.calls}
 			for pid, id := range tt.started {
 				for _, c := range tt.calls {
 					if c.id == id {

@@ -92,18 +92,23 @@ func actionKind(k event.Kind) toolKind {
 	return toolOther
 }
 
+// defaultToolWindow is how long after an answer its tool calls may be
+// linked to actions, unless told otherwise (TracerOptions.ToolWindow).
+const defaultToolWindow = 60 * time.Second
+
 // toolCall is one tool the model asked for, open for linking until until.
 type toolCall struct {
 	id, name  string
 	kind      toolKind
-	sc        trace.SpanContext
-	span      trace.Span
 	called    time.Time // when the answer named it (else the request's start): earlier actions are not its
 	answered  time.Time // when the answer ended: the span starts here
 	until     time.Time
 	callerPID int
 	last      time.Time // the latest action linked to it
-	ended     bool
+	// The tracer's span of the call; LinkToolCalls makes none.
+	sc    trace.SpanContext
+	span  trace.Span
+	ended bool
 }
 
 // action is what the linker knows of an event.
@@ -114,17 +119,50 @@ type action struct {
 	t       time.Time
 }
 
+// pendingAction is an action no call has claimed yet, and what the
+// linker's user keeps of it (P: the tracer's process span, LinkToolCalls'
+// record index).
+type pendingAction[P any] struct {
+	a action
+	p P
+}
+
+// maxUnlinked bounds the actions kept for late tool calls.
+const maxUnlinked = 256
+
 // toolLinker holds a session's tool calls and the processes their execs
-// started.
-type toolLinker struct {
+// started: the one linker of actions to tool calls, which the tracer and
+// LinkToolCalls both feed a session's events, in order.
+type toolLinker[P any] struct {
 	calls   []*toolCall         // in the order the answers arrived
 	started map[int]*toolCall   // pid → the call whose exec started it
 	byID    map[string]struct{} // ids seen, so a repeated answer adds nothing
+	// unlinked holds the latest actions no tool call claimed: the llm
+	// event that names a call is published when the proxy has passed its
+	// whole answer on, and the agent may act on it before that.
+	unlinked []pendingAction[P]
+}
+
+// act links a to the call that most plausibly caused it, and returns the
+// call and the rule that chose it; nil when none fits, and then an action
+// of a tool's kind is kept, with p, for calls that arrive late (relink).
+func (l *toolLinker[P]) act(a action, p P) (*toolCall, string) {
+	if c, how := l.link(a); c != nil {
+		l.linked(a, c)
+		return c, how
+	}
+	if actionKind(a.kind) != toolOther {
+		if len(l.unlinked) == maxUnlinked {
+			l.unlinked = slices.Delete(l.unlinked, 0, 1)
+		}
+		l.unlinked = append(l.unlinked, pendingAction[P]{a: a, p: p})
+	}
+	return nil, ""
 }
 
 // link returns the call that most plausibly caused a, and the rule that
 // chose it; nil when none fits.
-func (l *toolLinker) link(a action) (*toolCall, string) {
+func (l *toolLinker[P]) link(a action) (*toolCall, string) {
 	if c := l.started[a.pid]; c != nil {
 		return c, "lineage"
 	}
@@ -160,7 +198,7 @@ func (l *toolLinker) link(a action) (*toolCall, string) {
 
 // linked records that a, linked to c, happened; an exec makes its process
 // (and so its descendants) c's.
-func (l *toolLinker) linked(a action, c *toolCall) {
+func (l *toolLinker[P]) linked(a action, c *toolCall) {
 	if a.t.After(c.last) {
 		c.last = a.t
 	}
@@ -172,9 +210,77 @@ func (l *toolLinker) linked(a action, c *toolCall) {
 	}
 }
 
+// addCalls adds the tool calls l names (those of an id not seen before),
+// asked for by the process callerPID in a request that began at start and
+// whose answer ended at answered; each is open for linking until window
+// after the answer. It returns the calls added, for the caller to give
+// them spans, then to relink from start.
+func (l *toolLinker[P]) addCalls(calls []event.ToolCall, start, answered time.Time, callerPID int, window time.Duration) []*toolCall {
+	var added []*toolCall
+	for _, tc := range calls {
+		if tc.ID != "" {
+			if _, dup := l.byID[tc.ID]; dup {
+				continue
+			}
+			if l.byID == nil {
+				l.byID = map[string]struct{}{}
+			}
+			l.byID[tc.ID] = struct{}{}
+		}
+		called := tc.Time
+		if called.IsZero() || called.Before(start) {
+			called = start // unknown (a replay): from the request's start
+		}
+		c := &toolCall{
+			id: tc.ID, name: tc.Name, kind: classifyTool(tc.Name),
+			called: called, answered: answered, until: answered.Add(window),
+			callerPID: callerPID,
+		}
+		l.calls = append(l.calls, c)
+		added = append(added, c)
+	}
+	return added
+}
+
+// relink gives the actions no call had claimed a second chance, now that
+// calls whose requests began at or after from have arrived: the agent may
+// act on an answer before its llm event is published. linked is told
+// each one linked, with the rule that chose the call.
+func (l *toolLinker[P]) relink(from time.Time, linked func(p P, c *toolCall, how string)) {
+	kept := l.unlinked[:0]
+	for _, pa := range l.unlinked {
+		if pa.a.t.Before(from) {
+			kept = append(kept, pa)
+			continue
+		}
+		if c, how := l.link(pa.a); c != nil {
+			l.linked(pa.a, c)
+			linked(pa.p, c, how)
+			continue
+		}
+		kept = append(kept, pa)
+	}
+	clear(l.unlinked[len(kept):])
+	l.unlinked = kept
+}
+
+// answerEnd is when the answer of an LLM request that began at start
+// ended: start plus its latency when known, else now (its llm event is
+// published when the answer has ended) unless now is before start or
+// too long after it (a replay, a stopped clock): then start.
+func answerEnd(start time.Time, latency time.Duration, now time.Time) time.Time {
+	if latency > 0 {
+		return start.Add(latency)
+	}
+	if now.Before(start) || now.Sub(start) > maxAnswerDelay {
+		return start
+	}
+	return now
+}
+
 // expire ends the spans of calls whose window closed before t and forgets
 // them (the lineage map keeps them for their processes).
-func (l *toolLinker) expire(t time.Time) {
+func (l *toolLinker[P]) expire(t time.Time) {
 	keep := l.calls[:0]
 	for _, c := range l.calls {
 		if t.After(c.until) {
@@ -188,7 +294,7 @@ func (l *toolLinker) expire(t time.Time) {
 }
 
 // endAll ends every open call's span.
-func (l *toolLinker) endAll() {
+func (l *toolLinker[P]) endAll() {
 	for _, c := range l.calls {
 		c.end()
 	}
@@ -197,7 +303,7 @@ func (l *toolLinker) endAll() {
 
 // end ends c's span at its last linked action, or at the answer when none.
 func (c *toolCall) end() {
-	if c.ended {
+	if c.ended || c.span == nil {
 		return
 	}
 	c.ended = true

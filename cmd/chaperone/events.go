@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,13 +23,15 @@ func newEventsCommand(e env) *cobra.Command {
 		verdicts     []string
 		since, until string
 		asJSON       bool
+		all          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Print the audit log readably",
 		Long: "Print the audit log (JSON Lines, see docs/events.md), optionally filtered by session, kind,\n" +
 			"verdict and time. --since and --until take an RFC 3339 time (2025-03-01T13:04:05Z) or a\n" +
-			"duration back from now (10m, 1h30m).",
+			"duration back from now (10m, 1h30m). Routine file reads (shared libraries, locale data, the\n" +
+			"working tree, the agent's caches: docs/events.md) are one counted line unless --all.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd, e)
@@ -41,23 +44,43 @@ func newEventsCommand(e env) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			enc := json.NewEncoder(out)
-			print := func(r telemetry.Record) error {
-				if asJSON {
-					return enc.Encode(r)
-				}
+			line := func(r telemetry.Record) error {
 				telemetry.FormatRecord(out, r)
 				return nil
 			}
+			// The sessions' starts are read also when not shown: they say
+			// which reads are routine (their working tree and home).
+			read := f
+			if len(f.Kinds) > 0 && !asJSON {
+				read.Kinds = append(slices.Clone(f.Kinds), event.KindSessionStart)
+				read.Verdicts, read.Since, read.Until = nil, time.Time{}, time.Time{}
+			}
+			fold := telemetry.ViewFold{All: all}
+			print := func(r telemetry.Record) error {
+				if asJSON {
+					return enc.Encode(r) // the records as the log has them
+				}
+				if !f.Match(r) {
+					fold.Note(r)
+					return nil
+				}
+				return fold.Add(r, line)
+			}
 			path := cfg.AuditLogPath()
 			if follow {
-				return telemetry.Follow(cmd.Context(), path, f, 200*time.Millisecond, print)
+				err := telemetry.Follow(cmd.Context(), path, read, 200*time.Millisecond, print)
+				fold.Flush(line)
+				return err
 			}
 			file, err := os.Open(path)
 			if err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
 			defer file.Close()
-			return telemetry.ReadRecords(file, f, print)
+			if err := telemetry.ReadRecords(file, read, print); err != nil {
+				return err
+			}
+			return fold.Flush(line)
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing events as they are written")
@@ -66,7 +89,8 @@ func newEventsCommand(e env) *cobra.Command {
 	cmd.Flags().StringArrayVar(&verdicts, "verdict", nil, "only events with this verdict (repeatable): allow, deny, rewrite, ask")
 	cmd.Flags().StringVar(&since, "since", "", "only events at or after this time (RFC 3339, or a duration before now: 10m)")
 	cmd.Flags().StringVar(&until, "until", "", "only events at or before this time (RFC 3339, or a duration before now: 10m)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON records instead of lines")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON records instead of lines (as the log has them: never folded)")
+	cmd.Flags().BoolVar(&all, "all", false, "show every routine file read on a line of its own, each file of a file_reads record too")
 	return cmd
 }
 

@@ -100,11 +100,18 @@ func newPolicyCommand(e env) *cobra.Command {
 // (folded routine reads) is decided as a read of each file it names.
 func replay(ctx context.Context, w io.Writer, r io.Reader, d event.Decider) error {
 	n, changed := 0, 0
+	where := map[string]*event.Session{} // the sessions' working trees and homes, from their session_start
 	err := telemetry.ReadRecords(r, telemetry.Filter{}, func(rec telemetry.Record) error {
+		if rec.Kind == event.KindSessionStart {
+			where[rec.Session] = &event.Session{ID: rec.Session, Workdir: rec.Workdir, Home: rec.Home}
+		}
 		if rec.Kind == event.KindSessionStart || rec.Kind == event.KindSessionEnd {
 			return nil
 		}
 		for _, e := range rec.Events() {
+			if s := where[rec.Session]; s != nil && e.SessionInfo == nil {
+				e.SessionInfo = s
+			}
 			line := rec
 			if rec.Kind == telemetry.KindFileReads {
 				line = telemetry.RecordOf(e)

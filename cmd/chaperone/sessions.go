@@ -52,13 +52,14 @@ func newSessionsCommand(e env) *cobra.Command {
 }
 
 func newSessionsShowCommand(e env) *cobra.Command {
-	var asJSON bool
+	var asJSON, all bool
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one session as a tree of its processes and their actions",
 		Long: "Show a session of the audit log (its id, or a prefix of it that names one session):\n" +
 			"its command, duration and exit code, then its processes nested by parentage, each\n" +
-			"with its actions in time order; denials are marked DENY with their rule and reason.",
+			"with its actions in time order; denials are marked DENY with their rule and reason.\n" +
+			"Routine file reads (docs/events.md) are one counted line unless --all.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path, err := auditLogPath(cmd, e)
@@ -86,11 +87,12 @@ func newSessionsShowCommand(e env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printSessionTree(cmd.OutOrStdout(), s, recs)
+			printSessionTree(cmd.OutOrStdout(), s, telemetry.FoldView(recs, all))
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the session's summary as JSON (the records: chaperone events --session ID --json)")
+	cmd.Flags().BoolVar(&all, "all", false, "show every routine file read on a line of its own, each file of a file_reads record too")
 	return cmd
 }
 

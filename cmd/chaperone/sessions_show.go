@@ -142,7 +142,7 @@ func llmLine(r telemetry.Record) string {
 
 // recordNotes are the lines under an action: the rule and reason of a
 // verdict other than allow, the tools an LLM asked for and the secrets
-// redacted from a request, the directories of folded reads.
+// redacted from a request. Folded reads are one line (--all shows each).
 func recordNotes(r telemetry.Record) []string {
 	var notes []string
 	if why := verdictReason(r); why != "" {
@@ -155,17 +155,6 @@ func recordNotes(r telemetry.Record) []string {
 		}
 		notes = append(notes, "tool calls: "+strings.Join(names, ", "))
 	}
-	for i, d := range r.Reads {
-		if i == maxReadDirs && len(r.Reads) > maxReadDirs+1 {
-			notes = append(notes, fmt.Sprintf("… and %d more directories", len(r.Reads)-i))
-			break
-		}
-		by := ""
-		if d.Rule != "" {
-			by = " (by rule " + telemetry.Printable(d.Rule) + ")"
-		}
-		notes = append(notes, fmt.Sprintf("%s: %s of %s%s", telemetry.Printable(d.Dir), plural(d.Count, "read"), plural(len(d.Files), "file"), by))
-	}
 	if r.Rewrite != nil && len(r.Rewrite.Redacted) > 0 {
 		ids := make([]string, 0, len(r.Rewrite.Redacted))
 		for id, n := range r.Rewrite.Redacted {
@@ -176,10 +165,6 @@ func recordNotes(r telemetry.Record) []string {
 	}
 	return notes
 }
-
-// maxReadDirs is how many directories of a file_reads record sessions
-// show lists; the record has them all.
-const maxReadDirs = 5
 
 // verdictReason is the rule and reason of a verdict other than allow.
 func verdictReason(r telemetry.Record) string {

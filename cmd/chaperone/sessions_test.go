@@ -25,6 +25,12 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // no session; and a last line torn by a crash.
 var sessionsLog = filepath.Join("testdata", "sessions", "audit.jsonl")
 
+// readsLog is a session's log written with audit.file_reads: all: runs of
+// routine reads (libraries, locale data, the working tree, a cache of the
+// home) by three processes, a file_reads record, a denied read of
+// ~/.aws/credentials.
+var readsLog = filepath.Join("testdata", "sessions", "audit_reads.jsonl")
+
 type cliResult struct {
 	code           int
 	stdout, stderr string
@@ -62,10 +68,20 @@ func TestSessionsGolden(t *testing.T) {
 		{"events_ask_rewrite.golden", []string{"events", "--verdict", "ask", "--verdict", "rewrite"}},
 		{"events_window.golden", []string{"events", "--since", "2025-03-01T13:04:07Z", "--until", "2025-03-01T13:04:08.010Z", "--kind", "connect", "--kind", "tls", "--json"}},
 		{"events_window_session.golden", []string{"events", "--since", "2025-03-01T13:04:30Z", "--session", "7f3a"}},
+		// Routine reads: one counted line, unless --all.
+		{"reads_events.golden", []string{"events", "--log", readsLog}},
+		{"reads_events_all.golden", []string{"events", "--all", "--log", readsLog}},
+		{"reads_events_file.golden", []string{"events", "--kind", "file", "--log", readsLog}},
+		{"reads_show.golden", []string{"sessions", "show", "9d1e", "--log", readsLog}},
+		{"reads_show_all.golden", []string{"sessions", "show", "--all", "9d1e", "--log", readsLog}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			r := runCLI(t, nil, append(tt.args, "--log", sessionsLog)...)
+			args := tt.args
+			if !slices.Contains(args, "--log") {
+				args = append(args, "--log", sessionsLog)
+			}
+			r := runCLI(t, nil, args...)
 			if r.code != 0 || r.stderr != "" {
 				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 			}
