@@ -518,5 +518,7 @@ func writeBigSession(t *testing.T, path, id string, n int) {
 }
 
 // setPrompt records the prompt's last user turn and the latency of an LLM
-// call. TODO(h30c): event.LLM's Prompt and Latency.
-func setPrompt(l *event.LLM, prompt string, latency time.Duration) {}
+// call.
+func setPrompt(l *event.LLM, prompt string, latency time.Duration) {
+	l.Prompt, l.Latency = prompt, latency
+}
