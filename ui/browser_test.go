@@ -79,6 +79,12 @@ type fixture struct {
 	at   time.Time
 }
 
+// newFixture writes to the log at path, its first event a minute and a
+// half ago (a running session's duration then reads as it would).
+func newFixture(t *testing.T, path string) *fixture {
+	return &fixture{t: t, path: path, at: time.Now().UTC().Add(-90 * time.Second).Truncate(time.Second)}
+}
+
 // next is a time 137 ms after the previous one.
 func (f *fixture) next() time.Time {
 	f.at = f.at.Add(137 * time.Millisecond)
@@ -170,7 +176,7 @@ func (f *fixture) endedSession(id string) {
 // one-time link signs in, once.
 func TestBrowserTokenRequired(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "audit.jsonl")
-	f := &fixture{t: t, path: log, at: t0}
+	f := newFixture(t, log)
 	f.endedSession("5e55a000e1d0")
 	s := startBrowserServer(t, log)
 
@@ -217,7 +223,7 @@ func TestBrowserRendersEventsAsText(t *testing.T) {
 		id     = "0bad00000001"
 	)
 	log := filepath.Join(t.TempDir(), "audit.jsonl")
-	f := &fixture{t: t, path: log, at: t0}
+	f := newFixture(t, log)
 	p := process(3000, 1, "/tmp/"+img, []string{"sh", "-c", script, img}, "sh"+script, img)
 	info := &event.Session{ID: id, Agent: "agent" + img, Command: []string{"sh", "-c", script}, RootPID: 3000, Mode: "proxy"}
 	v := deny("rule"+script, "because "+img)
@@ -289,7 +295,7 @@ func TestBrowserRendersEventsAsText(t *testing.T) {
 func TestBrowserSessionView(t *testing.T) {
 	const id, ended = "7f3a9c01e5d2", "c0de00000002"
 	log := filepath.Join(t.TempDir(), "audit.jsonl")
-	f := &fixture{t: t, path: log, at: t0}
+	f := newFixture(t, log)
 	f.endedSession(ended)
 	f.agentSession(id)
 	s := startBrowserServer(t, log)
@@ -405,7 +411,7 @@ func TestBrowserSessionView(t *testing.T) {
 func TestBrowserLLMCall(t *testing.T) {
 	const id = "11aa00000003"
 	log := filepath.Join(t.TempDir(), "audit.jsonl")
-	f := &fixture{t: t, path: log, at: t0}
+	f := newFixture(t, log)
 	f.agentSession(id)
 	s := startBrowserServer(t, log)
 	b := signedIn(t, s)

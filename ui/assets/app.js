@@ -713,12 +713,16 @@
     }
   }
 
-  window.addEventListener('resize', throttle(() => { if (state.view && state.view.timeline) drawTimeline(state.view); }, 200));
-
+  // drawTimeline draws one lane per kind, a bar per bucket stacked by
+  // verdict. The chart stretches to its box (the SVG's x axis is the
+  // buckets, scaled by the browser; nothing in it is text), so it never
+  // needs drawing again for a new width.
   function drawTimeline(v) {
     const tl = v.timeline;
     const chart = $('#timeline');
+    const labels = $('#timeline-labels');
     clear(chart);
+    clear(labels);
     const series = (tl.series || []).filter((s) => (s.counts || []).some((c) => c > 0));
     const kinds = [...new Set(series.map((s) => s.kind))].sort((a, b) => {
       const ia = KIND_ORDER.indexOf(a);
@@ -726,20 +730,17 @@
       return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib) || (a < b ? -1 : 1);
     });
     const n = Math.max(0, ...series.map((s) => (s.counts || []).length));
-    const W = Math.max(320, chart.parentElement.clientWidth - 24);
-    const labelW = 96;
     const laneH = 22;
-    const axisH = 18;
-    const H = Math.max(1, kinds.length) * laneH + axisH;
-    chart.setAttribute('viewBox', `0 0 ${W} ${H}`);
-    chart.setAttribute('width', String(W));
+    const H = Math.max(1, kinds.length) * laneH;
+    chart.setAttribute('viewBox', `0 0 ${Math.max(1, n)} ${H}`);
     chart.setAttribute('height', String(H));
-    $('#timeline-range').textContent = tl.start ? `${fmtClock(tl.start)} – ${fmtClock(tl.end)} UTC, ${fmtDuration(tl.bucket_ms)} a bar` : '';
+    $('#timeline-range').textContent = tl.start ? `${fmtDuration(tl.bucket_ms)} a bar` : '';
+    $('#timeline-start').textContent = tl.start ? `${fmtClock(tl.start)} UTC` : '';
+    $('#timeline-end').textContent = tl.end ? `${fmtClock(tl.end)} UTC` : '';
     if (!kinds.length || !n) {
-      add(chart, svg('text', { x: 8, y: 16, class: 'tl-empty', text: 'no events yet' }));
+      add(labels, el('div', { class: 'tl-label muted', text: 'no events yet' }));
       return;
     }
-    const bw = (W - labelW) / n;
     const start = parseTime(tl.start);
     kinds.forEach((kind, i) => {
       const y0 = i * laneH;
@@ -747,16 +748,16 @@
       const totals = new Array(n).fill(0);
       for (const s of lane) (s.counts || []).forEach((c, b) => { totals[b] += c; });
       const max = Math.max(1, ...totals);
-      const g = svg('g', { class: 'lane', 'data-kind': kind });
-      add(g, svg('rect', { x: 0, y: y0, width: W, height: laneH, class: i % 2 ? 'lane-bg odd' : 'lane-bg' }));
-      add(g, svg('text', {
-        x: 4, y: y0 + laneH / 2 + 4, class: 'tl-label',
+      add(labels, el('button', {
+        type: 'button', class: 'tl-label', text: kind, title: `show only ${kind} events`,
         onclick: () => { $('#filter-kind').value = KIND_ORDER.includes(kind) && kind !== 'file_reads' ? kind : 'file'; reloadEvents(); },
-      }, svg('title', { text: `show only ${kind} events` }), kind));
+      }));
+      const g = svg('g', { class: 'lane', 'data-kind': kind });
+      add(g, svg('rect', { x: 0, y: y0, width: n, height: laneH, class: i % 2 ? 'lane-bg odd' : 'lane-bg' }));
       for (let b = 0; b < n; b++) {
         if (!totals[b]) continue;
         // Bars are scaled within the lane (a lane's busiest moment is
-        // full height), at least 2 px so one event shows.
+        // full height), at least 2 px so that one event shows.
         let y = y0 + laneH - 2;
         for (const verdict of VERDICT_ORDER) {
           const s = lane.find((x) => x.verdict === verdict);
@@ -765,17 +766,12 @@
           const h = Math.max(2, (c / max) * (laneH - 5));
           y -= h;
           const when = start ? fmtClock(new Date(start.getTime() + b * tl.bucket_ms).toISOString()) : '';
-          add(g, svg('rect', {
-            x: labelW + b * bw + 0.5, y, width: Math.max(1, bw - 1), height: h, class: `bar v-${verdict}`,
-          }, svg('title', { text: `${when} ${kind} ${verdict}: ${c}` })));
+          add(g, svg('rect', { x: b + 0.1, y, width: 0.8, height: h, class: `bar v-${verdict}` },
+            svg('title', { text: `${when} ${kind} ${verdict}: ${c}` })));
         }
       }
       add(chart, g);
     });
-    const ay = kinds.length * laneH + 13;
-    add(chart, svg('line', { x1: labelW, y1: kinds.length * laneH + 1, x2: W, y2: kinds.length * laneH + 1, class: 'axis' }));
-    add(chart, svg('text', { x: labelW, y: ay, class: 'tl-axis', text: fmtClock(tl.start) }));
-    add(chart, svg('text', { x: W - 2, y: ay, class: 'tl-axis end', text: fmtClock(tl.end) }));
     const legend = $('#timeline-legend');
     if (!legend.firstChild) {
       for (const verdict of VERDICT_ORDER) {
