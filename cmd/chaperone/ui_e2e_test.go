@@ -135,6 +135,9 @@ func TestUILiveSession(t *testing.T) {
 	if !strings.Contains(summary, "/asked") || !strings.Contains(summary, "ask-api") {
 		t.Errorf("the question reads %q", summary)
 	}
+	if title := testbrowser.Eval[string](b, `document.title`); !strings.HasPrefix(title, "(1 waiting)") {
+		t.Errorf("the page's title is %q, want it to say a question waits", title)
+	}
 	b.Screenshot(uiShotDir(t), "question")
 	// When the click reaches the page (the browser's clock is this
 	// machine's), to when the api receives the request it let through.

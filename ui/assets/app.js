@@ -418,13 +418,32 @@
     renderQuestions();
   }
 
+  // cards keeps each question's card: a card stays as it is (its buttons
+  // never replaced under a click) until its question goes.
+  const cards = new Map(); // id → element
+
   function renderQuestions() {
     const box = $('#questions');
-    const cards = [...state.questions.values()]
-      .sort((a, b) => (parseTime(a.asked) || 0) - (parseTime(b.asked) || 0))
-      .map(questionCard);
-    box.replaceChildren(...cards);
-    box.hidden = cards.length === 0;
+    const qs = [...state.questions.values()].sort((a, b) => (parseTime(a.asked) || 0) - (parseTime(b.asked) || 0));
+    for (const [id, card] of cards) {
+      if (!state.questions.has(id)) {
+        card.remove();
+        cards.delete(id);
+      }
+    }
+    let prev = null;
+    for (const q of qs) {
+      let card = cards.get(q.id);
+      if (!card) {
+        card = questionCard(q);
+        cards.set(q.id, card);
+      }
+      const want = prev ? prev.nextSibling : box.firstChild;
+      if (want !== card) box.insertBefore(card, want);
+      prev = card;
+    }
+    box.hidden = qs.length === 0;
+    document.title = `${qs.length ? `(${qs.length} waiting) ` : ''}Chaperone · live view`;
     scheduleSessions();
   }
 
@@ -785,11 +804,12 @@
   let textTimer = null;
   function wireFilters() {
     for (const id of ['#filter-kind', '#filter-verdict', '#show-all']) $(id).addEventListener('change', reloadEvents);
-    $('#filter-pid').addEventListener('change', reloadEvents);
-    $('#filter-text').addEventListener('input', () => {
-      clearTimeout(textTimer);
-      textTimer = setTimeout(reloadEvents, 250);
-    });
+    for (const id of ['#filter-pid', '#filter-text']) {
+      $(id).addEventListener('input', () => {
+        clearTimeout(textTimer);
+        textTimer = setTimeout(reloadEvents, 250);
+      });
+    }
     $('#filters').addEventListener('submit', (e) => { e.preventDefault(); reloadEvents(); });
     $('#filter-clear').addEventListener('click', () => {
       $('#filter-kind').value = '';
