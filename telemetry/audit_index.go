@@ -51,6 +51,10 @@ type IndexEntry struct {
 	Time    int64 // Unix nanoseconds
 	Kind    event.Kind
 	Verdict event.Action
+	// Routine says it records routine file reads (RoutineRecord, with
+	// its session's workdir and home): a file_reads record, or a file
+	// record the live views fold.
+	Routine bool
 	// Proc is the process its ProcessID named when it was written (a
 	// writer that reopens the log numbers its processes anew).
 	Proc *Process
@@ -64,6 +68,10 @@ type IndexedSession struct {
 	entries []IndexEntry // process records left out; seq = position + 1
 	groups  map[procGroupKey]*ProcGroup
 	gorder  []*ProcGroup
+	// From its session_start record: for RoutineRecord.
+	workdir, home string
+	// toolCalls says an llm record of it named tool calls.
+	toolCalls bool
 }
 
 // ProcGroup is one process (as one process record names it) of a
@@ -104,8 +112,9 @@ func (x *LogIndex) Path() string { return x.path }
 // IndexedRecord is a record Poll found: its session and its 1-based
 // position there (seq), stable until the index starts over.
 type IndexedRecord struct {
-	Seq    int
-	Record Record
+	Seq     int
+	Record  Record
+	Routine bool // as IndexEntry.Routine
 }
 
 // PollResult says what one Poll found.
@@ -231,13 +240,22 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 		x.order = append(x.order, s)
 	}
 	s.counter.Add(r)
+	switch r.Kind {
+	case event.KindSessionStart:
+		s.workdir, s.home = r.Workdir, r.Home
+	case event.KindLLM:
+		s.toolCalls = s.toolCalls || len(r.ToolCalls) > 0
+	}
 	e := IndexEntry{Off: off, Len: int32(len(line)), Count: 1, Time: r.Time.UnixNano(),
 		Kind: x.intern(r.Kind), Verdict: r.Verdict}
 	if r.ProcessID != 0 {
 		e.Proc = r.Process
 	}
-	if r.Kind == KindFileReads {
-		e.Count = int32(r.Count)
+	switch r.Kind {
+	case KindFileReads:
+		e.Count, e.Routine = int32(r.Count), true
+	case event.KindFile:
+		e.Routine = RoutineRecord(&r, s.workdir, s.home)
 	}
 	switch {
 	case r.Process != nil:
@@ -261,7 +279,7 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 		}
 	}
 	if x.keep {
-		res.Records = append(res.Records, IndexedRecord{Seq: len(s.entries), Record: r})
+		res.Records = append(res.Records, IndexedRecord{Seq: len(s.entries), Record: r, Routine: e.Routine})
 	}
 }
 
@@ -347,6 +365,45 @@ func (x *LogIndex) Tree(id string) (tops []*ProcNode, count func(Record) (action
 		c := counts[groupKeyOf(&r)]
 		return c[0], c[1]
 	}, true
+}
+
+// Places returns session id's working tree and home, as its
+// session_start record says (for RoutineRecord and ViewFold).
+func (x *LogIndex) Places(id string) (workdir, home string) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if s := x.sessions[id]; s != nil {
+		return s.workdir, s.home
+	}
+	return "", ""
+}
+
+// Linkable reports whether session id has an llm record that named tool
+// calls: without one, LinkToolCalls links nothing.
+func (x *LogIndex) Linkable(id string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := x.sessions[id]
+	return s != nil && s.toolCalls
+}
+
+// Processes returns a process record (kind KindProcess, at its first
+// action's time) for each process of session id, in the order they first
+// acted: what the records of any part of the session name.
+func (x *LogIndex) Processes(id string) []Record {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := x.sessions[id]
+	if s == nil {
+		return nil
+	}
+	var out []Record
+	for _, g := range s.gorder {
+		if g.First.Process != nil {
+			out = append(out, Record{Time: g.First.Time, Session: id, Kind: KindProcess, Process: g.First.Process, PID: g.First.Process.PID})
+		}
+	}
+	return out
 }
 
 // Read returns the records of entries taken in generation gen (see

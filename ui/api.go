@@ -3,10 +3,12 @@ package ui
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/ask"
@@ -28,13 +30,6 @@ type treeNode struct {
 	Actions  int        `json:"actions"`
 	Denials  int        `json:"denials"`
 	Children []treeNode `json:"children"`
-}
-
-// toolRef links an action to the tool call that caused it.
-type toolRef struct {
-	ID    string `json:"id"`
-	Name  string `json:"name,omitempty"`
-	Match string `json:"match,omitempty"`
 }
 
 func (s *Server) sessionJSON(sum telemetry.SessionSummary) sessionView {
@@ -171,47 +166,199 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 			}
 		}
 	}
-	page := eventsPage{Events: []json.RawMessage{}, Total: len(matches)}
-	// matches is in seq order; pick the page.
+
+	// The lines: a match each, or, unless all, a run of routine file
+	// records of one process folded into one.
+	lines := make([]line, 0, len(matches))
+	var es []telemetry.IndexEntry // the entries of the page's lines
+	l.Entries(id, func(all []telemetry.IndexEntry) {
+		for k32, p32 := range matches {
+			k, p := int32(k32), int32(p32)
+			e := &all[p]
+			fold := !q.all && e.Routine && e.Kind == event.KindFile
+			if n := len(lines); fold && n > 0 && lines[n-1].n > 0 && lines[n-1].pid == e.PID && lines[n-1].lastMatch == k-1 {
+				lines[n-1].last, lines[n-1].lastMatch = p, k
+				lines[n-1].n++
+				lines[n-1].until = e.Time
+				continue
+			}
+			ln := line{first: p, last: p, firstMatch: k, lastMatch: k, pid: e.PID, until: e.Time}
+			if fold {
+				ln.n = 1
+			}
+			lines = append(lines, ln)
+		}
+	})
+
+	page := eventsPage{Events: []json.RawMessage{}, Total: len(lines)}
+	// Lines are in seq order (of their first); pick the page.
+	search := func(seq int) int { // the first line whose seq is >= seq
+		i, _ := slices.BinarySearchFunc(lines, seq, func(ln line, seq int) int { return int(ln.first) + 1 - seq })
+		return i
+	}
 	var lo, hi int
 	switch {
 	case q.after > 0:
-		lo, _ = slices.BinarySearch(matches, q.after) // positions are seq-1: seq>after means pos>=after
-		hi = min(lo+q.limit, len(matches))
+		lo = search(q.after + 1)
+		hi = min(lo+q.limit, len(lines))
 		if q.before > 0 {
-			b, _ := slices.BinarySearch(matches, q.before-1)
-			hi = min(hi, b)
+			hi = min(hi, search(q.before))
 		}
 	case q.before > 0:
-		hi, _ = slices.BinarySearch(matches, q.before-1)
+		hi = search(q.before)
 		lo = max(0, hi-q.limit)
 	default:
-		hi = len(matches)
+		hi = len(lines)
 		lo = max(0, hi-q.limit)
 	}
 	if lo > hi {
 		lo = hi
 	}
-	page.More, page.Newer = lo > 0, hi < len(matches)
-	var want []telemetry.IndexEntry
-	l.Entries(id, func(es []telemetry.IndexEntry) {
-		for _, p := range matches[lo:hi] {
-			want = append(want, es[p])
+	page.More, page.Newer = lo > 0, hi < len(lines)
+	lines = lines[lo:hi]
+	l.Entries(id, func(all []telemetry.IndexEntry) {
+		for _, ln := range lines {
+			es = append(es, all[ln.first])
 		}
 	})
-	recs, err := l.Read(gen, want)
+	recs, err := l.Read(gen, es)
 	if err != nil {
 		return eventsPage{}, err
 	}
+	var links map[int]telemetry.ToolLink
+	if l.Linkable(id) {
+		if links, err = linkToolCalls(l, id, gen, lines); err != nil {
+			return eventsPage{}, err
+		}
+	}
 	for i, rec := range recs {
-		page.Events = append(page.Events, eventJSON(rec, matches[lo+i]+1, nil, false))
+		ln := lines[i]
+		x := extra{routine: es[i].Routine}
+		if ln.n > 1 {
+			if rec, err = foldRun(l, id, gen, matches[ln.firstMatch:ln.lastMatch+1]); err != nil {
+				return eventsPage{}, err
+			}
+			x.lastSeq = int(ln.last) + 1
+		} else if tl, ok := links[int(ln.first)]; ok && tl.ID != "" {
+			x.tool = &tl
+		}
+		page.Events = append(page.Events, eventJSON(rec, int(ln.first)+1, x))
 	}
 	return page, nil
 }
 
-// eventJSON is E: the record's JSON with its seq, its tool call when it
-// has one, and (on the stream) its session, which the record holds.
-func eventJSON(r telemetry.Record, seq int, tool *toolRef, stream bool) json.RawMessage {
+// maxFoldRead bounds the records of a run of routine reads read to fold
+// it: past it, the folded record lists the first ones' files, and counts
+// every one.
+const maxFoldRead = 4096
+
+// foldRun folds the routine file records of session id at positions
+// (one run: one process, nothing else between them) into one file_reads
+// record, with telemetry.ViewFold, the folding of every view.
+func foldRun(l *telemetry.LogIndex, id string, gen int, positions []int) (telemetry.Record, error) {
+	var es []telemetry.IndexEntry
+	var last telemetry.IndexEntry
+	l.Entries(id, func(all []telemetry.IndexEntry) {
+		for _, p := range positions[:min(len(positions), maxFoldRead)] {
+			es = append(es, all[p])
+		}
+		last = all[positions[len(positions)-1]]
+	})
+	recs, err := l.Read(gen, es)
+	if err != nil {
+		return telemetry.Record{}, err
+	}
+	workdir, home := l.Places(id)
+	v := telemetry.ViewFold{}
+	v.Note(telemetry.Record{Kind: event.KindSessionStart, Session: id, Workdir: workdir, Home: home})
+	var out []telemetry.Record
+	emit := func(r telemetry.Record) error { out = append(out, r); return nil }
+	for _, r := range recs {
+		v.Add(r, emit)
+	}
+	v.Flush(emit)
+	if len(out) != 1 {
+		return telemetry.Record{}, fmt.Errorf("ui: %d routine reads folded into %d records, not one", len(recs), len(out))
+	}
+	r := out[0]
+	r.Count, r.Until = len(positions), last.EntryTime()
+	return r, nil
+}
+
+// line is one line of an events page: one record, or n > 0 routine file
+// records of one process folded.
+type line struct {
+	first, last           int32 // positions in the session's entries
+	firstMatch, lastMatch int32 // their positions among the matches
+	n                     int32 // records folded; 0: not folded
+	pid                   int32 // the process
+	until                 int64 // the last record's time
+}
+
+// Bounds of the records read to link a page's actions to tool calls: a
+// call can be linked to actions from its request's start to a minute
+// after its answer ends (docs/telemetry.md), and answers take minutes at
+// most.
+const (
+	linkBefore    = 15 * time.Minute
+	linkAfter     = 5 * time.Minute
+	maxLinkWindow = 20000
+)
+
+// linkToolCalls links the actions of lines to the tool calls of session
+// id (telemetry.LinkToolCalls over the records around them, with every
+// process of the session named first), by position.
+func linkToolCalls(l *telemetry.LogIndex, id string, gen int, lines []line) (map[int]telemetry.ToolLink, error) {
+	if len(lines) == 0 {
+		return nil, nil
+	}
+	var window []telemetry.IndexEntry
+	var pos []int
+	l.Entries(id, func(all []telemetry.IndexEntry) {
+		tmin, tmax := all[lines[0].first].Time, all[lines[0].first].Time
+		for _, ln := range lines {
+			tmin, tmax = min(tmin, all[ln.first].Time), max(tmax, all[ln.first].Time)
+		}
+		from, to := tmin-int64(linkBefore), tmax+int64(linkAfter)
+		for i := range all {
+			if e := &all[i]; e.Time >= from && e.Time <= to && e.Kind != event.KindSessionStart {
+				window = append(window, *e)
+				pos = append(pos, i)
+			}
+		}
+	})
+	if len(window) > maxLinkWindow {
+		cut := len(window) - maxLinkWindow
+		window, pos = window[cut:], pos[cut:]
+	}
+	recs, err := l.Read(gen, window)
+	if err != nil {
+		return nil, err
+	}
+	sum, _ := l.Session(id)
+	head := append([]telemetry.Record{{Time: sum.Start, Session: id, Kind: event.KindSessionStart, RootPID: sum.RootPID}}, l.Processes(id)...)
+	all := append(head, recs...)
+	links := telemetry.LinkToolCalls(all)
+	out := make(map[int]telemetry.ToolLink, len(recs))
+	for i, tl := range links[len(head):] {
+		if tl.ID != "" {
+			out[pos[i]] = tl
+		}
+	}
+	return out, nil
+}
+
+// extra is what E adds to a record: its tool call, whether it is a
+// routine read, and the last seq of the records a folded line stands for.
+type extra struct {
+	tool    *telemetry.ToolLink
+	routine bool
+	lastSeq int
+}
+
+// eventJSON is E: the record's JSON with its seq and x (and, on the
+// stream, its session, which the record holds).
+func eventJSON(r telemetry.Record, seq int, x extra) json.RawMessage {
 	b, err := json.Marshal(r)
 	if err != nil || len(b) < 2 || b[0] != '{' {
 		return mustJSON(map[string]any{"seq": seq, "kind": r.Kind, "session": r.Session, "error": "ui: record not encodable"})
@@ -219,16 +366,22 @@ func eventJSON(r telemetry.Record, seq int, tool *toolRef, stream bool) json.Raw
 	out := make([]byte, 0, len(b)+64)
 	out = append(out, `{"seq":`...)
 	out = strconv.AppendInt(out, int64(seq), 10)
-	if tool != nil {
-		t, _ := json.Marshal(tool)
+	if x.tool != nil {
+		t, _ := json.Marshal(x.tool)
 		out = append(out, `,"tool":`...)
 		out = append(out, t...)
+	}
+	if x.routine {
+		out = append(out, `,"routine":true`...)
+	}
+	if x.lastSeq > 0 {
+		out = append(out, `,"folded":true,"last_seq":`...)
+		out = strconv.AppendInt(out, int64(x.lastSeq), 10)
 	}
 	if len(b) > 2 {
 		out = append(out, ',')
 	}
 	out = append(out, b[1:]...)
-	_ = stream
 	return out
 }
 

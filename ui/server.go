@@ -219,7 +219,7 @@ func (s *Server) poll() {
 				changed[id] = true
 				order = append(order, id)
 			}
-			s.hub.publish("record", id, eventJSON(ir.Record, ir.Seq, nil, true))
+			s.hub.publish("record", id, eventJSON(ir.Record, ir.Seq, extra{routine: ir.Routine}))
 		}
 		for _, id := range order {
 			if sum, ok := l.Session(id); ok {

@@ -754,3 +754,48 @@ func TestSlowPageDropped(t *testing.T) {
 		t.Errorf("released %d after the last page left, want 1", released)
 	}
 }
+
+// Routine reads the log folded come as their file_reads record, which a
+// kind=file filter includes; the timeline counts each read.
+func TestFileReads(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	p := proc(30, 1, "/usr/bin/python3")
+	evs := []*event.Event{sessionStart("f", t0, 30)}
+	for i, lib := range []string{"libc.so.6", "libm.so.6", "libz.so.1"} {
+		evs = append(evs, &event.Event{Time: t0.Add(time.Duration(i+1) * time.Millisecond), Kind: event.KindFile, Session: "f", Process: p,
+			Verdict: event.Verdict{Action: event.Allow, DecidedBy: event.DecidedByDefault},
+			File:    &event.File{Path: "/usr/lib/x86_64-linux-gnu/" + lib, Access: event.FileRead}})
+	}
+	evs = append(evs, &event.Event{Time: t0.Add(time.Second), Kind: event.KindFile, Session: "f", Process: p,
+		Verdict: event.Verdict{Action: event.Deny, Rule: "creds", DecidedBy: event.DecidedByRule},
+		File:    &event.File{Path: "/home/u/.aws/credentials", Access: event.FileRead}},
+		dnsEv("f", t0.Add(2*time.Second), p, "x.example", false))
+	writeLog(t, log, evs...)
+	srv := newTestServer(t, Options{Logs: []string{log}})
+	var got struct {
+		Events []map[string]any `json:"events"`
+		Total  int              `json:"total"`
+	}
+	srv.getJSON(t, "/api/sessions/f/events?kind=file", 200, &got)
+	var kinds []string
+	for _, e := range got.Events {
+		kinds = append(kinds, e["kind"].(string)+"/"+e["verdict"].(string))
+	}
+	if diff := cmp.Diff([]string{"file/deny", "file_reads/allow"}, kinds); diff != "" && !cmp.Equal([]string{"file_reads/allow", "file/deny"}, kinds) {
+		t.Errorf("kind=file (-want +got):\n%s", diff)
+	}
+	for _, e := range got.Events {
+		if e["kind"] == "file_reads" && e["count"] != 3.0 {
+			t.Errorf("file_reads count %v, want 3", e["count"])
+		}
+	}
+	var tl timeline
+	srv.getJSON(t, "/api/sessions/f/timeline?buckets=1", 200, &tl)
+	n := map[string]int{}
+	for _, s := range tl.Series {
+		n[string(s.Kind)] += s.Counts[0]
+	}
+	if n["file_reads"] != 3 || n["file"] != 1 || n["dns"] != 1 {
+		t.Errorf("timeline counts %v, want 3 folded reads, 1 file, 1 dns", n)
+	}
+}
