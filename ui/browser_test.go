@@ -434,7 +434,6 @@ func TestBrowserLLMCall(t *testing.T) {
 	if label := testbrowser.Eval[string](b, `getComputedStyle(document.querySelector('mark.placeholder'), '::before').content`); !strings.Contains(label, "aws-access-token") {
 		t.Errorf("the placeholder is labelled %s", label)
 	}
-	b.Screenshot(shotDir(t), "llm")
 
 	// The tool call links to the rows it caused (telemetry.LinkToolCalls
 	// on the server: the exec and what followed from bash).
@@ -445,6 +444,8 @@ func TestBrowserLLMCall(t *testing.T) {
 	}
 	b.Click(`#events a[data-tool="toolu_01"]`)
 	b.WaitFor("the caused rows highlighted", `document.querySelectorAll('#events .event.hl[data-tool-id="toolu_01"]').length > 0 && document.querySelectorAll('#events .event.hl:not([data-tool-id="toolu_01"])').length === 0`, 5*time.Second)
+	testbrowser.Eval[bool](b, `(document.querySelector('#events-wrap').scrollTop = document.querySelector('#events .event[data-kind="llm"]').offsetTop, true)`)
+	b.Screenshot(shotDir(t), "llm")
 	noPageErrors(t, b)
 }
 

@@ -229,10 +229,11 @@ func quote(s string) string {
 	return string(q)
 }
 
-// Screenshot takes a PNG of the whole page into dir/name.png, and checks
-// that it is one.
+// Screenshot takes a PNG of the whole page, from its top, into
+// dir/name.png, and checks that it is one.
 func (b *Browser) Screenshot(dir, name string) string {
 	b.t.Helper()
+	Eval[bool](b, `(window.scrollTo(0, 0), true)`) // else a sticky header is drawn where the window was scrolled to
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

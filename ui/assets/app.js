@@ -1092,7 +1092,10 @@
     for (const r of rows) r.classList.add('hl');
     const note = link.parentElement.querySelector('.tool-note');
     if (note) note.textContent = rows.length ? ` ${rows.length} action${rows.length === 1 ? '' : 's'}` : ' no action of it on this page';
-    if (rows.length) rows[0].scrollIntoView({ block: 'center', behavior: 'smooth' });
+    if (rows.length) { // within the events' box: the page itself stays
+      const wrap = $('#events-wrap');
+      wrap.scrollTop = Math.max(0, rows[0].offsetTop - wrap.clientHeight / 3);
+    }
   }
 
   function readsBlock(e) {
