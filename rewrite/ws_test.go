@@ -216,8 +216,12 @@ func FuzzWSMessages(f *testing.F) {
 		api := apis[int(sel)%len(apis)]
 		msgs := bytes.Split(in, []byte{0})
 		for _, m := range msgs {
-			if got := InspectWSMessage(api, m); got.Kind != WSUnknown && !json.Valid(m) {
+			got := InspectWSMessage(api, m)
+			if got.Kind != WSUnknown && !json.Valid(m) {
 				t.Fatalf("%q understood as %v, but it is not JSON", m, got.Kind)
+			}
+			if got.Prompt != "" && !json.Valid(m) || got.Task != clip(got.Prompt, MaxTaskBytes) {
+				t.Fatalf("%q: prompt %q, task %q", m, got.Prompt, got.Task)
 			}
 		}
 		plain := NewWSAnswer(api, nil)

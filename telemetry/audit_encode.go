@@ -130,6 +130,9 @@ func appendRecordProc(b []byte, r *Record, procJSON []byte) (_ []byte, ok bool) 
 		b = append(b, ']')
 	}
 	b = appendIntField(b, "restored", int64(r.Restored))
+	b = appendStringField(b, "prompt", r.Prompt)
+	b = appendBoolField(b, "prompt_truncated", r.PromptTruncated)
+	b = appendIntField(b, "latency_ms", r.LatencyMS)
 	b = appendBoolField(b, "websocket", r.WebSocket)
 	b = appendStringField(b, "ws_message", r.WSMessage)
 	b = appendIntField(b, "ws_unparsed", int64(r.WSUnparsed))
@@ -190,6 +193,8 @@ func appendRecordProc(b []byte, r *Record, procJSON []byte) (_ []byte, ok bool) 
 		b = append(b, `,"duration_ms":`...)
 		b = strconv.AppendInt(b, *r.DurationMS, 10)
 	}
+	b = appendStringField(b, "workdir", r.Workdir)
+	b = appendStringField(b, "home", r.Home)
 	b = appendBoolField(b, "truncated", r.Truncated)
 	return append(b, '}', '\n'), true
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -96,17 +97,19 @@ func randomRecord(rng *rand.Rand, pool []string) Record {
 		Rule:      s(),
 		DecidedBy: event.DecidedBy(rng.IntN(6)), // 5: out of range
 		Reason:    s(),
-		Dst:       s(), Host: s(), Port: uint16(rng.IntN(3) * rng.IntN(65536)), Transport: s(), Via: s(),
+		Dst:       s(), Host: s(), Port: uint16(rng.IntN(3) * rng.IntN(65536)), Transport: s(), Via: s(), Relay: s(),
 		SNI: s(), ALPN: l(), TLSVersion: s(), Intercepted: rng.IntN(2) == 0,
+		ClientRejected: rng.IntN(2) == 0, Alert: s(), ClientRejectsCA: rng.IntN(2) == 0,
 		Method: s(), URL: s(), Status: int(i64()), Proto: s(), Upgrade: s(), Secrets: l(), Error: s(),
 		Provider: s(), Model: s(), Path: s(), Operation: s(), Stream: rng.IntN(2) == 0, ResponseModel: s(),
 		InputTokens: i64(), OutputTokens: i64(), CacheReadTokens: i64(), CacheCreationTokens: i64(),
 		FinishReasons: l(), Restored: int(i64()), WebSocket: rng.IntN(2) == 0, WSMessage: s(), WSUnparsed: int(i64()),
+		Prompt: s(), PromptTruncated: rng.IntN(2) == 0, LatencyMS: i64(),
 		Name: s(), QType: s(), Answers: l(), Rcode: s(),
-		Access: s(),
-		Argv:   l(), Cwd: s(), Digest: s(),
-		Agent: s(), Command: l(), RootPID: int(i64()), Mode: s(),
-		ContainerID: s(), ContainerRuntime: s(), PodUID: s(),
+		Access: s(), Op: s(), Target: s(),
+		Argv: l(), Cwd: s(), Digest: s(), Program: s(), Interpreter: s(), Trigger: s(),
+		Agent: s(), Command: l(), RootPID: int(i64()), AgentUID: int(i64()), TTY: s(), ParentPID: int(i64()), Mode: s(),
+		ContainerID: s(), ContainerRuntime: s(), PodUID: s(), Workdir: s(), Home: s(),
 		Truncated: rng.IntN(2) == 0,
 	}
 	if rng.IntN(2) == 0 {
@@ -154,6 +157,24 @@ func TestAppendRecordMatchesEncodingJSON(t *testing.T) {
 		}
 	})
 	t.Run("empty", func(t *testing.T) { checkEncoding(t, &Record{}) })
+	// randomRecord sets every member of Record: the encoder is held to
+	// encoding/json for each (a member it forgets fails).
+	t.Run("random records set every member", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(3, 4))
+		set := make([]bool, reflect.TypeFor[Record]().NumField())
+		for range 200 {
+			r := randomRecord(rng, trickyStrings)
+			v := reflect.ValueOf(r)
+			for i := range set {
+				set[i] = set[i] || !v.Field(i).IsZero()
+			}
+		}
+		for i, ok := range set {
+			if !ok {
+				t.Errorf("randomRecord never sets Record.%s", reflect.TypeFor[Record]().Field(i).Name)
+			}
+		}
+	})
 	t.Run("random", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		for range 3000 {

@@ -28,7 +28,7 @@ func TestFoldView(t *testing.T) {
 		read(3, p10, "/work/repo/a.go"), // routine: the session's working tree
 		read(4, p10, "/etc/passwd"),
 		read(5, p10, "/usr/share/locale/C/x.mo"), // one routine read: as it is
-		read(6, p11, "/lib/libz.so.1"),            // another process: another run
+		read(6, p11, "/lib/libz.so.1"),           // another process: another run
 		read(7, p11, "/lib/libm.so.6"),
 		{Time: t0.Add(8 * time.Millisecond), Session: "s1", Kind: KindFileReads, Verdict: event.Allow, Process: p11, Count: 3,
 			Reads: []DirReads{{Dir: "/usr/lib", Count: 3, Files: []string{"a.so", "b.so"}}}},

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -608,16 +609,94 @@ func TestEventsCommand(t *testing.T) {
 	}
 }
 
+// TestDemo runs chaperone demo and checks each item of its headline on its
+// screen (what the servers received included) and in its audit log:
+// the mode, the secret redacted in the prompt the LLM API received and
+// restored in the answer, the identity headers, the denied host with the
+// lineage of the child process denied, the denied read of
+// ~/.aws/credentials (with file mediation, as root), and the live view.
 func TestDemo(t *testing.T) {
 	need(t, "curl", "python3")
 	dir := t.TempDir()
-	w := &world{t: t, dir: dir}
+	w := &world{t: t, dir: dir, log: filepath.Join(dir, "audit.jsonl")}
 	r := w.chaperone(nil, "demo", "--dir", dir)
 	mustSucceed(t, r)
-	for _, want := range []string{"HTTP 2 200", "Chaperone", "403", "deny_hosts", "exfil.demo.test 0 request", "audit.jsonl"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
+	out := r.stdout
+	if n := strings.Count(out, "\n"); n > 40 {
+		t.Errorf("the demo's screen is %d lines, want at most 40:\n%s", n, out)
+	}
+	var start telemetry.Record
+	for _, rec := range w.records() {
+		if rec.Kind == event.KindSessionStart {
+			start = rec
 		}
+	}
+	if start.Session == "" {
+		t.Fatalf("no session_start in the demo's log; output:\n%s", out)
+	}
+	transparent := start.Mode == "transparent"
+	if root := os.Geteuid() == 0 && runtime.GOOS == "linux"; root != transparent {
+		t.Logf("root %v, mode %s (transparent mode unavailable here?)", root, start.Mode)
+	}
+	if start.Home != filepath.Join(dir, "home") {
+		t.Errorf("the session's home is %q, want the demo's %q", start.Home, filepath.Join(dir, "home"))
+	}
+	mode := "explicit proxy (transparent mode needs root on Linux)"
+	if transparent {
+		mode = "transparent: the kernel hands every connection"
+	}
+	lines := []string{
+		"Session " + start.Session + ", " + mode,
+		// The secret: stripped from what the API received, restored in the answer.
+		"the answer quotes the real token: Chaperone restored it",
+		`llm.demo.test: POST /v1/messages, prompt "Deploy the site with token [REDACTED:github-pat:`,
+		// The identity headers, as the API received them.
+		"X-Chaperone-Session: " + start.Session,
+		"X-Chaperone-Agent: sh",
+		"X-Chaperone-Lineage: ",
+		"Traceparent: 00-",
+		// The denied host: never reached, denied with the lineage of the
+		// child process that asked.
+		"exfil.demo.test: 0 requests",
+		"deny_hosts: exfil.demo.test is listed in deny_hosts (by rule)",
+		"Watch it live: chaperone ui --log " + w.log,
+	}
+	if transparent {
+		lines = append(lines, "cat: refused (Operation not permitted)",
+			"DENIED file read "+filepath.Join(dir, "home", ".aws", "credentials"),
+			"no-credential-files: the file holds the user's credentials (by rule)")
+	} else {
+		lines = append(lines, "curl: HTTP 403")
+	}
+	for _, want := range lines {
+		if !strings.Contains(out, want) {
+			t.Errorf("the demo's screen lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`DENIED \w+ exfil\.demo\.test.*  by [^\n]*python3[^\n]* > curl\[\d+\]`).MatchString(out) {
+		t.Errorf("the demo's screen lacks the denied host with the lineage of curl, python3's child:\n%s", out)
+	}
+	// The log: the llm record says the prompt as sent and the call's
+	// latency; the denials are there.
+	var llm, deniedHost, deniedFile int
+	for _, rec := range w.records() {
+		switch {
+		case rec.Kind == event.KindLLM:
+			llm++
+			if !strings.HasPrefix(rec.Prompt, "Deploy the site with token [REDACTED:github-pat:") || rec.Restored != 1 || rec.LatencyMS < 0 {
+				t.Errorf("llm record: prompt %q, restored %d, latency %d ms", rec.Prompt, rec.Restored, rec.LatencyMS)
+			}
+		case rec.Verdict == event.Deny && rec.Rule == "deny_hosts":
+			deniedHost++
+			if rec.Process == nil || len(rec.Process.Lineage) < 3 || !strings.HasPrefix(rec.Process.Lineage[len(rec.Process.Lineage)-2], "python3") {
+				t.Errorf("the denied request's process %+v: want curl, child of python3", rec.Process)
+			}
+		case rec.Verdict == event.Deny && rec.Rule == "no-credential-files":
+			deniedFile++
+		}
+	}
+	if llm != 1 || deniedHost == 0 || transparent && deniedFile != 1 {
+		t.Errorf("the log has %d llm records, %d denials of the host, %d of the credentials file", llm, deniedHost, deniedFile)
 	}
 }
 

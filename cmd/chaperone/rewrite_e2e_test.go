@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -79,6 +80,11 @@ func TestLLMRedactionWithSDKs(t *testing.T) {
 			llms++
 			if rec.InputTokens != 12 || rec.OutputTokens != 34 || rec.Verdict != event.Rewrite || rec.Restored != 1 {
 				t.Errorf("llm record: %+v", rec)
+			}
+			// The prompt as sent: its placeholder, never the token (the
+			// whole log is searched for it above).
+			if !regexp.MustCompile(`^here is my token \[REDACTED:github-pat:[0-9a-f]+\], write the config$`).MatchString(rec.Prompt) || rec.LatencyMS < 0 {
+				t.Errorf("llm record: prompt %q, latency %d ms", rec.Prompt, rec.LatencyMS)
 			}
 		case event.KindHTTP:
 			if rec.Rewrite != nil && rec.Rewrite.Redacted["github-pat"] == 1 {

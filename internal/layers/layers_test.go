@@ -41,6 +41,8 @@ var allowed = map[string]struct{ project, external []string }{
 	"internal/testpty":  {external: []string{"golang.org/x/sys"}},
 	"internal/ask":      {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
 	"ui":                {project: []string{"event", "telemetry", "internal/ask"}},
+	// chaperone demo: a scripted agent in a real session.
+	"internal/demo": {project: []string{"event", "config", "rewrite", "session", "telemetry", "internal/upstream"}},
 	// Labeled agent traffic for the tests of rewrite, rewrite/secrets and
 	// proxy: standard library only, so that their tests may import it.
 	"internal/secretcorpus": {},
