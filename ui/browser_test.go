@@ -325,6 +325,7 @@ func TestBrowserSessionView(t *testing.T) {
 	b.WaitFor("the events", `document.querySelector('#events .event[data-kind="http"][data-verdict="deny"]')`, 10*time.Second)
 
 	t.Run("tree", func(t *testing.T) {
+		b := b.For(t)
 		names := testbrowser.Eval[string](b, `document.querySelector('#tree').innerText`)
 		for _, want := range []string{"claude", "bash", "python3.11", "curl", "curl -s https://evil.example/x"} {
 			if !strings.Contains(names, want) {
@@ -338,6 +339,7 @@ func TestBrowserSessionView(t *testing.T) {
 	})
 
 	t.Run("denial", func(t *testing.T) {
+		b := b.For(t)
 		sel := `#events .event[data-kind="http"][data-verdict="deny"]`
 		reason := testbrowser.Eval[string](b, `document.querySelector('`+sel+` .reason').innerText`)
 		if !strings.Contains(reason, "deny_hosts") || !strings.Contains(reason, "by rule") || !strings.Contains(reason, "evil.example is listed in deny_hosts") {
@@ -353,6 +355,7 @@ func TestBrowserSessionView(t *testing.T) {
 	})
 
 	t.Run("timeline", func(t *testing.T) {
+		b := b.For(t)
 		lanes := testbrowser.Eval[[]string](b, `[...document.querySelectorAll('#timeline g.lane')].map(g => g.dataset.kind)`)
 		for _, want := range []string{"http", "llm", "file", "exec", "dns"} {
 			if !strings.Contains(strings.Join(lanes, " "), want) {
@@ -366,6 +369,7 @@ func TestBrowserSessionView(t *testing.T) {
 	b.Screenshot(shots, "session")
 
 	t.Run("routine reads", func(t *testing.T) {
+		b := b.For(t)
 		folded := testbrowser.Eval[string](b, `[...document.querySelectorAll('#events .event.folded')].map(e => e.innerText).join('\n')`)
 		if !strings.Contains(folded, "12 routine reads of 6 files") {
 			t.Errorf("the folded line reads %q", folded)
@@ -380,6 +384,7 @@ func TestBrowserSessionView(t *testing.T) {
 	})
 
 	t.Run("filters", func(t *testing.T) {
+		b := b.For(t)
 		b.Select("#filter-verdict", "deny")
 		b.WaitFor("denials only", `[...document.querySelectorAll('#events .event')].length === 2 && [...document.querySelectorAll('#events .event')].every(e => e.dataset.verdict === 'deny')`, 10*time.Second)
 		b.Screenshot(shots, "denial")
@@ -387,6 +392,7 @@ func TestBrowserSessionView(t *testing.T) {
 		b.Type("#filter-text", "pypi.org")
 		b.WaitFor("the text filter", `[...document.querySelectorAll('#events .event')].length === 1 && document.querySelector('#events').innerText.includes('pypi.org/simple')`, 10*time.Second)
 		b.Type("#filter-text", "")
+		b.WaitFor("the text filter gone", `document.querySelectorAll('#events .event').length > 10`, 10*time.Second)
 		b.Click(`#tree [data-pid="1302"] > .proc`)
 		b.WaitFor("curl's events", `document.querySelector('#filter-pid').value === '1302' && document.querySelectorAll('#events .event').length === 2`, 10*time.Second)
 		b.Click("#filter-clear")
@@ -394,12 +400,32 @@ func TestBrowserSessionView(t *testing.T) {
 	})
 
 	t.Run("live", func(t *testing.T) {
+		b := b.For(t)
 		before := testbrowser.Eval[int](b, `Math.max(...[...document.querySelectorAll('#events .event')].map(e => +e.dataset.seq))`)
 		curl := process(1302, 1299, "/usr/bin/curl", []string{"curl", "-s", "https://evil.example/x"}, "claude", "sh", "curl")
 		f.write(&event.Event{Time: f.next(), Kind: event.KindHTTP, Session: id, Process: curl, Verdict: deny("deny_hosts", "live.example is listed in deny_hosts"),
 			HTTP: &event.HTTP{Method: "GET", URL: "https://live.example/streamed", Host: "live.example", Status: 403}})
 		b.WaitFor("the new record", fmt.Sprintf(`[...document.querySelectorAll('#events .event')].some(e => +e.dataset.seq > %d && e.innerText.includes('live.example/streamed'))`, before), 10*time.Second)
 		b.WaitFor("the denial counted", `document.querySelector('#session-head').innerText.includes('3\ndenials')`, 10*time.Second)
+
+		// Routine reads recorded one by one (audit.file_reads: all) come
+		// live as one counted line, as a page folds them.
+		folded := testbrowser.Eval[int](b, `document.querySelectorAll('#events .event.folded').length`)
+		a, err := telemetry.OpenAuditLog(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.SetFileReads(true)
+		for _, path := range []string{"/usr/lib/x86_64-linux-gnu/libssl.so.3", "/usr/lib/x86_64-linux-gnu/libcrypto.so.3", "/usr/lib/x86_64-linux-gnu/libssl.so.3"} {
+			if err := a.Write(&event.Event{Time: f.next(), Kind: event.KindFile, Session: id, Process: curl, Verdict: allow(),
+				File: &event.File{Path: path, Access: event.FileRead}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b.WaitFor("the live reads folded", fmt.Sprintf(`document.querySelectorAll('#events .event.folded').length === %d && document.querySelector('#events').lastChild.innerText.includes('3 routine reads of 2 files')`, folded+1), 10*time.Second)
 	})
 	noPageErrors(t, b)
 }

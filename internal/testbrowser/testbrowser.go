@@ -34,10 +34,19 @@ import (
 type Browser struct {
 	t   testing.TB
 	ctx context.Context
-
-	mu     sync.Mutex
-	errors []string // uncaught exceptions, console errors, CSP reports
+	log *pageLog
 }
+
+// pageLog is what the page reported as wrong: uncaught exceptions,
+// console errors, refused resources and CSP violations.
+type pageLog struct {
+	mu     sync.Mutex
+	errors []string
+}
+
+// For returns the same tab, failing t (a subtest's) rather than the test
+// that opened it.
+func (b *Browser) For(t testing.TB) *Browser { return &Browser{t: t, ctx: b.ctx, log: b.log} }
 
 // Binary returns the Chromium to run: $CHAPERONE_CHROMIUM, else the first
 // of chromium, chromium-browser, google-chrome, headless-shell on PATH.
@@ -78,8 +87,8 @@ func New(t testing.TB, width, height int) *Browser {
 		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
 	}
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	b := &Browser{t: t}
-	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithListener(b.listen))
+	b := &Browser{t: t, log: &pageLog{}}
+	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithListener(b.log.listen))
 	t.Cleanup(func() {
 		cancel()
 		cancelAlloc()
@@ -92,7 +101,7 @@ func New(t testing.TB, width, height int) *Browser {
 }
 
 // listen keeps what the page reports as wrong.
-func (b *Browser) listen(ev any) {
+func (l *pageLog) listen(ev any) {
 	var msg string
 	switch ev := ev.(type) {
 	case *runtime.EventExceptionThrown:
@@ -117,19 +126,19 @@ func (b *Browser) listen(ev any) {
 	default:
 		return
 	}
-	b.mu.Lock()
-	b.errors = append(b.errors, msg)
-	b.mu.Unlock()
+	l.mu.Lock()
+	l.errors = append(l.errors, msg)
+	l.mu.Unlock()
 }
 
 // Errors returns what the pages reported as wrong so far (uncaught
 // exceptions, console errors, refused resources and CSP violations), and
 // forgets it.
 func (b *Browser) Errors() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e := b.errors
-	b.errors = nil
+	b.log.mu.Lock()
+	defer b.log.mu.Unlock()
+	e := b.log.errors
+	b.log.errors = nil
 	return e
 }
 

@@ -560,6 +560,7 @@
       tree: null,
       folded: new Map(), // pid → folded, as toggled
       pids: new Set(), // the pids in the tree shown
+      liveFold: null, // the folded line live routine reads go to
       loaded: false,
       loading: 0, // generation of the page being loaded
       gen: 0,
@@ -843,7 +844,8 @@
       v.total = body.total || 0;
       v.more = !!body.more;
       v.firstSeq = evs.length ? evs[0].seq : 0;
-      v.lastSeq = evs.length ? evs[evs.length - 1].seq : 0;
+      v.lastSeq = evs.length ? lastSeqOf(evs[evs.length - 1]) : 0;
+      v.liveFold = null;
       const box = $('#events');
       box.replaceChildren(...evs.map((e) => eventRow(e, f)));
       v.rows = evs.length;
@@ -912,15 +914,23 @@
     appendLive(v, e);
   }
 
+  // lastSeq is the last record a line stands for (a folded line, several).
+  const lastSeqOf = (e) => e.last_seq || e.seq;
+
   function appendLive(v, e) {
     if (e.kind === 'process') return;
     if (!matches(v.f, e) || e.seq <= v.lastSeq) return;
     const wrap = $('#events-wrap');
     const atEnd = wrap.scrollHeight - wrap.scrollTop - wrap.clientHeight < 40;
-    $('#events').append(eventRow(e, v.f));
-    v.lastSeq = e.seq;
-    v.rows++;
-    v.total++;
+    v.lastSeq = lastSeqOf(e);
+    if (e.routine && e.kind === 'file' && !v.f.all) {
+      foldLive(v, e); // as a page folds it: one line for a run of one process's routine reads
+    } else {
+      v.liveFold = null;
+      $('#events').append(eventRow(e, v.f));
+      v.rows++;
+      v.total++;
+    }
     if (!v.firstSeq) v.firstSeq = e.seq;
     const box = $('#events');
     while (v.rows > MAX_ROWS && box.firstChild) {
@@ -931,6 +941,41 @@
     }
     updateEventsMeta(v);
     if (atEnd) scrollToEnd();
+  }
+
+  // foldLive adds a routine read that came live to the folded line it
+  // continues (the last line, of the same process), or starts one.
+  function foldLive(v, e) {
+    const box = $('#events');
+    const pid = e.pid || (e.process && e.process.pid) || 0;
+    let lf = v.liveFold;
+    if (!lf || lf.pid !== pid || box.lastChild !== lf.row) {
+      lf = { pid, first: e, count: 0, dirs: new Map(), row: null };
+      v.liveFold = lf;
+    }
+    lf.count++;
+    const path = e.path || '';
+    const cut = path.lastIndexOf('/');
+    const dir = cut > 0 ? path.slice(0, cut) : '/';
+    let d = lf.dirs.get(dir);
+    if (!d) {
+      d = { dir, count: 0, files: new Set() };
+      lf.dirs.set(dir, d);
+    }
+    d.count++;
+    d.files.add(path.slice(cut + 1));
+    const row = foldedRow({
+      seq: lf.first.seq, last_seq: e.seq, kind: 'file_reads', verdict: 'allow', time: lf.first.time, pid, process: lf.first.process, count: lf.count,
+      reads: [...lf.dirs.values()].map((x) => ({ dir: x.dir, count: x.count, files: [...x.files] })),
+    });
+    if (lf.row) {
+      lf.row.replaceWith(row);
+    } else {
+      box.append(row);
+      v.rows++;
+      v.total++;
+    }
+    lf.row = row;
   }
 
   function scrollToEnd() {
@@ -1114,7 +1159,7 @@
     const dirs = (e.reads || []).map((d) => d.dir);
     const files = (e.reads || []).reduce((n, d) => n + ((d.files || []).length || 0), 0);
     const pid = e.pid || (e.process && e.process.pid) || 0;
-    return el('div', { class: 'event folded', 'data-seq': e.seq, 'data-kind': e.kind, 'data-verdict': e.verdict || '' },
+    return el('div', { class: 'event folded', 'data-seq': e.seq, 'data-last-seq': e.last_seq, 'data-kind': e.kind, 'data-verdict': e.verdict || '' },
       el('div', { class: 'line' },
         el('span', { class: 'time mono', text: fmtClock(e.time) }),
         el('span', { class: 'kind', text: 'reads' }),
