@@ -555,3 +555,22 @@ func writeBigSession(t *testing.T, path, id string, n int) {
 func setPrompt(l *event.LLM, prompt string, latency time.Duration) {
 	l.Prompt, l.Latency = prompt, latency
 }
+
+// A log that starts over (replaced, as by logrotate) takes its sessions
+// with it: the list shows what the new log holds.
+func TestBrowserLogStartsOver(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "audit.jsonl")
+	newFixture(t, log).endedSession("01d000000001")
+	s := startBrowserServer(t, log)
+	b := signedIn(t, s)
+	b.WaitFor("the old session", `document.querySelector('#sessions [data-session="01d000000001"]')`, 10*time.Second)
+
+	next := filepath.Join(dir, "next.jsonl")
+	newFixture(t, next).endedSession("2e0000000002")
+	if err := os.Rename(next, log); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitFor("only the new log's session", `document.querySelector('#sessions [data-session="2e0000000002"]') && !document.querySelector('#sessions [data-session="01d000000001"]')`, 10*time.Second)
+	noPageErrors(t, b)
+}

@@ -244,6 +244,19 @@
     on('session', onSession);
     on('question', onQuestion);
     on('answered', onAnswered);
+    on('reset', onReset);
+  }
+
+  // onReset: the log started over (truncated or replaced), and with it
+  // the sessions and their records' numbers: everything is read again.
+  function onReset() {
+    loadSessions();
+    const v = state.view;
+    if (v) {
+      loadSession(v);
+      loadTimeline(v);
+      reloadEvents();
+    }
   }
 
   function setConn(s) {
