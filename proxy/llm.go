@@ -73,15 +73,26 @@ type llmCall struct {
 	// redactor, or, where it could not replace them, in the exchange's
 	// found.
 	checked bool
+	// prompt is the request's last user turn, whole, for the event's
+	// Prompt; learned says the session's redactor has searched the whole
+	// body (and so knows the values it found elsewhere in it).
+	prompt  string
+	learned bool
 }
 
-// logPrompt sets l's Prompt to text as the log may hold it: the
-// redactor's placeholders for its secrets, whether or not the request is
-// redacted, at most event.MaxPrompt bytes (rewrite.LogPrompt). Without a
-// redactor there is none.
-func (rw *Rewrites) logPrompt(l *event.LLM, text string) {
-	if rw.Redactor == nil {
+// logPrompt sets l's Prompt to text, the last user turn of body, as the
+// log may hold it: the redactor's placeholders for its secrets, whether or
+// not the request is redacted, at most event.MaxPrompt bytes
+// (rewrite.LogPrompt). Unless learned, the redactor searches body first:
+// a value it finds elsewhere in the body (a key in a tool's output that
+// the user's text quotes bare) is then known in the prompt too, as in the
+// body it redacts. Without a redactor there is no prompt.
+func (rw *Rewrites) logPrompt(l *event.LLM, text string, body []byte, learned bool) {
+	if rw.Redactor == nil || text == "" {
 		return
+	}
+	if !learned {
+		rewrite.FindBodySecrets(body, rw.Redactor)
 	}
 	l.Prompt, l.PromptTruncated = rewrite.LogPrompt(text, rw.Redactor, event.MaxPrompt)
 }
@@ -175,6 +186,9 @@ func (x *exchange) scanPrompt(how string) {
 	default:
 		return
 	}
+	if x.llm != nil && x.rw.Redactor != nil {
+		x.llm.learned = true
+	}
 	for _, s := range rewrite.FindBodySecrets(x.plain, r) {
 		where := "the LLM request body"
 		if s.Pointer != "" {
@@ -221,8 +235,8 @@ func (p *Proxy) decideLLM(w http.ResponseWriter, r *http.Request, x *exchange, a
 		}
 		x.rw.Task(task)
 	}
+	c.prompt = req.Prompt // the event has it once published: the policy never sees it
 	c.ev.Verdict = p.decide(r.Context(), &c.ev)
-	x.rw.logPrompt(&c.llm, req.Prompt) // decided without it: the policy never sees a prompt
 	if !c.ev.Verdict.Allowed() {
 		p.refuse(w, x.ev, http.StatusForbidden, c.ev.Verdict)
 		p.finishLLM(x, http.StatusForbidden)
@@ -245,7 +259,7 @@ func (p *Proxy) redact(w http.ResponseWriter, r *http.Request, x *exchange, chec
 	}
 	out, ids := rewrite.RedactBody(x.plain, red)
 	if x.llm != nil {
-		x.llm.checked = true
+		x.llm.checked, x.llm.learned = true, true
 	}
 	if len(ids) == 0 {
 		return true
@@ -382,6 +396,7 @@ func (p *Proxy) finishLLM(x *exchange, status int) {
 	if d := p.now().Sub(c.ev.Time); d > 0 {
 		c.llm.Latency = d
 	}
+	x.rw.logPrompt(&c.llm, c.prompt, x.plain, c.learned)
 	if c.reader != nil {
 		info := c.reader.Info()
 		c.llm.ResponseModel = info.Model

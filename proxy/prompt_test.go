@@ -16,9 +16,9 @@ import (
 
 // promptEnv is a proxy deciding by the default policy (which redacts LLM
 // prompts) with a fake LLM API of each provider, on 127.0.41.0/24.
-func promptEnv(t *testing.T) (*env, map[string]*upstream.Server) {
+func promptEnv(t *testing.T, src []byte) (*env, map[string]*upstream.Server) {
 	t.Helper()
-	pol, err := policy.Parse("default", policy.DefaultPolicyYAML())
+	pol, err := policy.Parse("test", src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func promptEnv(t *testing.T) (*env, map[string]*upstream.Server) {
 // secret in it replaced by its placeholder, earlier turns, the assistant's
 // and tool results left out; the latency is the call's.
 func TestLLMPrompt(t *testing.T) {
-	e, ups := promptEnv(t)
+	e, ups := promptEnv(t, policy.DefaultPolicyYAML())
 	c, _ := e.client(false)
 	tok := fakeToken(t)
 	ph := `\[REDACTED:github-pat:[0-9a-f]+\]`
@@ -107,5 +107,52 @@ func TestLLMPrompt(t *testing.T) {
 				t.Error("the request was not sent redacted")
 			}
 		})
+	}
+}
+
+// A call that is not redacted (no rule asks) or that is denied has its
+// prompt with placeholders all the same: the log never holds the secret
+// the request carried.
+func TestLLMPromptNotRedacted(t *testing.T) {
+	e, ups := promptEnv(t, []byte(`default: allow
+rules:
+  - name: no-denied-model
+    on: llm
+    when: llm.model == "denied-model"
+    action: deny
+`))
+	c, _ := e.client(false)
+	tok := fakeToken(t)
+	for _, model := range []string{"some-model", "denied-model"} {
+		t.Run(model, func(t *testing.T) {
+			n := len(e.rec.kinds(event.KindLLM))
+			body := `{"model":"` + model + `","max_tokens":9,"messages":[{"role":"user","content":"token ` + tok + ` here"}]}`
+			req, err := http.NewRequest(http.MethodPost, "https://"+hostPort(ups["api.anthropic.com"])+"/v1/messages", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			res, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			e.rec.wait(t, "llm", func(*event.Event) bool { return len(e.rec.kinds(event.KindLLM)) > n })
+			ev := e.rec.kinds(event.KindLLM)[n]
+			if want := model == "denied-model"; (ev.Verdict.Action == event.Deny) != want {
+				t.Errorf("verdict %v", ev.Verdict)
+			}
+			if strings.Contains(ev.LLM.Prompt, tok) {
+				t.Fatal("the secret is in the prompt")
+			}
+			if !regexp.MustCompile(`^token \[REDACTED:github-pat:[0-9a-f]+\] here$`).MatchString(ev.LLM.Prompt) {
+				t.Errorf("prompt %q, want the placeholder for the token", ev.LLM.Prompt)
+			}
+		})
+	}
+	// Unredacted, the API got the token: the prompt says what was sent
+	// but for its secrets.
+	if got := ups["api.anthropic.com"].Requests(); len(got) != 1 || !bytes.Contains(got[0].Body, []byte(tok)) {
+		t.Errorf("the API received %d requests; want the allowed one, unredacted", len(got))
 	}
 }

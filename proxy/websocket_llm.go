@@ -177,12 +177,13 @@ func (s *llmSocket) request(m ws.Message) ws.Action {
 		rw.Task(task)
 	}
 	v := s.p.decide(s.ctx, &e.ev)
-	rw.logPrompt(&e.llm, wm.Prompt)
 	if !v.Allowed() {
+		rw.logPrompt(&e.llm, wm.Prompt, m.Data, false)
 		return s.refuse(e, v)
 	}
 	e.ev.Verdict = v
 	out := m.Data
+	redacted := false
 	if rw.wants(v, "redact_secrets") && rw.Redactor != nil {
 		var ids []string
 		if out, ids = rewrite.RedactBody(m.Data, rw.Redactor); len(ids) > 0 {
@@ -192,7 +193,9 @@ func (s *llmSocket) request(m ws.Message) ws.Action {
 			}
 			e.llm.Rewrite = &event.Changes{Redacted: counts}
 		}
+		redacted = true
 	}
+	rw.logPrompt(&e.llm, wm.Prompt, m.Data, redacted)
 	if b := rw.Credentials; b != nil {
 		var leaked []string
 		for _, name := range b.FindPlaceholders(out) {

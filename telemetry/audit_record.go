@@ -336,16 +336,15 @@ func (r Record) truncated() Record {
 }
 
 // redacted returns r with the secrets redact finds replaced in its free
-// text: process and exec argv, the session's command, URL, paths and
-// an LLM call's prompt.
+// text: process and exec argv, the session's command, URL and paths. An
+// LLM call's prompt is not: the proxy made it with the session's redactor
+// already, and a redactor run again over its placeholders may take one
+// for part of a secret (`-u [REDACTED:…]:` for a user and password).
 // Lists are copied, never changed in place: they belong to the event.
 func (r Record) redacted(redact func(string) string) Record {
 	r.Process = r.Process.redacted(redact)
 	r.Argv, r.Command = redactList(r.Argv, redact), redactList(r.Command, redact)
 	r.URL, r.Path = redact(r.URL), redact(r.Path)
-	if r.Prompt != "" {
-		r.Prompt = redact(r.Prompt)
-	}
 	if r.Workdir != "" {
 		r.Workdir = redact(r.Workdir)
 	}

