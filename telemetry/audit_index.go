@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"sync"
 	"time"
 
@@ -33,8 +34,8 @@ type LogIndex struct {
 	lines    int
 	skipped  int
 	procs    map[procKey]*Process
-	sessions map[string]*IndexedSession
-	order    []*IndexedSession
+	sessions map[string]*indexedSession
+	order    []*indexedSession
 	gen      int                   // incremented when the index starts over
 	keep     bool                  // Poll keeps the records it reads
 	kinds    map[string]event.Kind // interned kind names
@@ -60,24 +61,41 @@ type IndexEntry struct {
 	Proc *Process
 }
 
-// IndexedSession is one session of an indexed log. Its fields are read
-// under the index's lock: use LogIndex.Session and LogIndex.Entries.
-type IndexedSession struct {
+// indexedSession is one session of an indexed log, read and written under
+// the index's lock.
+type indexedSession struct {
 	ID      string
 	counter *SessionCounter
 	entries []IndexEntry // process records left out; seq = position + 1
-	groups  map[procGroupKey]*ProcGroup
-	gorder  []*ProcGroup
+	groups  map[procGroupKey]*procGroup
+	gorder  []*procGroup
 	// From its session_start record: for RoutineRecord.
 	workdir, home string
-	// toolCalls says an llm record of it named tool calls.
-	toolCalls bool
+	// lastToolCall is the time of its latest llm record that named
+	// tool calls (Unix ns), 0 for none.
+	lastToolCall int64
+	// links are its llm records that named tool calls and its exec
+	// records, as the tool linker reads them (LinkRecords).
+	links []linkRecord
 }
 
-// ProcGroup is one process (as one process record names it) of a
+// linkRecord is an llm or exec record, as much of it as LinkToolCalls
+// reads.
+type linkRecord struct {
+	pos       int32 // in the session's entries
+	kind      event.Kind
+	verdict   event.Action
+	pid       int
+	time      time.Time
+	process   *Process
+	toolCalls []event.ToolCall
+	latencyMS int64
+}
+
+// procGroup is one process (as one process record names it) of a
 // session: its first record, stripped to what ProcessTree reads, and how
 // many of the session's records it made.
-type ProcGroup struct {
+type procGroup struct {
 	First   Record
 	Actions int
 	Denials int
@@ -233,9 +251,9 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 	s := x.sessions[r.Session]
 	if s == nil {
 		if x.sessions == nil {
-			x.sessions = map[string]*IndexedSession{}
+			x.sessions = map[string]*indexedSession{}
 		}
-		s = &IndexedSession{ID: r.Session, counter: NewSessionCounter(r.Session), groups: map[procGroupKey]*ProcGroup{}}
+		s = &indexedSession{ID: r.Session, counter: NewSessionCounter(r.Session), groups: map[procGroupKey]*procGroup{}}
 		x.sessions[r.Session] = s
 		x.order = append(x.order, s)
 	}
@@ -244,7 +262,13 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 	case event.KindSessionStart:
 		s.workdir, s.home = r.Workdir, r.Home
 	case event.KindLLM:
-		s.toolCalls = s.toolCalls || len(r.ToolCalls) > 0
+		if len(r.ToolCalls) > 0 {
+			s.lastToolCall = max(s.lastToolCall, r.Time.UnixNano())
+		}
+	}
+	if r.Kind == event.KindLLM && len(r.ToolCalls) > 0 || r.Kind == event.KindExec {
+		s.links = append(s.links, linkRecord{pos: int32(len(s.entries)), kind: x.intern(r.Kind), verdict: r.Verdict, pid: r.PID, time: r.Time,
+			process: r.Process, toolCalls: r.ToolCalls, latencyMS: r.LatencyMS})
 	}
 	e := IndexEntry{Off: off, Len: int32(len(line)), Count: 1, Time: r.Time.UnixNano(),
 		Kind: x.intern(r.Kind), Verdict: r.Verdict}
@@ -268,7 +292,7 @@ func (x *LogIndex) indexLine(line []byte, off int64, res *PollResult) {
 		k := groupKeyOf(&r)
 		g := s.groups[k]
 		if g == nil {
-			g = &ProcGroup{First: Record{Time: r.Time, Session: r.Session, Kind: e.Kind, Verdict: r.Verdict,
+			g = &procGroup{First: Record{Time: r.Time, Session: r.Session, Kind: e.Kind, Verdict: r.Verdict,
 				Process: r.Process, ProcessID: r.ProcessID, PID: r.PID}}
 			s.groups[k] = g
 			s.gorder = append(s.gorder, g)
@@ -367,6 +391,20 @@ func (x *LogIndex) Tree(id string) (tops []*ProcNode, count func(Record) (action
 	}, true
 }
 
+// EntriesIn is Entries for a caller that took positions in generation
+// gen: it fails with ErrIndexReset, without calling fn, when the index
+// started over since.
+func (x *LogIndex) EntriesIn(gen int, id string, fn func([]IndexEntry)) error {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := x.sessions[id]
+	if gen != x.gen || s == nil {
+		return ErrIndexReset
+	}
+	fn(s.entries[:len(s.entries):len(s.entries)])
+	return nil
+}
+
 // Places returns session id's working tree and home, as its
 // session_start record says (for RoutineRecord and ViewFold).
 func (x *LogIndex) Places(id string) (workdir, home string) {
@@ -378,13 +416,51 @@ func (x *LogIndex) Places(id string) (workdir, home string) {
 	return "", ""
 }
 
-// Linkable reports whether session id has an llm record that named tool
-// calls: without one, LinkToolCalls links nothing.
-func (x *LogIndex) Linkable(id string) bool {
+// LinkRecords calls fn, in log order, with session id's llm records that
+// named tool calls and its exec records, at their
+// positions in the session's entries, up to position end (excluded), as
+// far as LinkToolCalls reads them: the records that decide which call an
+// action is linked to (its calls, and the processes started for them),
+// kept in memory for it. Other records link nothing but themselves.
+func (x *LogIndex) LinkRecords(gen int, id string, end int, fn func(pos int, r Record)) error {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	s := x.sessions[id]
-	return s != nil && s.toolCalls
+	if gen != x.gen || s == nil {
+		return ErrIndexReset
+	}
+	for _, l := range s.links[:s.linksBefore(end)] {
+		fn(int(l.pos), Record{Time: l.time, Session: id, Kind: l.kind, Verdict: l.verdict, Process: l.process, PID: l.pid,
+			ToolCalls: l.toolCalls, LatencyMS: l.latencyMS})
+	}
+	return nil
+}
+
+// linksBefore is how many of s's link records are before position end.
+func (s *indexedSession) linksBefore(end int) int {
+	return sort.Search(len(s.links), func(i int) bool { return int(s.links[i].pos) >= end })
+}
+
+// CountLinkRecords is how many records LinkRecords(gen, id, end, …) would
+// pass.
+func (x *LogIndex) CountLinkRecords(id string, end int) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if s := x.sessions[id]; s != nil {
+		return s.linksBefore(end)
+	}
+	return 0
+}
+
+// LastToolCall is the time of session id's latest llm record that named
+// tool calls; zero for none (LinkToolCalls then links nothing).
+func (x *LogIndex) LastToolCall(id string) time.Time {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if s := x.sessions[id]; s != nil && s.lastToolCall != 0 {
+		return time.Unix(0, s.lastToolCall).UTC()
+	}
+	return time.Time{}
 }
 
 // Processes returns a process record (kind KindProcess, at its first

@@ -10,6 +10,10 @@
 // each record's process back in Record.Process and read logs written
 // before process records as they were.
 //
+// LogIndex follows a log as it grows and indexes it by session (each
+// session's summary, tree, and a few bytes per record), for the live view
+// to serve a page of a long session from disk.
+//
 // Guarantees:
 //   - The audit log is the bus's Lossless subscriber: AuditLog.Run writes
 //     every event it receives, in the order received, one line each (a

@@ -171,7 +171,7 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 	// records of one process folded into one.
 	lines := make([]line, 0, len(matches))
 	var es []telemetry.IndexEntry // the entries of the page's lines
-	l.Entries(id, func(all []telemetry.IndexEntry) {
+	if err := l.EntriesIn(gen, id, func(all []telemetry.IndexEntry) {
 		for k32, p32 := range matches {
 			k, p := int32(k32), int32(p32)
 			e := &all[p]
@@ -188,7 +188,9 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 			}
 			lines = append(lines, ln)
 		}
-	})
+	}); err != nil {
+		return eventsPage{}, err
+	}
 
 	page := eventsPage{Events: []json.RawMessage{}, Total: len(lines)}
 	// Lines are in seq order (of their first); pick the page.
@@ -216,18 +218,24 @@ func queryEvents(l *telemetry.LogIndex, id string, q eventQuery) (eventsPage, er
 	}
 	page.More, page.Newer = lo > 0, hi < len(lines)
 	lines = lines[lo:hi]
-	l.Entries(id, func(all []telemetry.IndexEntry) {
+	if err := l.EntriesIn(gen, id, func(all []telemetry.IndexEntry) {
 		for _, ln := range lines {
 			es = append(es, all[ln.first])
 		}
-	})
+	}); err != nil {
+		return eventsPage{}, err
+	}
 	recs, err := l.Read(gen, es)
 	if err != nil {
 		return eventsPage{}, err
 	}
 	var links map[int]telemetry.ToolLink
-	if l.Linkable(id) {
-		if links, err = linkToolCalls(l, id, gen, lines); err != nil {
+	if !l.LastToolCall(id).IsZero() {
+		acts := make([]posRecord, len(lines))
+		for i, ln := range lines {
+			acts[i] = posRecord{ln.first, recs[i]}
+		}
+		if links, err = linkToolCalls(l, id, gen, acts, linkAfter); err != nil {
 			return eventsPage{}, err
 		}
 	}
@@ -258,12 +266,14 @@ const maxFoldRead = 4096
 func foldRun(l *telemetry.LogIndex, id string, gen int, positions []int) (telemetry.Record, error) {
 	var es []telemetry.IndexEntry
 	var last telemetry.IndexEntry
-	l.Entries(id, func(all []telemetry.IndexEntry) {
+	if err := l.EntriesIn(gen, id, func(all []telemetry.IndexEntry) {
 		for _, p := range positions[:min(len(positions), maxFoldRead)] {
 			es = append(es, all[p])
 		}
 		last = all[positions[len(positions)-1]]
-	})
+	}); err != nil {
+		return telemetry.Record{}, err
+	}
 	recs, err := l.Read(gen, es)
 	if err != nil {
 		return telemetry.Record{}, err
@@ -295,53 +305,66 @@ type line struct {
 	until                 int64 // the last record's time
 }
 
-// Bounds of the records read to link a page's actions to tool calls: a
-// call can be linked to actions from its request's start to a minute
-// after its answer ends (docs/telemetry.md), and answers take minutes at
-// most.
-const (
-	linkBefore    = 15 * time.Minute
-	linkAfter     = 5 * time.Minute
-	maxLinkWindow = 20000
-)
+// posRecord is a record and its position in its session's entries.
+type posRecord struct {
+	pos int32
+	r   telemetry.Record
+}
 
-// linkToolCalls links the actions of lines to the tool calls of session
-// id (telemetry.LinkToolCalls over the records around them, with every
-// process of the session named first), by position.
-func linkToolCalls(l *telemetry.LogIndex, id string, gen int, lines []line) (map[int]telemetry.ToolLink, error) {
-	if len(lines) == 0 {
+// linkAfter is how long after a page's last action the calls that may be
+// linked to it late are looked for: a call links the actions made while
+// its request was in flight, and requests take minutes at most.
+const linkAfter = 5 * time.Minute
+
+// linkToolCalls links acts, actions of session id in position order, to
+// its tool calls: telemetry.LinkToolCalls over the session's processes,
+// its calls and the execs (LinkRecords, which decide every link) up to
+// after past the last act, and acts. It returns the links by position.
+func linkToolCalls(l *telemetry.LogIndex, id string, gen int, acts []posRecord, after time.Duration) (map[int]telemetry.ToolLink, error) {
+	if len(acts) == 0 {
 		return nil, nil
 	}
-	var window []telemetry.IndexEntry
-	var pos []int
-	l.Entries(id, func(all []telemetry.IndexEntry) {
-		tmin, tmax := all[lines[0].first].Time, all[lines[0].first].Time
-		for _, ln := range lines {
-			tmin, tmax = min(tmin, all[ln.first].Time), max(tmax, all[ln.first].Time)
+	last := acts[len(acts)-1]
+	end := int(last.pos) + 1
+	if err := l.EntriesIn(gen, id, func(all []telemetry.IndexEntry) {
+		until := last.r.Time.Add(after).UnixNano()
+		for end < len(all) && all[end].Time <= until {
+			end++
 		}
-		from, to := tmin-int64(linkBefore), tmax+int64(linkAfter)
-		for i := range all {
-			if e := &all[i]; e.Time >= from && e.Time <= to && e.Kind != event.KindSessionStart {
-				window = append(window, *e)
-				pos = append(pos, i)
-			}
-		}
-	})
-	if len(window) > maxLinkWindow {
-		cut := len(window) - maxLinkWindow
-		window, pos = window[cut:], pos[cut:]
-	}
-	recs, err := l.Read(gen, window)
-	if err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	sum, _ := l.Session(id)
-	head := append([]telemetry.Record{{Time: sum.Start, Session: id, Kind: event.KindSessionStart, RootPID: sum.RootPID}}, l.Processes(id)...)
-	all := append(head, recs...)
-	links := telemetry.LinkToolCalls(all)
-	out := make(map[int]telemetry.ToolLink, len(recs))
-	for i, tl := range links[len(head):] {
-		if tl.ID != "" {
+	procs := l.Processes(id)
+	n := 1 + len(procs) + l.CountLinkRecords(id, end) + len(acts) + 1
+	recs := make([]telemetry.Record, 0, n)
+	pos := make([]int, 0, n) // of recs, -1 for the head
+	recs = append(recs, telemetry.Record{Time: sum.Start, Session: id, Kind: event.KindSessionStart, RootPID: sum.RootPID})
+	recs = append(recs, procs...)
+	for range recs {
+		pos = append(pos, -1)
+	}
+	// Merge the acts into the link records, by position.
+	next := 0
+	actsBefore := func(p int) {
+		for next < len(acts) && int(acts[next].pos) < p {
+			recs, pos = append(recs, acts[next].r), append(pos, int(acts[next].pos))
+			next++
+		}
+	}
+	if err := l.LinkRecords(gen, id, end, func(p int, r telemetry.Record) {
+		actsBefore(p)
+		if next < len(acts) && int(acts[next].pos) == p {
+			return // an act itself, whole
+		}
+		recs, pos = append(recs, r), append(pos, p)
+	}); err != nil {
+		return nil, err
+	}
+	actsBefore(end)
+	out := make(map[int]telemetry.ToolLink)
+	for i, tl := range telemetry.LinkToolCalls(recs) {
+		if tl.ID != "" && pos[i] >= 0 {
 			out[pos[i]] = tl
 		}
 	}

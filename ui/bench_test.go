@@ -16,7 +16,8 @@ import (
 )
 
 // bigLog writes one session of n events (http, dns, exec and file
-// records by 20 processes, some denied) with the real writer.
+// records by 20 processes, some denied, and every 500th an LLM call that
+// asks for a tool) with the real writer.
 func bigLog(b *testing.B, n int) string {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "audit.jsonl")
@@ -38,12 +39,16 @@ func bigLog(b *testing.B, n int) string {
 	for i := 1; i < n; i++ {
 		p := procs[i%len(procs)]
 		at := t0.Add(time.Duration(i) * time.Millisecond)
-		switch i % 4 {
-		case 0:
+		switch {
+		case i%500 == 0:
+			write(&event.Event{Time: at, Kind: event.KindLLM, Session: "big", Process: procs[0], Verdict: event.Verdict{Action: event.Allow},
+				LLM: &event.LLM{Provider: "anthropic", Model: "claude-x", Operation: "messages", InputTokens: 1000, OutputTokens: 100,
+					ToolCalls: []event.ToolCall{{ID: fmt.Sprintf("toolu_%d", i), Name: "Bash"}}}})
+		case i%4 == 0:
 			write(httpEv("big", at, p, fmt.Sprintf("https://api.example/v1/items/%d", i), i%97 == 0))
-		case 1:
+		case i%4 == 1:
 			write(dnsEv("big", at, p, fmt.Sprintf("h%d.example", i%50), i%89 == 0))
-		case 2:
+		case i%4 == 2:
 			write(execEv("big", at, p, "cc", "-c", fmt.Sprintf("file%d.c", i)))
 		default:
 			write(&event.Event{Time: at, Kind: event.KindFile, Session: "big", Process: p, Verdict: event.Verdict{Action: event.Allow},

@@ -1,9 +1,13 @@
 package ui
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,16 +51,8 @@ func TestFoldRoutineReads(t *testing.T) {
 	start.SessionInfo.Workdir, start.SessionInfo.Home = "/work/proj", "/home/u"
 	creds := readEv("f", at(5), a, "/home/u/.aws/credentials")
 	creds.Verdict = event.Verdict{Action: event.Deny, Rule: "creds", DecidedBy: event.DecidedByRule}
-	// The session_start line (1) is encoded here, with its workdir and
-	// home.
-	line, err := json.Marshal(telemetry.RecordOf(start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(log, append(line, '\n'), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	writeLogAll(t, log,
+		start, // 1: with the session's workdir and home
 		readEv("f", at(1), a, "/usr/lib/x86_64-linux-gnu/libc.so.6"), // 2
 		readEv("f", at(2), a, "/usr/lib/x86_64-linux-gnu/libm.so.6"), // 3
 		readEv("f", at(3), a, "/etc/ld.so.cache"),                    // 4
@@ -222,5 +218,125 @@ func TestToolLinksAroundThePage(t *testing.T) {
 	}
 	if tl := got.Events[0].Tool; tl == nil || tl.ID != "toolu_02" || tl.Match != "lineage" {
 		t.Errorf("curl's tool %+v, want toolu_02 by lineage", tl)
+	}
+}
+
+// A record streamed live names its tool call too.
+func TestStreamToolLinks(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	writeLog(t, log, sessionStart("l", t0, 10))
+	s, err := New(Options{Logs: []string{log}, Listen: testAddr, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	base := s.URL()[:strings.Index(s.URL(), "/?")]
+	ts := &testServer{s: s, base: base}
+	ts.client = ts.signIn(t)
+	events, _ := openStream(t, ts.client, base+"/api/stream?session=l")
+
+	claude, bash := proc(10, 1, "/usr/bin/claude"), proc(11, 10, "/bin/bash", "claude", "bash")
+	llm := &event.Event{Time: t0.Add(time.Second), Kind: event.KindLLM, Session: "l", Process: claude, Verdict: event.Verdict{Action: event.Allow},
+		LLM: &event.LLM{Provider: "anthropic", Model: "claude-x", Operation: "messages", ToolCalls: []event.ToolCall{{ID: "toolu_live", Name: "Bash"}}}}
+	writeLog(t, log, llm)
+	waitEvent(t, events, "the llm record", func(e sseEvent) bool { return e.name == "record" && strings.Contains(e.data, `"kind":"llm"`) })
+	writeLog(t, log, execEv("l", t0.Add(2*time.Second), bash, "ls"))
+	rec := waitEvent(t, events, "the exec record", func(e sseEvent) bool { return e.name == "record" && strings.Contains(e.data, `"kind":"exec"`) })
+	var got struct {
+		Seq  int                 `json:"seq"`
+		Tool *telemetry.ToolLink `json:"tool"`
+	}
+	if err := json.Unmarshal([]byte(rec.data), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Seq != 3 || got.Tool == nil || got.Tool.ID != "toolu_live" || got.Tool.Name != "Bash" {
+		t.Errorf("streamed exec %s, want seq 3 linked to toolu_live", rec.data)
+	}
+}
+
+// The links a page shows are those LinkToolCalls finds over the whole
+// session, page after page, though a page reads only the llm and exec
+// records around it.
+func TestToolLinksAsOverTheWholeSession(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	rng := rand.New(rand.NewPCG(1, 2))
+	claude := proc(10, 1, "/usr/bin/claude")
+	procs := []*event.Process{claude}
+	evs := []*event.Event{sessionStart("w", t0, 10)}
+	tools := []string{"Bash", "WebFetch", "Read", "TodoWrite"}
+	at := t0
+	for i := 0; i < 1500; i++ {
+		at = at.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		p := procs[rng.IntN(len(procs))]
+		switch r := rng.IntN(20); {
+		case r == 0:
+			evs = append(evs, &event.Event{Time: at, Kind: event.KindLLM, Session: "w", Process: claude, Verdict: event.Verdict{Action: event.Allow},
+				LLM: &event.LLM{Provider: "anthropic", Model: "m", Operation: "messages", Latency: time.Duration(rng.IntN(5000)) * time.Millisecond,
+					ToolCalls: []event.ToolCall{{ID: fmt.Sprintf("toolu_%d", i), Name: tools[rng.IntN(len(tools))]}}}})
+		case r < 4:
+			pid := 100 + len(procs)
+			child := proc(pid, p.PID, "/usr/bin/tool")
+			procs = append(procs, child)
+			evs = append(evs, execEv("w", at, child, "tool", fmt.Sprint(i)))
+		case r < 10:
+			evs = append(evs, httpEv("w", at, p, fmt.Sprintf("https://h%d.example/", i%7), false))
+		case r < 14:
+			evs = append(evs, dnsEv("w", at, p, fmt.Sprintf("h%d.example", i%7), false))
+		default:
+			evs = append(evs, readEv("w", at, p, fmt.Sprintf("/work/f%d", i)))
+		}
+	}
+	writeLog(t, log, evs...)
+
+	var recs []telemetry.Record
+	f := must(os.Open(log))
+	defer f.Close()
+	if err := telemetry.ReadRecords(f, telemetry.Filter{Session: "w"}, func(r telemetry.Record) error {
+		recs = append(recs, r)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]string{}
+	for i, tl := range telemetry.LinkToolCalls(recs) {
+		if tl.ID != "" {
+			want[i+1] = tl.ID + " " + tl.Match
+		}
+	}
+	if len(want) < 100 {
+		t.Fatalf("only %d actions linked over the whole session: the test log links too little", len(want))
+	}
+
+	srv := newTestServer(t, Options{Logs: []string{log}})
+	got := map[int]string{}
+	before := 0
+	for pages := 0; ; pages++ {
+		var page struct {
+			Events []struct {
+				Seq  int                 `json:"seq"`
+				Tool *telemetry.ToolLink `json:"tool"`
+			} `json:"events"`
+			More bool `json:"more"`
+		}
+		q := "/api/sessions/w/events?all=1&limit=37"
+		if before > 0 {
+			q += fmt.Sprintf("&before=%d", before)
+		}
+		srv.getJSON(t, q, 200, &page)
+		for _, e := range page.Events {
+			if e.Tool != nil {
+				got[e.Seq] = e.Tool.ID + " " + e.Tool.Match
+			}
+		}
+		if !page.More || len(page.Events) == 0 {
+			break
+		}
+		before = page.Events[0].Seq
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("links by seq (-whole session +pages):\n%s", diff)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,8 +161,9 @@ type sseEvent struct {
 }
 
 // openStream connects to the stream at url with client c and returns its
-// events on a channel (closed when the stream ends).
-func openStream(t *testing.T, c *http.Client, url string) <-chan sseEvent {
+// events on a channel (closed when the stream ends), and a function that
+// disconnects (also called at the test's end).
+func openStream(t *testing.T, c *http.Client, url string) (<-chan sseEvent, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
@@ -178,11 +180,15 @@ func openStream(t *testing.T, c *http.Client, url string) <-chan sseEvent {
 	}
 	ch := make(chan sseEvent, 1024)
 	done := make(chan struct{})
-	t.Cleanup(func() {
-		cancel()
-		resp.Body.Close()
-		<-done
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			resp.Body.Close()
+			<-done
+		})
+	}
+	t.Cleanup(stop)
 	go func() {
 		defer close(done)
 		defer close(ch)
@@ -204,7 +210,7 @@ func openStream(t *testing.T, c *http.Client, url string) <-chan sseEvent {
 			}
 		}
 	}()
-	return ch
+	return ch, stop
 }
 
 // waitEvent returns the first event of ch that match accepts, failing

@@ -58,6 +58,10 @@ type Server struct {
 	done    chan struct{}
 	started atomic.Bool
 	once    sync.Once
+	polling sync.WaitGroup
+	pollMu  sync.Mutex // one poll at a time: records stream in log order
+	// pollErr is the last error reading each log, said once.
+	pollErr map[string]string
 }
 
 // CookieName is the cookie the token turns into.
@@ -84,7 +88,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, token: tok, done: make(chan struct{})}
+	s := &Server{o: o, token: tok, done: make(chan struct{}), pollErr: map[string]string{}}
 	for _, p := range o.Logs {
 		s.logs = append(s.logs, telemetry.NewLogIndex(p))
 	}
@@ -137,7 +141,9 @@ func (s *Server) Start(ctx context.Context) error {
 	s.srv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:    slog.NewLogLogger(s.o.Logger.Handler(), slog.LevelDebug),
 		BaseContext: func(net.Listener) context.Context { return ctx }}
+	s.polling.Add(1)
 	go func() {
+		defer s.polling.Done()
 		t := time.NewTicker(s.o.Poll)
 		defer t.Stop()
 		for {
@@ -170,6 +176,7 @@ func (s *Server) Close() error {
 		if s.cancel != nil {
 			s.cancel()
 		}
+		s.polling.Wait() // no Poll reopens a log closed below
 		s.hub.close()
 		if s.srv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -198,11 +205,18 @@ func (s *Server) Poll() { s.poll() }
 
 // poll reads every log's new records and sends them to the streams.
 func (s *Server) poll() {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
 	for _, l := range s.logs {
 		streaming := s.hub.wantsRecords()
 		res, err := l.Poll(streaming)
+		if msg := errString(err); msg != s.pollErr[l.Path()] {
+			if err != nil {
+				s.o.Logger.Warn("ui: read audit log", "path", l.Path(), "err", err)
+			}
+			s.pollErr[l.Path()] = msg
+		}
 		if err != nil {
-			s.o.Logger.Warn("ui: read audit log", "path", l.Path(), "err", err)
 			continue
 		}
 		if res.Reset {
@@ -214,12 +228,18 @@ func (s *Server) poll() {
 		changed := map[string]bool{}
 		var order []string
 		for _, ir := range res.Records {
-			id := ir.Record.Session
-			if !changed[id] {
+			if id := ir.Record.Session; !changed[id] {
 				changed[id] = true
 				order = append(order, id)
 			}
-			s.hub.publish("record", id, eventJSON(ir.Record, ir.Seq, extra{routine: ir.Routine}))
+		}
+		links := s.streamLinks(l, order, res.Records)
+		for _, ir := range res.Records {
+			x := extra{routine: ir.Routine}
+			if tl, ok := links[linkKey{ir.Record.Session, ir.Seq}]; ok {
+				x.tool = &tl
+			}
+			s.hub.publish("record", ir.Record.Session, eventJSON(ir.Record, ir.Seq, x))
 		}
 		for _, id := range order {
 			if sum, ok := l.Session(id); ok {
@@ -227,6 +247,48 @@ func (s *Server) poll() {
 			}
 		}
 	}
+}
+
+type linkKey struct {
+	session string
+	seq     int
+}
+
+// streamLinks links the new records recs of the sessions ids to the tool
+// calls before them, for the sessions that made one.
+func (s *Server) streamLinks(l *telemetry.LogIndex, ids []string, recs []telemetry.IndexedRecord) map[linkKey]telemetry.ToolLink {
+	var out map[linkKey]telemetry.ToolLink
+	for _, id := range ids {
+		last := l.LastToolCall(id)
+		if last.IsZero() {
+			continue
+		}
+		var acts []posRecord
+		for _, ir := range recs {
+			if ir.Record.Session == id {
+				acts = append(acts, posRecord{int32(ir.Seq - 1), ir.Record})
+			}
+		}
+		gen, _ := l.Entries(id, func([]telemetry.IndexEntry) {})
+		links, err := linkToolCalls(l, id, gen, acts, 0)
+		if err != nil {
+			continue // the log started over: its records come again
+		}
+		for p, tl := range links {
+			if out == nil {
+				out = map[linkKey]telemetry.ToolLink{}
+			}
+			out[linkKey{id, p + 1}] = tl
+		}
+	}
+	return out
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // securityHeaders are set on every response.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -575,7 +576,7 @@ func TestStreamAndAnswer(t *testing.T) {
 	base := s.URL()[:strings.Index(s.URL(), "/?")]
 	ts := &testServer{s: s, base: base}
 	ts.client = ts.signIn(t)
-	events := openStream(t, ts.client, base+"/api/stream")
+	events, _ := openStream(t, ts.client, base+"/api/stream")
 
 	// A record appended to the log.
 	writeLog(t, log, httpEv("s1", t0.Add(time.Second), proc(12, 11, "/usr/bin/curl"), "https://live.example/<b>", true))
@@ -691,7 +692,7 @@ func TestStreamOfOneSession(t *testing.T) {
 	base := s.URL()[:strings.Index(s.URL(), "/?")]
 	ts := &testServer{s: s, base: base}
 	ts.client = ts.signIn(t)
-	events := openStream(t, ts.client, base+"/api/stream?session=b")
+	events, _ := openStream(t, ts.client, base+"/api/stream?session=b")
 	writeLog(t, log, dnsEv("a", t0, nil, "a.example", false), dnsEv("b", t0, nil, "b.example", false))
 	rec := waitEvent(t, events, "b's record", func(e sseEvent) bool { return e.name == "record" })
 	if !strings.Contains(rec.data, "b.example") {
@@ -797,5 +798,161 @@ func TestFileReads(t *testing.T) {
 	}
 	if n["file_reads"] != 3 || n["file"] != 1 || n["dns"] != 1 {
 		t.Errorf("timeline counts %v, want 3 folded reads, 1 file, 1 dns", n)
+	}
+}
+
+// Pages asked while the log is truncated and written again fail at worst
+// with ErrIndexReset (the handler asks again), never read a line that
+// is not theirs, nor panic.
+func TestEventsWhileTheLogStartsOver(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "audit.jsonl")
+	big := pagedLog(t, 300)
+	small := pagedLog(t, 5)
+	copyFile := func(from string) {
+		b := must(os.ReadFile(from))
+		if err := os.WriteFile(log+".new", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(log+".new", log); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(big)
+	x := telemetry.NewLogIndex(log)
+	defer x.Close()
+	x.Poll(false)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, q := range []eventQuery{{limit: 1000, pid: -1}, {limit: 10, pid: -1, text: "item-1"}, {limit: 50, pid: -1, before: 250}} {
+				page, err := queryEvents(x, "p", q)
+				if err != nil && !errors.Is(err, telemetry.ErrIndexReset) {
+					t.Errorf("query: %v", err)
+				}
+				for _, e := range page.Events {
+					var r struct {
+						Session string `json:"session"`
+					}
+					json.Unmarshal(e, &r)
+					if r.Session != "p" {
+						t.Errorf("a line of another session: %s", e)
+					}
+				}
+			}
+		}
+	}()
+	for i := 0; i < 30; i++ {
+		copyFile([]string{small, big}[i%2])
+		if _, err := x.Poll(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+}
+
+// The asks are attended only while a page is connected to the stream.
+func TestWatchOnlyWhileAPageIsConnected(t *testing.T) {
+	dir := t.TempDir()
+	askDir := filepath.Join(dir, "ask")
+	b := serveBroker(t, askDir, "s1", ask.UnattendedDeny)
+	s, err := New(Options{AskDir: askDir, Listen: testAddr, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	base := s.URL()[:strings.Index(s.URL(), "/?")]
+	ts := &testServer{s: s, base: base}
+	ts.client = ts.signIn(t)
+
+	n := 0
+	// attended asks until the broker's answer to a new ask says whether
+	// somebody attends: an unattended one is denied at once, an attended
+	// one waits (and is abandoned after a short while).
+	attended := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n++
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			v := b.Decide(ctx, askEvent("s1", fmt.Sprintf("h%d.example", n)), askVerdict)
+			cancel()
+			got := !strings.Contains(v.Reason, "nobody could be asked")
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("attended = %v after 10 s, want %v (last verdict %v)", got, want, v)
+			}
+		}
+	}
+	attended(false)
+	events, disconnect := openStream(t, ts.client, base+"/api/stream")
+	attended(true)
+	waitEvent(t, events, "a question", func(e sseEvent) bool { return e.name == "question" })
+	disconnect()
+	attended(false)
+	_, disconnect = openStream(t, ts.client, base+"/api/stream")
+	attended(true)
+	disconnect()
+	attended(false)
+}
+
+// The page's three answers reach the session's broker as such: Allow
+// once, Allow for the session (always), Deny.
+func TestAnswerButtons(t *testing.T) {
+	askDir := filepath.Join(t.TempDir(), "ask")
+	b := serveBroker(t, askDir, "s1", ask.UnattendedWait)
+	srv := newTestServer(t, Options{AskDir: askDir})
+	tests := []struct {
+		name, body string
+		want       event.Action
+		reason     string
+	}{
+		{"once", `{"allow":true,"always":false}`, event.Allow, "approved by"},
+		{"session", `{"allow":true,"always":true}`, event.Allow, "approved for the session by"},
+		{"deny", `{"allow":false,"always":false}`, event.Deny, "denied by"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verdict := make(chan event.Verdict, 1)
+			go func() {
+				verdict <- b.Decide(context.Background(), askEvent("s1", fmt.Sprintf("b%d.example", i)), askVerdict)
+			}()
+			var qs struct{ Questions []ask.Question }
+			deadline := time.Now().Add(10 * time.Second)
+			for len(qs.Questions) == 0 && time.Now().Before(deadline) {
+				srv.getJSON(t, "/api/questions", 200, &qs)
+			}
+			if len(qs.Questions) != 1 {
+				t.Fatalf("questions %+v", qs.Questions)
+			}
+			req, _ := http.NewRequest("POST", srv.base+"/api/questions/"+qs.Questions[0].ID, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Origin", srv.base)
+			resp := must(srv.client.Do(req))
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			v := <-verdict
+			if v.Action != tt.want || !strings.Contains(v.Reason, tt.reason) {
+				t.Errorf("verdict %v, want %v %q", v, tt.want, tt.reason)
+			}
+			if tt.name == "once" && strings.Contains(v.Reason, "for the session") {
+				t.Errorf("allow once answered for the session: %v", v)
+			}
+		})
 	}
 }
