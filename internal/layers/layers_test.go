@@ -46,7 +46,9 @@ var allowed = map[string]struct{ project, external []string }{
 	// Labeled agent traffic for the tests of rewrite, rewrite/secrets and
 	// proxy: standard library only, so that their tests may import it.
 	"internal/secretcorpus": {},
-	"cmd/chaperone":         {project: []string{"*"}, external: []string{"*"}},
+	// A headless Chromium for the live view's browser tests.
+	"internal/testbrowser": {external: []string{"github.com/chromedp/"}},
+	"cmd/chaperone":        {project: []string{"*"}, external: []string{"*"}},
 
 	"plugin":                   {project: []string{"event"}},
 	"examples/denyhost-plugin": {project: []string{"plugin", "event"}},
