@@ -93,7 +93,7 @@ func (b *askBook) answer(id string, allow, always bool) (ask.Question, error) {
 		q, ok = b.qs[id]
 		b.mu.Unlock()
 	}
-	if err := ask.Send(b.dir, id, allow, always); err != nil {
+	if err := ask.Send(b.dir, id, allow, always, ask.FromLiveView); err != nil {
 		if errors.Is(err, ask.ErrUnknown) {
 			b.remove(id)
 		}

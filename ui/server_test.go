@@ -664,7 +664,7 @@ func TestStreamAndAnswer(t *testing.T) {
 	go func() { verdict <- b.Decide(context.Background(), askEvent("s1", "third.example"), askVerdict) }()
 	qe = waitEvent(t, events, "the third question", func(e sseEvent) bool { return e.name == "question" })
 	json.Unmarshal([]byte(qe.data), &q)
-	if err := ask.Send(askDir, q.ID, false, false); err != nil {
+	if err := ask.Send(askDir, q.ID, false, false, ""); err != nil {
 		t.Fatal(err)
 	}
 	if v := <-verdict; v.Action != event.Deny {
@@ -920,9 +920,9 @@ func TestAnswerButtons(t *testing.T) {
 		want       event.Action
 		reason     string
 	}{
-		{"once", `{"allow":true,"always":false}`, event.Allow, "approved by"},
-		{"session", `{"allow":true,"always":true}`, event.Allow, "approved for the session by"},
-		{"deny", `{"allow":false,"always":false}`, event.Deny, "denied by"},
+		{"once", `{"allow":true,"always":false}`, event.Allow, "approved by the live view"},
+		{"session", `{"allow":true,"always":true}`, event.Allow, "approved for the session by the live view"},
+		{"deny", `{"allow":false,"always":false}`, event.Deny, "denied by the live view"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

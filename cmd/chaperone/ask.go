@@ -60,7 +60,7 @@ func newApproveCommand(e env, allow bool) *cobra.Command {
 				}
 				return nil
 			}
-			if err := ask.Send(dir, args[0], allow, always); err != nil {
+			if err := ask.Send(dir, args[0], allow, always, ""); err != nil {
 				return err
 			}
 			word := "denied"

@@ -20,7 +20,7 @@ import (
 // and reads one JSON reply line.
 //
 //	{"op":"list"}                                   → {"questions":[...]}
-//	{"op":"answer","id":"3f2a","allow":true,"always":false} → {"ok":true} or {"error":"..."}
+//	{"op":"answer","id":"3f2a","allow":true,"always":false,"from":"live view"} → {"ok":true} or {"error":"..."}
 //	{"op":"watch"} → {"ok":true,"questions":[...]}, then one {"questions":[q]} line per new question
 //
 // A watch keeps its connection, and counts as somebody who can answer
@@ -30,7 +30,13 @@ type request struct {
 	ID     string `json:"id,omitempty"`
 	Allow  bool   `json:"allow,omitempty"`
 	Always bool   `json:"always,omitempty"`
+	// From names the tool that answered for the verdict's reason: empty
+	// (chaperone approve or deny) or FromLiveView.
+	From string `json:"from,omitempty"`
 }
+
+// FromLiveView is the From of an answer given on the live view's page.
+const FromLiveView = "live view"
 
 type reply struct {
 	OK        bool       `json:"ok,omitempty"`
@@ -159,7 +165,12 @@ func (b *Broker) handle(line []byte, who string) reply {
 		return reply{OK: true, Questions: b.Pending()}
 	case "answer":
 		by := "chaperone approve"
-		if !req.Allow {
+		switch {
+		case req.From == FromLiveView:
+			by = "the live view"
+		case req.From != "":
+			return reply{Error: fmt.Sprintf("unknown from %q", Printable(req.From, 40))}
+		case !req.Allow:
 			by = "chaperone deny"
 		}
 		if err := b.Answer(req.ID, Answer{Allow: req.Allow, Always: req.Always, By: by + who}); err != nil {
@@ -223,15 +234,16 @@ func List(dir string) ([]Question, error) {
 	return all, nil
 }
 
-// Send answers question id in whichever session of dir holds it.
-func Send(dir, id string, allow, always bool) error {
+// Send answers question id in whichever session of dir holds it; from
+// is the request's From.
+func Send(dir, id string, allow, always bool, from string) error {
 	socks, err := Sockets(dir)
 	if err != nil {
 		return err
 	}
 	var problems []string
 	for _, s := range socks {
-		_, err := call(s, request{Op: "answer", ID: id, Allow: allow, Always: always})
+		_, err := call(s, request{Op: "answer", ID: id, Allow: allow, Always: always, From: from})
 		if err == nil {
 			return nil
 		}

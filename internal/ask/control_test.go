@@ -63,10 +63,13 @@ func TestControlSocket(t *testing.T) {
 	if len(list) != 1 || list[0].ID != q.ID || list[0].Summary != q.Summary {
 		t.Fatalf("List = %+v, want the one question %+v", list, q)
 	}
-	if err := Send(dir, "nope", true, false); !errors.Is(err, ErrUnknown) {
+	if err := Send(dir, "nope", true, false, ""); !errors.Is(err, ErrUnknown) {
 		t.Errorf("Send(unknown id) = %v, want ErrUnknown", err)
 	}
-	if err := Send(dir, q.ID, false, false); err != nil {
+	if err := Send(dir, q.ID, true, false, "somebody"); err == nil || !strings.Contains(err.Error(), "unknown from") {
+		t.Errorf("Send(from somebody) = %v, want unknown from", err)
+	}
+	if err := Send(dir, q.ID, false, false, ""); err != nil {
 		t.Fatal(err)
 	}
 	v := <-got
@@ -85,7 +88,7 @@ func TestControlSocketRefusesPeers(t *testing.T) {
 	dir := serve(t, b, func(pid, uid int) error { return errors.New("refused: the session's own process") })
 	got := decideAsync(context.Background(), b, httpEvent("example.com"))
 	q := <-qs
-	if err := Send(dir, q.ID, true, false); err == nil || !strings.Contains(err.Error(), "refused") {
+	if err := Send(dir, q.ID, true, false, ""); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Errorf("Send = %v, want refused", err)
 	}
 	if _, err := List(dir); err == nil {
@@ -133,7 +136,7 @@ func TestSocketsOfEndedSessionsAreSkipped(t *testing.T) {
 	if err != nil || len(qs) != 0 {
 		t.Errorf("List = %v, %v; want nothing, no error", qs, err)
 	}
-	if err := Send(dir, "q1", true, false); !errors.Is(err, ErrUnknown) {
+	if err := Send(dir, "q1", true, false, ""); !errors.Is(err, ErrUnknown) {
 		t.Errorf("Send = %v, want ErrUnknown", err)
 	}
 }

@@ -102,7 +102,7 @@ func TestWatchAttends(t *testing.T) {
 	if q.Summary != Summary(httpEvent("example.com")) {
 		t.Errorf("watched question %+v", q)
 	}
-	if err := Send(dir, q.ID, true, false); err != nil {
+	if err := Send(dir, q.ID, true, false, ""); err != nil {
 		t.Fatal(err)
 	}
 	if v := <-got; v.Action != event.Allow || v.DecidedBy != event.DecidedByHuman {
