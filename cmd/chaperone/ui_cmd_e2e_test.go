@@ -22,42 +22,7 @@ func TestUICommand(t *testing.T) {
 	mustSucceed(t, w.run("true"))
 	id := w.sessionStart().Session
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "ui", "--log", w.log, "--ui-listen", "127.0.39.1:0")
-	cmd.Env = baseEnv(w.dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("chaperone ui after an interrupt: %v; stderr: %s", err, stderr.String())
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("chaperone ui still runs 10 s after an interrupt")
-			cmd.Process.Kill()
-		}
-	}()
-
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("no URL line: %v; stderr: %s", err, stderr.String())
-	}
-	link, ok := strings.CutPrefix(strings.TrimSpace(line), "live view: ")
-	if !ok || !strings.HasPrefix(link, "http://127.0.39.1:") || !strings.Contains(link, "/?token=") {
-		t.Fatalf("URL line %q", line)
-	}
+	link := w.startUI(t, "127.0.39.1:0")
 	base := link[:strings.Index(link, "/?")]
 
 	get := func(c *http.Client, url string) (int, []byte) {

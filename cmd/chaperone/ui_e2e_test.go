@@ -22,7 +22,8 @@ func (w *world) startUI(t *testing.T, addr string) string {
 	t.Helper()
 	cmd := exec.Command(binary, "ui", "--log", w.log, "--ui-listen", addr)
 	cmd.Env = baseEnv(w.dir)
-	cmd.Stderr = os.Stderr
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -30,13 +31,18 @@ func (w *world) startUI(t *testing.T, addr string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// An interrupt ends it, cleanly.
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGINT)
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				t.Errorf("chaperone ui after an interrupt: %v; stderr: %s", err, stderr.String())
+			}
 		case <-time.After(10 * time.Second):
+			t.Error("chaperone ui still runs 10 s after an interrupt")
 			cmd.Process.Kill()
 			<-done
 		}
@@ -55,7 +61,7 @@ func (w *world) startUI(t *testing.T, addr string) string {
 	case l, ok := <-lines:
 		url, found := strings.CutPrefix(l, "live view: ")
 		if !ok || !found || !strings.HasPrefix(url, "http://"+strings.TrimSuffix(addr, ":0")+":") || !strings.Contains(url, "/?token=") {
-			t.Fatalf("chaperone ui printed %q, want the live view's link", l)
+			t.Fatalf("chaperone ui printed %q, want the live view's link; stderr: %s", l, stderr.String())
 		}
 		return url
 	case <-time.After(30 * time.Second):
