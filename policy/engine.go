@@ -396,6 +396,12 @@ func (e *Engine) askJudge(ctx context.Context, ev *event.Event, rule string) eve
 	}
 	c, leader := e.flights.join(k)
 	if leader {
+		// A call that ended between the cache's miss and the join has
+		// put its verdict in the cache before it let its flight go.
+		if v, ok := e.cache.get(k); ok {
+			e.flights.finish(k, c, v)
+			return v
+		}
 		// The call outlives a caller that gives up, so that its answer
 		// still reaches the cache; it works on a copy of the event, which
 		// the caller may go on to change.
