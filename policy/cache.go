@@ -146,15 +146,24 @@ func newDecisionCache(size int, ttl time.Duration, now func() time.Time) *decisi
 }
 
 func (c *decisionCache) get(k cacheKey) (event.Verdict, bool) {
+	v, ok := c.lookup(k)
+	if ok {
+		c.hits.Add(1)
+	} else {
+		c.misses.Add(1)
+	}
+	return v, ok
+}
+
+// lookup is get without counting.
+func (c *decisionCache) lookup(k cacheKey) (event.Verdict, bool) {
 	ent, ok := c.lru.Get(k)
 	if ok && c.now().Sub(ent.at) < c.ttl {
-		c.hits.Add(1)
 		return ent.v, true
 	}
 	if ok {
 		c.lru.Remove(k)
 	}
-	c.misses.Add(1)
 	return event.Verdict{}, false
 }
 

@@ -397,8 +397,9 @@ func (e *Engine) askJudge(ctx context.Context, ev *event.Event, rule string) eve
 	c, leader := e.flights.join(k)
 	if leader {
 		// A call that ended between the cache's miss and the join has
-		// put its verdict in the cache before it let its flight go.
-		if v, ok := e.cache.get(k); ok {
+		// put its verdict in the cache before it let its flight go (the
+		// question counts as the miss it was).
+		if v, ok := e.cache.lookup(k); ok {
 			e.flights.finish(k, c, v)
 			return v
 		}
