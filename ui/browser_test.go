@@ -172,6 +172,43 @@ func (f *fixture) endedSession(id string) {
 	f.write(start, get, end)
 }
 
+// A click on a running session's row opens it even when the row's counts
+// change between the press and the release (a cell replaced under the
+// pointer would take the click with it).
+func TestBrowserClickWhileTheRowChanges(t *testing.T) {
+	const id = "c1c0000000a1"
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	f := newFixture(t, log)
+	f.agentSession(id)
+	s := startBrowserServer(t, log)
+	b := signedIn(t, s)
+	row := fmt.Sprintf(`#sessions [data-session=%q]`, id)
+	cell := row + ` [data-col="requests"]`
+	b.WaitFor("the session's row", `document.querySelector('`+cell+`')`, 10*time.Second)
+	// A stream of the test's own sees the summary the page is sent.
+	testbrowser.Eval[bool](b, `(() => { window.__requests = 0; const es = new EventSource('/api/stream');
+		es.addEventListener('open', () => { window.__open = true; });
+		es.addEventListener('session', (e) => { window.__requests = JSON.parse(e.data).requests; });
+		return true; })()`)
+	b.WaitFor("the test's stream", `window.__open`, 10*time.Second)
+
+	release := b.Press(cell)
+	p := process(1200, 1, "/usr/local/bin/claude", []string{"claude"}, "claude")
+	f.write(&event.Event{Time: f.next(), Kind: event.KindHTTP, Session: id, Process: p, Verdict: allow(),
+		HTTP: &event.HTTP{Method: "GET", URL: "https://pypi.org/simple/", Host: "pypi.org", Proto: "HTTP/1.1", Status: 200}})
+	b.WaitFor("the new summary", `window.__requests === 4`, 10*time.Second)
+	// Ten frames: the page's own stream has had its summary too, and a
+	// render of it would have happened.
+	testbrowser.Eval[bool](b, `(() => { window.__frames = 0; const tick = () => { if (++window.__frames < 10) requestAnimationFrame(tick); };
+		requestAnimationFrame(tick); return true; })()`)
+	b.WaitFor("ten frames", `window.__frames >= 10`, 10*time.Second)
+	release()
+	b.WaitFor("the session opened by the click", `location.hash === '#/s/`+id+`'`, 5*time.Second)
+	b.Click(`#crumbs a`)
+	b.WaitFor("the list with the new count", `document.querySelector('`+cell+`').innerText === '4'`, 10*time.Second)
+	noPageErrors(t, b)
+}
+
 // The token is required: without the cookie the page is the 401 page; the
 // one-time link signs in, once.
 func TestBrowserTokenRequired(t *testing.T) {

@@ -126,6 +126,7 @@ func TestUILiveSession(t *testing.T) {
 	}
 
 	b.Click(row)
+	b.WaitFor("the session's route", `location.hash === '#/s/`+id+`'`, 10*time.Second)
 	b.WaitFor("the session view", `document.querySelector('#events .event[data-kind="session_start"]')`, 10*time.Second)
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)

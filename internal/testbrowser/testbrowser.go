@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -208,6 +209,27 @@ func (b *Browser) Click(sel string) {
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel))); err != nil {
 		b.t.Fatalf("testbrowser: click %s: %v; page errors: %q", sel, err, b.Errors())
 	}
+}
+
+// Press presses the left button on the middle of the first element sel
+// matches and holds it there; release lets it go, which clicks whatever
+// the page then has under the pointer.
+func (b *Browser) Press(sel string) (release func()) {
+	b.t.Helper()
+	at := Eval[[]float64](b, fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return [];
+		const r = e.getBoundingClientRect(); return [r.left + r.width/2, r.top + r.height/2]; })()`, quote(sel)))
+	if len(at) != 2 {
+		b.t.Fatalf("testbrowser: press %s: no such element", sel)
+	}
+	mouse := func(typ input.DispatchMouseEventType) {
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		defer cancel()
+		if _, err := chromedp.Run(ctx, chromedp.MouseEvent(typ, at[0], at[1], chromedp.ButtonLeft, chromedp.ClickCount(1))); err != nil {
+			b.t.Fatalf("testbrowser: %s %s: %v", typ, sel, err)
+		}
+	}
+	mouse(input.DispatchMouseEventTypeMousePressed)
+	return func() { mouse(input.DispatchMouseEventTypeMouseReleased) }
 }
 
 // Type replaces the value of the input sel with text and tells the page

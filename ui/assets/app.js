@@ -337,7 +337,23 @@
   // (never replaced under a pointer about to click it).
   const rows = new Map(); // id → {tr, key}
 
+  // While a button is down on the list its cells are left as they are: a
+  // cell replaced between press and release would take the click with it
+  // (a running session's counts change with each of its events).
+  let pressed = false;
+  document.addEventListener('pointerdown', (e) => {
+    pressed = !!(e.target.closest && e.target.closest('#sessions'));
+  }, true);
+  const release = () => {
+    if (!pressed) return;
+    pressed = false;
+    scheduleSessions();
+  };
+  document.addEventListener('pointerup', release, true);
+  document.addEventListener('pointercancel', release, true);
+
   function renderSessions() {
+    if (pressed) return; // again on release
     const list = [...state.sessions.values()].sort((a, b) => {
       const ta = parseTime(a.start) || 0;
       const tb = parseTime(b.start) || 0;
