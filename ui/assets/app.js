@@ -337,23 +337,29 @@
   // (never replaced under a pointer about to click it).
   const rows = new Map(); // id → {tr, key}
 
-  // While a button is down on the list its cells are left as they are: a
-  // cell replaced between press and release would take the click with it
-  // (a running session's counts change with each of its events).
-  let pressed = false;
+  // While a button is down on the list or the tree, what it is on is left
+  // as it is: an element replaced between press and release would take
+  // the click with it (a running session's counts change with each of its
+  // events, its tree with each new process). They are drawn on release.
+  let pressed = null; // '#sessions', '#tree' or null
   document.addEventListener('pointerdown', (e) => {
-    pressed = !!(e.target.closest && e.target.closest('#sessions'));
+    const on = e.target.closest ? e.target.closest('#sessions, #tree') : null;
+    pressed = on ? '#' + on.id : null;
   }, true);
   const release = () => {
-    if (!pressed) return;
-    pressed = false;
-    scheduleSessions();
+    const was = pressed;
+    pressed = null;
+    if (was === '#sessions') scheduleSessions();
+    if (was === '#tree' && state.view && state.view.treeStale) {
+      const v = state.view;
+      requestAnimationFrame(() => { if (state.view === v && !pressed) renderTree(v); });
+    }
   };
   document.addEventListener('pointerup', release, true);
   document.addEventListener('pointercancel', release, true);
 
   function renderSessions() {
-    if (pressed) return; // again on release
+    if (pressed === '#sessions') return; // again on release
     const list = [...state.sessions.values()].sort((a, b) => {
       const ta = parseTime(a.start) || 0;
       const tb = parseTime(b.start) || 0;
@@ -695,6 +701,8 @@
   // ---------------------------------------------------------------- process tree
 
   function renderTree(v) {
+    v.treeStale = pressed === '#tree';
+    if (v.treeStale) return; // again on release
     const box = $('#tree');
     const ul = el('ul', { class: 'tree-root' });
     v.pids = new Set();
