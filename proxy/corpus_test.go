@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/rand"
 	"io"
 	"net/http"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"github.com/chaperone-dev/chaperone/internal/upstream"
 	"github.com/chaperone-dev/chaperone/policy"
 	"github.com/chaperone-dev/chaperone/rewrite"
-	"github.com/chaperone-dev/chaperone/rewrite/secrets"
 )
 
 // TestCorpusNoFalseRefusals sends generated agent traffic (secrets in
@@ -36,21 +34,7 @@ func TestCorpusNoFalseRefusals(t *testing.T) {
 		Providers: []secretcorpus.Provider{secretcorpus.Anthropic, secretcorpus.OpenAIChat, secretcorpus.OpenAIResponses, secretcorpus.Gemini},
 	})
 
-	pol, err := policy.Parse("default", policy.DefaultPolicyYAML())
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := policy.NewEngine(pol, policy.EngineOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := secrets.NewScanner(secrets.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := make([]byte, 32)
-	rand.Read(key)
-	rw := &Rewrites{Redactor: secrets.NewRedactor(sc, key), Scanner: sc, Restore: true, RewriteParams: eng.RewriteParams}
+	eng, rw := policyRewrites(t, policy.DefaultPolicyYAML())
 	e := newEnv(t, envOptions{decider: eng, rewrites: rw, addr: "127.0.26.1:0"})
 	ups := map[string]*upstream.Server{}
 	for i, host := range []string{"api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"} {

@@ -47,6 +47,28 @@ func newRewriteEnv(t *testing.T, configure func(*Rewrites)) *rewriteEnv {
 // newRewriteEnvPolicy is newRewriteEnv deciding by the policy src.
 func newRewriteEnvPolicy(t *testing.T, src []byte, configure func(*Rewrites)) *rewriteEnv {
 	t.Helper()
+	eng, rw := policyRewrites(t, src)
+	re := &rewriteEnv{}
+	re.rw = rw
+	rw.Task = func(task string) {
+		re.mu.Lock()
+		defer re.mu.Unlock()
+		re.tasks = append(re.tasks, task)
+	}
+	if configure != nil {
+		configure(re.rw)
+	}
+	re.env = newEnv(t, envOptions{decider: eng, rewrites: re.rw})
+	re.llm = re.upstream(upstream.Options{Name: "api.anthropic.com", CA: re.upCA, Handler: upstream.LLMHandler(3)})
+	re.oai = re.upstream(upstream.Options{Name: "api.openai.com", Addr: "127.0.0.3:0", CA: re.upCA, Handler: upstream.LLMHandler(4)})
+	return re
+}
+
+// policyRewrites is the engine of the policy src and the rewrites of a
+// session deciding by it: secrets redacted with a random key, restored in
+// answers.
+func policyRewrites(t *testing.T, src []byte) (*policy.Engine, *Rewrites) {
+	t.Helper()
 	pol, err := policy.Parse("test", src)
 	if err != nil {
 		t.Fatal(err)
@@ -61,23 +83,7 @@ func newRewriteEnvPolicy(t *testing.T, src []byte, configure func(*Rewrites)) *r
 	}
 	key := make([]byte, 32)
 	rand.Read(key)
-	re := &rewriteEnv{}
-	re.rw = &Rewrites{
-		Redactor: secrets.NewRedactor(sc, key), Scanner: sc, Restore: true,
-		RewriteParams: eng.RewriteParams,
-		Task: func(task string) {
-			re.mu.Lock()
-			defer re.mu.Unlock()
-			re.tasks = append(re.tasks, task)
-		},
-	}
-	if configure != nil {
-		configure(re.rw)
-	}
-	re.env = newEnv(t, envOptions{decider: eng, rewrites: re.rw})
-	re.llm = re.upstream(upstream.Options{Name: "api.anthropic.com", CA: re.upCA, Handler: upstream.LLMHandler(3)})
-	re.oai = re.upstream(upstream.Options{Name: "api.openai.com", Addr: "127.0.0.3:0", CA: re.upCA, Handler: upstream.LLMHandler(4)})
-	return re
+	return eng, &Rewrites{Redactor: secrets.NewRedactor(sc, key), Scanner: sc, Restore: true, RewriteParams: eng.RewriteParams}
 }
 
 // post sends body to url through the proxy and returns the status and the

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/rand"
 	"net/http"
 	"regexp"
 	"strings"
@@ -11,28 +10,13 @@ import (
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/upstream"
 	"github.com/chaperone-dev/chaperone/policy"
-	"github.com/chaperone-dev/chaperone/rewrite/secrets"
 )
 
 // promptEnv is a proxy deciding by the default policy (which redacts LLM
 // prompts) with a fake LLM API of each provider, on 127.0.41.0/24.
 func promptEnv(t *testing.T, src []byte) (*env, map[string]*upstream.Server) {
 	t.Helper()
-	pol, err := policy.Parse("test", src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := policy.NewEngine(pol, policy.EngineOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := secrets.NewScanner(secrets.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := make([]byte, 32)
-	rand.Read(key)
-	rw := &Rewrites{Redactor: secrets.NewRedactor(sc, key), Scanner: sc, Restore: true, RewriteParams: eng.RewriteParams}
+	eng, rw := policyRewrites(t, src)
 	e := newEnv(t, envOptions{decider: eng, rewrites: rw, addr: "127.0.41.1:0"})
 	ups := map[string]*upstream.Server{}
 	for i, host := range []string{"api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com", "bedrock-runtime.us-east-1.amazonaws.com"} {

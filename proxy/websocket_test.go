@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
 	stdtls "crypto/tls"
 	"encoding/json"
 	"errors"
@@ -22,7 +21,6 @@ import (
 	"github.com/chaperone-dev/chaperone/internal/upstream"
 	"github.com/chaperone-dev/chaperone/policy"
 	"github.com/chaperone-dev/chaperone/rewrite/inject"
-	"github.com/chaperone-dev/chaperone/rewrite/secrets"
 )
 
 // wsEnv is a proxy deciding by the default policy (and a rule refusing
@@ -46,24 +44,8 @@ const denyModelRule = `rules:
 func newWSEnv(t *testing.T) *wsEnv {
 	t.Helper()
 	src := bytes.Replace(policy.DefaultPolicyYAML(), []byte("rules:\n"), []byte(denyModelRule), 1)
-	pol, err := policy.Parse("test", src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := policy.NewEngine(pol, policy.EngineOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := secrets.NewScanner(secrets.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := make([]byte, 32)
-	rand.Read(key)
-	rw := &Rewrites{
-		Redactor: secrets.NewRedactor(sc, key), Scanner: sc, Restore: true, RewriteParams: eng.RewriteParams,
-		Identity: inject.Identity{Session: testSession, Agent: "codex"}, IdentityPresets: []string{"chaperone"},
-	}
+	eng, rw := policyRewrites(t, src)
+	rw.Identity, rw.IdentityPresets = inject.Identity{Session: testSession, Agent: "codex"}, []string{"chaperone"}
 	we := &wsEnv{env: newEnv(t, envOptions{decider: eng, rewrites: rw}), oaiWS: upstream.NewWSLLM(5), gemWS: upstream.NewWSLLM(5)}
 	we.oai = we.upstream(upstream.Options{Name: "api.openai.com", Addr: "127.0.32.3:0", CA: we.upCA, Handler: we.oaiWS})
 	we.gem = we.upstream(upstream.Options{Name: "generativelanguage.googleapis.com", Addr: "127.0.32.4:0", CA: we.upCA, Handler: we.gemWS})

@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -225,17 +224,8 @@ func TestToolLinksAroundThePage(t *testing.T) {
 func TestStreamToolLinks(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "audit.jsonl")
 	writeLog(t, log, sessionStart("l", t0, 10))
-	s, err := New(Options{Logs: []string{log}, Listen: testAddr, Poll: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	base := s.URL()[:strings.Index(s.URL(), "/?")]
-	ts := &testServer{s: s, base: base}
-	ts.client = ts.signIn(t)
+	ts := startTestServer(t, Options{Logs: []string{log}})
+	base := ts.base
 	events, _ := openStream(t, ts.client, base+"/api/stream?session=l")
 
 	claude, bash := proc(10, 1, "/usr/bin/claude"), proc(11, 10, "/bin/bash", "claude", "bash")

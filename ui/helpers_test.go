@@ -115,6 +115,25 @@ func newTestServer(t *testing.T, o Options) *testServer {
 	return tsrv
 }
 
+// startTestServer starts a Server with o on testAddr, polling its logs
+// every 10 ms, as chaperone ui does (its own listener and poller), and
+// signs a client in.
+func startTestServer(t *testing.T, o Options) *testServer {
+	t.Helper()
+	o.Listen, o.Poll = testAddr, 10*time.Millisecond
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ts := &testServer{s: s, base: s.URL()[:strings.Index(s.URL(), "/?")]}
+	ts.client = ts.signIn(t)
+	return ts
+}
+
 // signIn uses the server's token and returns a client holding the cookie.
 func (ts *testServer) signIn(t *testing.T) *http.Client {
 	t.Helper()

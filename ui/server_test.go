@@ -562,20 +562,11 @@ func TestStreamAndAnswer(t *testing.T) {
 		t.Fatalf("unattended ask: %v, want deny", v)
 	}
 
-	s, err := New(Options{Logs: []string{log}, AskDir: askDir, Listen: testAddr, Poll: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	ts := startTestServer(t, Options{Logs: []string{log}, AskDir: askDir})
+	if !strings.HasPrefix(ts.s.URL(), "http://127.0.39.1:") || !strings.Contains(ts.s.URL(), "/?token=") {
+		t.Fatalf("URL %q", ts.s.URL())
 	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if !strings.HasPrefix(s.URL(), "http://127.0.39.1:") || !strings.Contains(s.URL(), "/?token=") {
-		t.Fatalf("URL %q", s.URL())
-	}
-	base := s.URL()[:strings.Index(s.URL(), "/?")]
-	ts := &testServer{s: s, base: base}
-	ts.client = ts.signIn(t)
+	base := ts.base
 	events, _ := openStream(t, ts.client, base+"/api/stream")
 
 	// A record appended to the log.
@@ -681,17 +672,8 @@ func TestStreamOfOneSession(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "audit.jsonl")
 	writeLog(t, log, sessionStart("a", t0, 10), sessionStart("b", t0, 20))
-	s, err := New(Options{Logs: []string{log}, Listen: testAddr, Poll: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	base := s.URL()[:strings.Index(s.URL(), "/?")]
-	ts := &testServer{s: s, base: base}
-	ts.client = ts.signIn(t)
+	ts := startTestServer(t, Options{Logs: []string{log}})
+	base := ts.base
 	events, _ := openStream(t, ts.client, base+"/api/stream?session=b")
 	writeLog(t, log, dnsEv("a", t0, nil, "a.example", false), dnsEv("b", t0, nil, "b.example", false))
 	rec := waitEvent(t, events, "b's record", func(e sseEvent) bool { return e.name == "record" })
@@ -864,17 +846,8 @@ func TestWatchOnlyWhileAPageIsConnected(t *testing.T) {
 	dir := t.TempDir()
 	askDir := filepath.Join(dir, "ask")
 	b := serveBroker(t, askDir, "s1", ask.UnattendedDeny)
-	s, err := New(Options{AskDir: askDir, Listen: testAddr, Poll: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	base := s.URL()[:strings.Index(s.URL(), "/?")]
-	ts := &testServer{s: s, base: base}
-	ts.client = ts.signIn(t)
+	ts := startTestServer(t, Options{AskDir: askDir})
+	base := ts.base
 
 	n := 0
 	// attended asks until the broker's answer to a new ask says whether
