@@ -15,6 +15,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/quic-go/quic-go/http3"
 )
 
 // Proto is the HTTP version spoken to the origin (through the tunnel when
@@ -24,6 +26,10 @@ type Proto string
 const (
 	HTTP1 Proto = "h1"
 	HTTP2 Proto = "h2"
+	// HTTP3 is HTTP/3 over QUIC (UDP), direct only: no proxy variable
+	// carries it. In a transparent session the kernel sends it to the
+	// proxy's QUIC listener.
+	HTTP3 Proto = "h3"
 )
 
 // Client says how to reach the origin.
@@ -92,9 +98,22 @@ func (c Client) tlsConfig(serverName string) *tls.Config {
 	return cfg
 }
 
-// transport builds a net/http transport; names are never resolved (the
-// dialer refuses anything that is not an IP literal).
-func (c Client) transport() *http.Transport {
+// roundTripper is what the load runs over: net/http's transport, or
+// quic-go's for HTTP/3.
+type roundTripper interface {
+	http.RoundTripper
+	CloseIdleConnections()
+}
+
+// transport builds the load's transport: quic-go's HTTP/3 one for HTTP3,
+// else net/http's, whose dialer never resolves a name (it refuses anything
+// that is not an IP literal).
+func (c Client) transport() roundTripper {
+	if c.Proto == HTTP3 {
+		cfg := c.tlsConfig("")
+		cfg.NextProtos = []string{http3.NextProtoH3}
+		return &http3.Transport{TLSClientConfig: cfg, DisableCompression: true}
+	}
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: -1}
 	t := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {

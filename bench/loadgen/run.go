@@ -78,6 +78,9 @@ func Run(ctx context.Context, l Load) (Result, error) {
 	if l.Concurrency < 1 || l.Duration <= 0 || l.Target == nil {
 		return Result{}, errors.New("loadgen: run: need a target, concurrency ≥ 1 and a duration")
 	}
+	if l.Client.Proto == HTTP3 && l.Client.Proxy != nil {
+		return Result{}, errors.New("loadgen: run: HTTP/3 goes direct (no proxy carries it; a transparent session redirects it)")
+	}
 	l.Client.Conns = l.Concurrency
 	tr := l.Client.transport()
 	defer tr.CloseIdleConnections()

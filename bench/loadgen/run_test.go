@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -107,6 +108,9 @@ func (tn *tunnel) serve(c net.Conn, track func(net.Conn)) {
 
 func TestRunDirect(t *testing.T) {
 	o := startOrigin(t)
+	if err := o.ServeHTTP3(0); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name      string
 		proto     loadgen.Proto
@@ -116,10 +120,14 @@ func TestRunDirect(t *testing.T) {
 		{"h1 keep-alive", loadgen.HTTP1, true, "HTTP/1.1"},
 		{"h2 keep-alive", loadgen.HTTP2, true, "HTTP/2.0"},
 		{"h1 new connection each", loadgen.HTTP1, false, "HTTP/1.1"},
+		{"h3 keep-alive", loadgen.HTTP3, true, "HTTP/3.0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			target, _ := url.Parse(o.URL(origin.Path1K))
+			if tt.proto == loadgen.HTTP3 {
+				target, _ = url.Parse(o.H3URL(origin.Path1K))
+			}
 			res, err := loadgen.Run(context.Background(), loadgen.Load{
 				Client:      loadgen.Client{Roots: o.Roots, Proto: tt.proto, KeepAlive: tt.keepAlive},
 				Target:      target,
@@ -257,5 +265,19 @@ func TestParseProxy(t *testing.T) {
 				t.Errorf("ParseProxy(%q) error = %v, want ok %v", tt.in, err, tt.wantOK)
 			}
 		})
+	}
+}
+
+func TestRunRefusesHTTP3ThroughAProxy(t *testing.T) {
+	proxy, _ := url.Parse("http://127.0.0.1:1")
+	target, _ := url.Parse("https://127.0.0.1:443/1k")
+	_, err := loadgen.Run(context.Background(), loadgen.Load{
+		Client:      loadgen.Client{Proxy: proxy, Proto: loadgen.HTTP3, KeepAlive: true},
+		Target:      target,
+		Concurrency: 1,
+		Duration:    time.Second,
+	})
+	if err == nil || !strings.Contains(err.Error(), "HTTP/3 goes direct") {
+		t.Fatalf("Run over a proxy with HTTP/3: %v, want a refusal", err)
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/quic-go/quic-go/http3"
 )
 
 // Sizes of the bodies served at the paths of the same names.
@@ -37,9 +39,17 @@ type Server struct {
 	CAFile string         // the CA certificate (PEM) its leaf chains to
 	Roots  *x509.CertPool // the same CA, for Go clients
 
+	// H3Addr is where it serves HTTP/3 over QUIC, once ServeHTTP3 has
+	// started that.
+	H3Addr netip.AddrPort
+
 	srv       *http.Server
+	leaf      tls.Certificate
 	done      chan struct{}
 	closeOnce sync.Once
+
+	h3     *http3.Server
+	h3Done chan struct{}
 }
 
 // Start listens on addr (a loopback IP:port; port 0 picks one) and writes
@@ -67,6 +77,7 @@ func Start(addr, dir string, now func() time.Time) (*Server, error) {
 		Addr:   ln.Addr().(*net.TCPAddr).AddrPort(),
 		CAFile: caFile,
 		Roots:  pool,
+		leaf:   leaf,
 		done:   make(chan struct{}),
 	}
 	var protos http.Protocols
@@ -92,6 +103,32 @@ func Start(addr, dir string, now func() time.Time) (*Server, error) {
 // URL returns https://addr + path.
 func (s *Server) URL(path string) string { return "https://" + s.Addr.String() + path }
 
+// H3URL returns https://H3Addr + path.
+func (s *Server) H3URL(path string) string { return "https://" + s.H3Addr.String() + path }
+
+// ServeHTTP3 serves the same paths over HTTP/3 on UDP port (0 picks one)
+// of the server's address, with the same certificate. Port 443 is the one
+// a transparent session redirects to its proxy. It is started once, before
+// Close.
+func (s *Server) ServeHTTP3(port uint16) error {
+	pc, err := net.ListenPacket("udp", netip.AddrPortFrom(s.Addr.Addr(), port).String())
+	if err != nil {
+		return fmt.Errorf("origin: http3: %w", err)
+	}
+	s.H3Addr = pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	s.h3 = &http3.Server{
+		Handler:   Handler(),
+		TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{s.leaf}}),
+	}
+	s.h3Done = make(chan struct{})
+	go func() {
+		defer close(s.h3Done)
+		s.h3.Serve(pc)
+		pc.Close()
+	}()
+	return nil
+}
+
 // Close stops the server and closes every connection.
 func (s *Server) Close() error {
 	var err error
@@ -100,6 +137,10 @@ func (s *Server) Close() error {
 		<-s.done
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
+		}
+		if s.h3 != nil {
+			s.h3.Close()
+			<-s.h3Done
 		}
 	})
 	return err

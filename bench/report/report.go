@@ -24,10 +24,17 @@ const (
 	KeepAliveH2C64RPS = "ka_h2_c64_rps"
 	KeepAliveH2C64P50 = "ka_h2_c64_p50_ms"
 	KeepAliveH2C64P99 = "ka_h2_c64_p99_ms"
+	KeepAliveH3C1RPS  = "ka_h3_c1_rps"
+	KeepAliveH3C1P50  = "ka_h3_c1_p50_ms"
+	KeepAliveH3C1P99  = "ka_h3_c1_p99_ms"
+	KeepAliveH3C64RPS = "ka_h3_c64_rps"
+	KeepAliveH3C64P50 = "ka_h3_c64_p50_ms"
+	KeepAliveH3C64P99 = "ka_h3_c64_p99_ms"
 	NewConnsPerSec    = "new_conns_per_s"
 	DownloadMBps      = "download_mb_per_s"
 	CPUKeepAliveH1    = "cpu_us_per_req_ka_h1_c64"
 	CPUKeepAliveH2    = "cpu_us_per_req_ka_h2_c64"
+	CPUKeepAliveH3    = "cpu_us_per_req_ka_h3_c64"
 	CPUNewConn        = "cpu_us_per_new_conn"
 	PeakRSSMB         = "peak_rss_mb"
 	IdleRSSPer1000MB  = "idle_rss_mb_per_1000"
@@ -54,6 +61,8 @@ func Figures() []Figure {
 		{KeepAliveH1C64RPS, KeepAliveH1C64P50, KeepAliveH1C64P99, "keep-alive h1 c=64"},
 		{KeepAliveH2C1RPS, KeepAliveH2C1P50, KeepAliveH2C1P99, "keep-alive h2 c=1"},
 		{KeepAliveH2C64RPS, KeepAliveH2C64P50, KeepAliveH2C64P99, "keep-alive h2 c=64"},
+		{KeepAliveH3C1RPS, KeepAliveH3C1P50, KeepAliveH3C1P99, "keep-alive h3 c=1"},
+		{KeepAliveH3C64RPS, KeepAliveH3C64P50, KeepAliveH3C64P99, "keep-alive h3 c=64"},
 	} {
 		fs = append(fs,
 			Figure{Key: ka.rps, Label: ka.label + " req/s", Ratio: true, Chart: true},
@@ -66,6 +75,7 @@ func Figures() []Figure {
 		Figure{Key: DownloadMBps, Label: "100 MB download MB/s", Ratio: true, Chart: true},
 		Figure{Key: CPUKeepAliveH1, Label: "proxy CPU µs/req, keep-alive h1 c=64", Digits: 1},
 		Figure{Key: CPUKeepAliveH2, Label: "proxy CPU µs/req, keep-alive h2 c=64", Digits: 1},
+		Figure{Key: CPUKeepAliveH3, Label: "proxy CPU µs/req, keep-alive h3 c=64", Digits: 1},
 		Figure{Key: CPUNewConn, Label: "proxy CPU µs/new connection", Digits: 1},
 		Figure{Key: PeakRSSMB, Label: "proxy peak RSS MB (load scenarios)", Digits: 1},
 		Figure{Key: IdleRSSPer1000MB, Label: "proxy RSS MB per 1,000 idle conns", Digits: 1},

@@ -375,3 +375,37 @@ func TestRatio(t *testing.T) {
 		})
 	}
 }
+
+func TestTargetsHTTP3(t *testing.T) {
+	const c1, c64 = "keep-alive req/s ≥ 0.4× direct, h3 c=1", "keep-alive req/s ≥ 0.4× direct, h3 c=64"
+	run := func(direct, mine map[string]Value) Run {
+		return Run{Proxies: []Proxy{{Name: Direct, Values: direct}, {Name: "chaperone-transparent", Values: mine}}}
+	}
+	tests := []struct {
+		name string
+		r    Run
+		want map[string]Check
+	}{
+		{"measured", run(map[string]Value{KeepAliveH3C1RPS: Num(1000), KeepAliveH3C64RPS: Num(10000)},
+			map[string]Value{KeepAliveH3C1RPS: Num(500), KeepAliveH3C64RPS: Num(3000)}),
+			map[string]Check{c1: {Target: c1, Proxy: "chaperone-transparent", Got: "0.50×", Status: "meets"},
+				c64: {Target: c64, Proxy: "chaperone-transparent", Got: "0.30×", Status: "misses"}}},
+		{"a column without HTTP/3", run(map[string]Value{KeepAliveH3C1RPS: Num(1000), KeepAliveH3C64RPS: Num(10000)},
+			map[string]Value{KeepAliveH3C1RPS: NA("carries no HTTP/3"), KeepAliveH3C64RPS: NA("carries no HTTP/3")}),
+			map[string]Check{}},
+		{"no HTTP/3 in the run", run(map[string]Value{}, map[string]Value{}), map[string]Check{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := map[string]Check{}
+			for _, c := range Targets(tt.r) {
+				if c.Target == c1 || c.Target == c64 {
+					got[c.Target] = c
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("HTTP/3 checks (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -176,6 +176,15 @@ func Targets(r Run) []Check {
 		} {
 			ratio("keep-alive req/s ≥ 0.5× direct, "+k.what, k.key, 0.5)
 		}
+		if _, ok := r.value(Direct, KeepAliveH3C64RPS).OK(); ok {
+			// HTTP/3 is carried by the transparent mode only: a target
+			// where there is an HTTP/3 figure to hold it to.
+			for _, k := range []struct{ key, what string }{{KeepAliveH3C1RPS, "h3 c=1"}, {KeepAliveH3C64RPS, "h3 c=64"}} {
+				if _, mine := r.value(p.Name, k.key).OK(); mine {
+					ratio("keep-alive req/s ≥ 0.4× direct, "+k.what, k.key, 0.4)
+				}
+			}
+		}
 		for _, k := range []struct{ key, what string }{{KeepAliveH1C64RPS, "h1"}, {KeepAliveH2C64RPS, "h2"}} {
 			v, vok := r.value(p.Name, k.key).OK()
 			m, mok := r.value(Mitmproxy, k.key).OK()

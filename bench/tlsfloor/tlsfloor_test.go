@@ -59,6 +59,13 @@ func origin(t *testing.T) (*httptest.Server, *atomic.Int64) {
 // with its CA.
 func start(t *testing.T, up *httptest.Server) (*url.URL, *x509.CertPool) {
 	t.Helper()
+	_, u, pool := startProxy(t, up)
+	return u, pool
+}
+
+// startProxy is start, and the proxy it started.
+func startProxy(t *testing.T, up *httptest.Server) (*Proxy, *url.URL, *x509.CertPool) {
+	t.Helper()
 	ca, caPEM, err := benchca.New("test CA")
 	if err != nil {
 		t.Fatal(err)
@@ -70,10 +77,11 @@ func start(t *testing.T, up *httptest.Server) (*url.URL, *x509.CertPool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	go New(ca, roots).Serve(l)
+	p := New(ca, roots)
+	go p.Serve(l)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	return &url.URL{Scheme: "http", Host: l.Addr().String()}, pool
+	return p, &url.URL{Scheme: "http", Host: l.Addr().String()}, pool
 }
 
 func client(proxy *url.URL, ca *x509.CertPool) *http.Client {
@@ -148,9 +156,26 @@ func TestForwards(t *testing.T) {
 // origin's ends both.
 func TestConnectionClose(t *testing.T) {
 	up, conns := origin(t)
-	proxy, ca := start(t, up)
+	p, proxy, ca := startProxy(t, up)
 	c := client(proxy, ca)
 	c.Transport.(*http.Transport).DisableKeepAlives = true // Connection: close on every request
+	// The proxy keeps the origin's connection once it has sent the
+	// response on, which the client may have read before: the next request
+	// waits for it to be kept.
+	kept := func() {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			p.mu.Lock()
+			n := len(p.idle[up.Listener.Addr().String()])
+			p.mu.Unlock()
+			if n > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the origin connection was not kept")
+			}
+		}
+	}
 	get := func(path, want string) {
 		t.Helper()
 		res, err := c.Get(up.URL + path)
@@ -165,6 +190,7 @@ func TestConnectionClose(t *testing.T) {
 	}
 	for range 3 {
 		get("/hello", "hello over HTTP/1.1")
+		kept()
 	}
 	if n := conns.Load(); n != 1 {
 		t.Errorf("three client connections took %d origin connections, want 1", n)

@@ -31,6 +31,7 @@ type harness struct {
 	bins   binaries
 	origin *origin.Server
 	logf   func(string, ...any)
+	h3Err  string // why the origin serves no HTTP/3 ("" when it does, or was not asked to)
 }
 
 // scenario is one loadgen invocation.
@@ -39,6 +40,7 @@ type scenario struct {
 	group string
 	args  []string
 	h2    bool
+	h3    bool // HTTP/3: run by the columns that carry it (carriesH3)
 	hold  bool
 }
 
@@ -55,6 +57,14 @@ func (h *harness) scenarios() []scenario {
 					args: []string{"-target", h.origin.URL(origin.Path1K), "-proto", proto, "-c", strconv.Itoa(c), "-d", d, "-warmup", w},
 				})
 			}
+		}
+	}
+	if want("h3") {
+		for _, c := range []int{1, 64} {
+			out = append(out, scenario{
+				id: fmt.Sprintf("ka-h3-c%d", c), group: "ka", h3: true,
+				args: []string{"-target", h.origin.H3URL(origin.Path1K), "-proto", "h3", "-c", strconv.Itoa(c), "-d", d, "-warmup", w},
+			})
 		}
 	}
 	if want("new") {
@@ -166,7 +176,7 @@ func (h *harness) measure(ctx context.Context) []report.Proxy {
 				continue
 			}
 			for _, c := range roundOrder(cols, round) {
-				if ctx.Err() != nil || c.peer == nil {
+				if ctx.Err() != nil || c.peer == nil || h.skips(c, s) != "" {
 					continue
 				}
 				h.runOne(ctx, c, s, round)
@@ -250,6 +260,25 @@ func roundRatios(col, direct map[string][]float64, scen []scenario) string {
 		return ""
 	}
 	return "rounds' own ratios to direct: " + strings.Join(parts, "; ")
+}
+
+// carriesH3 says whether column name carries HTTP/3: direct, and
+// Chaperone's transparent mode, which sends a session's QUIC to its
+// proxy. An explicit proxy carries none (a client sends HTTP/3 around
+// it, over UDP), and the other proxies do not intercept it.
+func carriesH3(name string) bool { return name == colDirect || name == colTransparent }
+
+// skips says why column c does not run scenario s ("" when it does).
+func (h *harness) skips(c *column, s scenario) string {
+	switch {
+	case !s.h3:
+		return ""
+	case h.h3Err != "":
+		return "the origin serves no HTTP/3 here: " + h.h3Err
+	case !carriesH3(c.out.Name):
+		return "carries no HTTP/3"
+	}
+	return ""
 }
 
 // holdsIdle says whether column name runs the idle-connections scenario:
@@ -345,6 +374,10 @@ func (h *harness) finish(ctx context.Context, c *column, scen []scenario) report
 		if s.hold && !holdsIdle(name) {
 			continue
 		}
+		if why := h.skips(c, s); why != "" {
+			fill(col.Values, s, nil, why)
+			continue
+		}
 		res, ok := c.best[s.id]
 		if !ok {
 			why := c.failed[s.id]
@@ -367,7 +400,7 @@ func (h *harness) finish(ctx context.Context, c *column, scen []scenario) report
 	}
 	if name == colDirect {
 		// No proxy: nothing to weigh.
-		for _, k := range []string{report.CPUKeepAliveH1, report.CPUKeepAliveH2, report.CPUNewConn} {
+		for _, k := range []string{report.CPUKeepAliveH1, report.CPUKeepAliveH2, report.CPUKeepAliveH3, report.CPUNewConn} {
 			delete(col.Values, k)
 		}
 	}
@@ -406,6 +439,8 @@ func keepAliveCPU(id string) string {
 		return report.CPUKeepAliveH1
 	case "ka-h2-c64":
 		return report.CPUKeepAliveH2
+	case "ka-h3-c64":
+		return report.CPUKeepAliveH3
 	}
 	return ""
 }
@@ -424,6 +459,9 @@ func fill(v map[string]report.Value, s scenario, res *loadgen.Result, why string
 	}
 	if res != nil && s.h2 && res.Proto != "HTTP/2.0" {
 		res, why = nil, "the proxy does not offer h2 to the client (got "+res.Proto+")"
+	}
+	if res != nil && s.h3 && res.Proto != "HTTP/3.0" {
+		res, why = nil, "the response came over "+res.Proto+", not HTTP/3"
 	}
 	cpu := func(key string) {
 		if res != nil && res.After == nil {

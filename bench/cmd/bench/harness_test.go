@@ -22,6 +22,8 @@ func TestFill(t *testing.T) {
 	none := &loadgen.Result{Proto: "HTTP/1.1", FirstError: "refused"}
 	unsampled := *ok
 	unsampled.After = nil
+	h3 := *ok
+	h3.Proto = "HTTP/3.0"
 	tests := []struct {
 		name string
 		s    scenario
@@ -36,6 +38,15 @@ func TestFill(t *testing.T) {
 			"ka_h2_c1_rps":    report.NA("the proxy does not offer h2 to the client (got HTTP/1.1)"),
 			"ka_h2_c1_p50_ms": report.NA("the proxy does not offer h2 to the client (got HTTP/1.1)"),
 			"ka_h2_c1_p99_ms": report.NA("the proxy does not offer h2 to the client (got HTTP/1.1)"),
+		}},
+		{"h3 measured", scenario{id: "ka-h3-c64", group: "ka", h3: true}, &h3, map[string]report.Value{
+			"ka_h3_c64_rps": report.Num(50), "ka_h3_c64_p50_ms": report.Num(1), "ka_h3_c64_p99_ms": report.Num(2),
+			report.CPUKeepAliveH3: report.Num(40),
+		}},
+		{"h3 asked, h2 given", scenario{id: "ka-h3-c1", group: "ka", h3: true}, ok, map[string]report.Value{
+			"ka_h3_c1_rps":    report.NA("the response came over HTTP/2.0, not HTTP/3"),
+			"ka_h3_c1_p50_ms": report.NA("the response came over HTTP/2.0, not HTTP/3"),
+			"ka_h3_c1_p99_ms": report.NA("the response came over HTTP/2.0, not HTTP/3"),
 		}},
 		{"nothing succeeded", scenario{id: "new", group: "new"}, none, map[string]report.Value{
 			report.NewConnsPerSec: report.NA("no request succeeded: refused"),
@@ -62,6 +73,34 @@ func TestFill(t *testing.T) {
 			fill(got, tt.s, tt.res, why)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("fill (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSkips(t *testing.T) {
+	ka, h3 := scenario{id: "ka-h1-c1", group: "ka"}, scenario{id: "ka-h3-c1", group: "ka", h3: true}
+	col := func(name string) *column { return &column{out: report.Proxy{Name: name}} }
+	tests := []struct {
+		name  string
+		h3Err string
+		col   string
+		s     scenario
+		want  string
+	}{
+		{"h1 everywhere", "", colChaperone, ka, ""},
+		{"h3 direct", "", colDirect, h3, ""},
+		{"h3 transparent", "", colTransparent, h3, ""},
+		{"h3 explicit proxy", "", colChaperone, h3, "carries no HTTP/3"},
+		{"h3 a peer", "", colGoproxy, h3, "carries no HTTP/3"},
+		{"h3 without an origin", "listen udp 127.0.0.1:443: bind: permission denied", colTransparent, h3,
+			"the origin serves no HTTP/3 here: listen udp 127.0.0.1:443: bind: permission denied"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &harness{h3Err: tt.h3Err}
+			if got := h.skips(col(tt.col), tt.s); got != tt.want {
+				t.Errorf("skips = %q, want %q", got, tt.want)
 			}
 		})
 	}
@@ -104,7 +143,7 @@ func TestParseFlags(t *testing.T) {
 			newConnC: 16, idle: 10000, holdOpen: 2 * time.Minute, out: "bench/results", rounds: 3,
 		}, false},
 		{"unknown proxy", []string{"-proxies", "nginx"}, options{}, true},
-		{"unknown scenario", []string{"-scenarios", "h3"}, options{}, true},
+		{"unknown scenario", []string{"-scenarios", "h4"}, options{}, true},
 		{"no rounds", []string{"-rounds", "0"}, options{}, true},
 	}
 	for _, tt := range tests {

@@ -55,7 +55,7 @@ func allColumns() []string {
 }
 
 // Scenario groups, as -scenarios names them.
-func allGroups() []string { return []string{"ka", "new", "download", "idle"} }
+func allGroups() []string { return []string{"ka", "h3", "new", "download", "idle"} }
 
 type options struct {
 	columns   []string
@@ -89,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var (
 		o         options
 		columns   = fs.String("proxies", strings.Join(allColumns(), ","), "columns to run, in order: "+strings.Join(allColumns(), ","))
-		groups    = fs.String("scenarios", strings.Join(allGroups(), ","), "scenario groups: ka (keep-alive 1 KB), new (new connection per request), download (100 MB), idle (hold idle connections)")
+		groups    = fs.String("scenarios", strings.Join(allGroups(), ","), "scenario groups: ka (keep-alive 1 KB), h3 (keep-alive 1 KB over HTTP/3, direct and transparent only; the origin on UDP 127.0.0.1:443), new (new connection per request), download (100 MB), idle (hold idle connections)")
 		noInstall = fs.Bool("no-install", false, "do not install missing peers from Debian (their columns are skipped)")
 	)
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time of each scenario")
@@ -196,8 +196,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer org.Close()
 	logf("origin on %s", org.Addr)
-
 	h := &harness{o: o, tmp: tmp, bins: bins, origin: org, logf: logf}
+	if contains(o.groups, "h3") {
+		// 443: the port a transparent session sends to its QUIC listener.
+		if err := org.ServeHTTP3(443); err != nil {
+			h.h3Err = err.Error()
+			logf("no HTTP/3 scenarios: %v", err)
+		} else {
+			logf("origin's HTTP/3 on %s", org.H3Addr)
+		}
+	}
+
 	result := report.Run{
 		Date:    time.Now().UTC(),
 		Machine: machine(),

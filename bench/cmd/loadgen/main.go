@@ -2,6 +2,7 @@
 // explicit proxy, and prints what it measured as one JSON object on stdout.
 //
 //	loadgen -target https://127.0.0.1:8443/1k -c 64 -d 5s -proto h2
+//	loadgen -target https://127.0.0.1:443/1k -c 64 -d 5s -proto h3 -direct
 //	loadgen -target https://127.0.0.1:8443/1k -hold 10000 -watch-pid 1234
 //
 // The proxy comes from -proxy, else from HTTPS_PROXY (its userinfo becomes
@@ -45,7 +46,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		proxyFlag = fs.String("proxy", "", "explicit proxy http://[user:pass@]IP:port (default: HTTPS_PROXY)")
 		direct    = fs.Bool("direct", false, "no proxy, whatever the environment says")
 		caFile    = fs.String("ca", "", "PEM file of CAs to trust (default: the system's, honouring SSL_CERT_FILE)")
-		proto     = fs.String("proto", "h1", "h1 or h2 to the origin")
+		proto     = fs.String("proto", "h1", "h1, h2 or h3 (HTTP/3 over QUIC, direct only) to the origin")
 		keepAlive = fs.Bool("keepalive", true, "reuse connections (false: a new connection per request)")
 		conc      = fs.Int("c", 1, "concurrent workers")
 		dur       = fs.Duration("d", 5*time.Second, "measured duration")
@@ -73,8 +74,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("loadgen: -target host %q is not IP:port", u.Host)
 	}
 	client := loadgen.Client{Proto: loadgen.Proto(*proto), KeepAlive: *keepAlive}
-	if client.Proto != loadgen.HTTP1 && client.Proto != loadgen.HTTP2 {
-		return fmt.Errorf("loadgen: -proto %q, want h1 or h2", *proto)
+	switch client.Proto {
+	case loadgen.HTTP1, loadgen.HTTP2:
+	case loadgen.HTTP3:
+		if !*keepAlive || *hold > 0 {
+			return fmt.Errorf("loadgen: -proto h3 runs keep-alive load only")
+		}
+	default:
+		return fmt.Errorf("loadgen: -proto %q, want h1, h2 or h3", *proto)
 	}
 	switch {
 	case *direct:

@@ -61,7 +61,9 @@ func TestRunRefuses(t *testing.T) {
 		{"no target", nil, "-target is required"},
 		{"a name, never resolved", []string{"-target", "https://origin.test:443/"}, "not IP:port"},
 		{"plain http", []string{"-target", "http://127.0.0.1:1/"}, "not an https URL"},
-		{"bad proto", []string{"-target", "https://127.0.0.1:1/", "-proto", "h3"}, "want h1 or h2"},
+		{"bad proto", []string{"-target", "https://127.0.0.1:1/", "-proto", "h4"}, "want h1, h2 or h3"},
+		{"h3 new connection each", []string{"-target", "https://127.0.0.1:1/", "-proto", "h3", "-keepalive=false"}, "keep-alive load only"},
+		{"h3 held idle", []string{"-target", "https://127.0.0.1:1/", "-proto", "h3", "-hold", "10"}, "keep-alive load only"},
 		{"proxy by name", []string{"-target", "https://127.0.0.1:1/", "-proxy", "http://proxy.test:3128"}, "not IP:port"},
 	}
 	for _, tt := range tests {
