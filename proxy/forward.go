@@ -172,6 +172,9 @@ func (p *Proxy) newExchange(r *http.Request, t *tunnel) *exchange {
 	h.Host = r.Host
 	h.Proto = r.Proto
 	h.Upgrade = upgradeOf(r.Header)
+	if h.Upgrade != "" && r.ProtoMajor == 2 {
+		h.Method = http.MethodConnect // RFC 8441's extended CONNECT
+	}
 	h.Header, x.sharedHeader = policyHeader(r.Header)
 	return x
 }
