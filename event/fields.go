@@ -333,7 +333,7 @@ func Fields() []Field {
 	// is not a trace's. Conditions' host is Host without its port.
 	wsf, wp := pay(KindWS, "ws"), func(e *Event) **WS { return &e.WS }
 	fs = append(fs,
-		of(wsf("host", "host", both, "", "server.address"), wp, func(w *WS) *string { return &w.Host }),
+		of(wsf("host", "host", both, "", "chaperone.ws.host"), wp, func(w *WS) *string { return &w.Host }),
 		of(wsf("path", "path", both, "ws.path", "url.path"), wp, func(w *WS) *string { return &w.Path }),
 		of(wsf("direction", "direction", both, "ws.direction", "chaperone.ws.direction"), wp, func(w *WS) *string { return &w.Direction }),
 		of(wsf("opcode", "opcode", both, "ws.opcode", "chaperone.ws.opcode"), wp, func(w *WS) *string { return &w.Opcode }),

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -366,5 +367,52 @@ func BenchmarkWSRoundTrip(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// In transparent mode a WebSocket is decided message by message as in
+// explicit mode, its events the redirected process's: an echo passes, a
+// secret closes the connection with 1008.
+func TestWebSocketTransparent(t *testing.T) {
+	src := bytes.Replace(policy.DefaultPolicyYAML(), []byte("rules:\n"), []byte(denyWordRule), 1)
+	eng, rw := policyRewrites(t, src)
+	e := newTransparentEnv(t, envOptions{decider: eng, rewrites: rw})
+	echo := newEchoSocket()
+	up := e.upstream(upstream.Options{Name: "chat.example.test", Addr: "127.0.44.2:0", CA: e.upCA, HTTP1Only: true, Handler: echo})
+	tc := stdtls.Client(e.dial(t, up.Addr, true), &stdtls.Config{RootCAs: e.caPool, ServerName: up.Name, NextProtos: []string{"http/1.1"}})
+	tc.SetDeadline(time.Now().Add(30 * time.Second))
+	u, _ := url.Parse("ws://" + hostPort(up) + "/live") // over tc: gorilla adds no TLS of its own
+	c, _, err := websocket.NewClient(tc, u, nil, 0, 0)
+	if err != nil {
+		t.Fatalf("handshake: %v; events %s", err, describe(e.rec.all()))
+	}
+	c.WriteMessage(websocket.TextMessage, []byte("hi"))
+	if _, b, err := c.ReadMessage(); err != nil || string(b) != "hi" {
+		t.Fatalf("read %q %v", b, err)
+	}
+	c.WriteMessage(websocket.TextMessage, []byte("key "+fakeToken(t)))
+	_, _, err = c.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "no-secrets-over-websocket") {
+		t.Fatalf("read %v, want a close 1008 by no-secrets-over-websocket", err)
+	}
+	e.rec.wait(t, "denied ws", func(e *event.Event) bool { return e.Kind == event.KindWS && e.Verdict.Action == event.Deny })
+	type summary struct {
+		Direction string
+		Verdict   event.Action
+		PID       int
+		Session   string
+	}
+	var got []summary
+	for _, ev := range e.rec.kinds(event.KindWS) {
+		s := summary{Direction: ev.WS.Direction, Verdict: ev.Verdict.Action, Session: ev.Session}
+		if ev.Process != nil {
+			s.PID = ev.Process.PID
+		}
+		got = append(got, s)
+	}
+	want := []summary{{"send", event.Allow, 4242, testSession}, {"receive", event.Allow, 4242, testSession}, {"send", event.Deny, 4242, testSession}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ws events (-want +got):\n%s", diff)
 	}
 }
