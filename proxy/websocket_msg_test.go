@@ -30,6 +30,11 @@ const denyWordRule = `rules:
     when: ws.direction == "send" && ws.text.contains("forbidden-word")
     action: deny
     reason: the message says the forbidden word
+  - name: no-large-messages
+    on: ws
+    when: ws.size == -1 && ws.path == "/small-only"
+    action: deny
+    reason: messages here are small
 `
 
 // echoSocket is a WebSocket server (gorilla's) that answers each text
@@ -39,6 +44,7 @@ const denyWordRule = `rules:
 type echoSocket struct {
 	mu     sync.Mutex
 	texts  []string
+	bins   int      // binary messages read whole
 	closed chan int // the close code the server read
 }
 
@@ -65,6 +71,9 @@ func (s *echoSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return
 			}
+			s.mu.Lock()
+			s.bins++
+			s.mu.Unlock()
 			c.WriteMessage(websocket.TextMessage, []byte(strconv.FormatInt(n, 10)))
 			continue
 		}
@@ -414,5 +423,39 @@ func TestWebSocketTransparent(t *testing.T) {
 	want := []summary{{"send", event.Allow, 4242, testSession}, {"receive", event.Allow, 4242, testSession}, {"send", event.Deny, 4242, testSession}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ws events (-want +got):\n%s", diff)
+	}
+}
+
+// A message past the bound is decided at its start: refused there, none of
+// it reaches the server, and the client reads 1008.
+func TestWebSocketLargeRefusedAtStart(t *testing.T) {
+	se := newSocketEnv(t, true)
+	c := se.dial(t, "/small-only", false)
+	c.WriteMessage(websocket.BinaryMessage, []byte("small"))
+	if _, b, err := c.ReadMessage(); err != nil || string(b) != "5" {
+		t.Fatalf("read %q %v", b, err)
+	}
+	c.WriteMessage(websocket.BinaryMessage, make([]byte, maxWSBinary+1))
+	_, _, err := c.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "no-large-messages") {
+		t.Fatalf("read %v, want a close 1008 by no-large-messages", err)
+	}
+	e := se.rec.wait(t, "denied ws", func(e *event.Event) bool { return e.Kind == event.KindWS && e.Verdict.Action == event.Deny })
+	if e.WS.Size != -1 || !e.WS.Truncated || e.WS.Opcode != "binary" {
+		t.Errorf("the refused message's event: %+v", *e.WS)
+	}
+	select {
+	case code := <-se.echo.closed:
+		if code != websocket.CloseGoingAway {
+			t.Errorf("the server was sent close code %d, want 1001", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server was sent no close frame")
+	}
+	se.echo.mu.Lock()
+	defer se.echo.mu.Unlock()
+	if se.echo.bins != 1 {
+		t.Errorf("the server read %d binary messages, want only the small one", se.echo.bins)
 	}
 }
