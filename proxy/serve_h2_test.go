@@ -783,6 +783,11 @@ func h2Seeds() [][]byte {
 	seq(func(fr *http2.Framer) {
 		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: get, EndStream: true, EndHeaders: true})
 	})
+	seq(func(fr *http2.Framer) { // RFC 8441's extended CONNECT, its DATA a WebSocket's
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true, BlockFragment: block(":method", "CONNECT", ":protocol", "websocket",
+			":scheme", "https", ":authority", "h2.example.test", ":path", "/socket", "sec-websocket-version", "13")})
+		fr.WriteData(1, false, []byte{0x81, 0x82, 1, 2, 3, 4, 'h' ^ 1, 'i' ^ 2})
+	})
 	seq(func(fr *http2.Framer) {
 		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: post, EndHeaders: true})
 		fr.WriteData(1, false, []byte("body"))
