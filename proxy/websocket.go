@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
+	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/proxy/internal/ws"
 )
 
@@ -106,6 +108,12 @@ func (p *Proxy) serveSocket(x *exchange, r *http.Request, h socketHandler) (abor
 		h, ws.Options{})
 	h.ended(end)
 	return false
+}
+
+// policyClose closes a WebSocket refused by v: 1008 with the rule and
+// reason to the client (1001 to the server).
+func policyClose(v event.Verdict) ws.Action {
+	return ws.Action{Close: true, CloseCode: ws.ClosePolicy, CloseReason: strings.TrimSuffix(denyMessage(v), "\n")}
 }
 
 // asWebSocketUpgrade makes the header of an extended CONNECT for

@@ -155,5 +155,5 @@ func (s *msgSocket) newEvent(m ws.Message, size int64, partial bool) *event.Even
 // rule and reason to the client.
 func (s *msgSocket) refuse(e *event.Event) ws.Action {
 	s.p.publish(e)
-	return ws.Action{Close: true, CloseCode: ws.ClosePolicy, CloseReason: strings.TrimSuffix(denyMessage(e.Verdict), "\n")}
+	return policyClose(e.Verdict)
 }
