@@ -312,7 +312,7 @@ func TestWebSocketLargeBinaryStreams(t *testing.T) {
 	t.Logf("allocated during a %d MB message: %.1f MB", size>>20, float64(allocated)/(1<<20))
 	// The race detector's sync.Pool drops what it is given back: its
 	// allocations say nothing of what the proxy holds.
-	if allocated > 8<<20 && !raceBuild {
+	if allocated > 8<<20 && !raceDetector {
 		t.Errorf("%d bytes allocated while a %d-byte message passed: it was held, not streamed", allocated, size)
 	}
 	e := se.rec.wait(t, "streamed ws", func(e *event.Event) bool {
