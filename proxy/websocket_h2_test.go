@@ -4,8 +4,10 @@ import (
 	"bytes"
 	stdtls "crypto/tls"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,21 +81,19 @@ func (s *h2Socket) recv() (ws.Opcode, string) {
 	return h.Op, string(b)
 }
 
-// A WebSocket opened by extended CONNECT on an HTTP/2 stream (RFC 8441):
-// the proxy offers it in its SETTINGS, answers 200 once the upstream (an
-// HTTP/1.1 server) switched, and decides and records the messages as over
-// HTTP/1.1; the http event says CONNECT over HTTP/2 for websocket; a
-// refused message closes the WebSocket with 1008 and the reason.
-func TestWebSocketOverHTTP2(t *testing.T) {
-	se := newSocketEnv(t, true)
-	c, br, resp := se.connect(hostPort(se.srv), basicAuth(proxyUser, testToken))
+// openH2Socket opens a WebSocket on stream 1 of an HTTP/2 connection to
+// name through the proxy's tunnel to target, by extended CONNECT to path
+// (with fields), having checked that the proxy offers it and answers 200.
+func openH2Socket(t *testing.T, e *env, target, name, path string, fields ...hpack.HeaderField) *h2Socket {
+	t.Helper()
+	c, br, resp := e.connect(target, basicAuth(proxyUser, testToken))
 	if resp != nil {
 		t.Fatalf("CONNECT: %d", resp.StatusCode)
 	}
 	if br.Buffered() > 0 {
 		t.Fatal("bytes after the CONNECT answer")
 	}
-	tc := stdtls.Client(c, &stdtls.Config{RootCAs: se.caPool, ServerName: se.srv.Name, NextProtos: []string{"h2"}})
+	tc := stdtls.Client(c, &stdtls.Config{RootCAs: e.caPool, ServerName: name, NextProtos: []string{"h2"}})
 	tc.SetDeadline(time.Now().Add(30 * time.Second))
 	if err := tc.Handshake(); err != nil || tc.ConnectionState().NegotiatedProtocol != "h2" {
 		t.Fatalf("TLS: %v, ALPN %q", err, tc.ConnectionState().NegotiatedProtocol)
@@ -108,12 +108,11 @@ func TestWebSocketOverHTTP2(t *testing.T) {
 		t.Fatalf("SETTINGS_ENABLE_CONNECT_PROTOCOL = %d, %v; want 1", v, ok)
 	}
 	cl.fr.WriteSettingsAck()
-
-	for _, f := range []hpack.HeaderField{
+	for _, f := range append([]hpack.HeaderField{
 		{Name: ":method", Value: "CONNECT"}, {Name: ":protocol", Value: "websocket"}, {Name: ":scheme", Value: "https"},
-		{Name: ":path", Value: "/socket?room=2"}, {Name: ":authority", Value: hostPort(se.srv)},
+		{Name: ":path", Value: path}, {Name: ":authority", Value: target},
 		{Name: "sec-websocket-version", Value: "13"},
-	} {
+	}, fields...) {
 		cl.enc.WriteField(f)
 	}
 	if err := cl.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: cl.buf.Bytes(), EndHeaders: true}); err != nil {
@@ -129,7 +128,17 @@ func TestWebSocketOverHTTP2(t *testing.T) {
 	if st := hf.PseudoValue("status"); st != "200" || hf.StreamEnded() {
 		t.Fatalf("answered %q (stream ended: %v), want 200 and the stream open", st, hf.StreamEnded())
 	}
-	s := &h2Socket{cl: cl, id: 1}
+	return &h2Socket{cl: cl, id: 1}
+}
+
+// A WebSocket opened by extended CONNECT on an HTTP/2 stream (RFC 8441):
+// the proxy offers it in its SETTINGS, answers 200 once the upstream (an
+// HTTP/1.1 server) switched, and decides and records the messages as over
+// HTTP/1.1; the http event says CONNECT over HTTP/2 for websocket; a
+// refused message closes the WebSocket with 1008 and the reason.
+func TestWebSocketOverHTTP2(t *testing.T) {
+	se := newSocketEnv(t, true)
+	s := openH2Socket(t, se.env, hostPort(se.srv), se.srv.Name, "/socket?room=2")
 	s.send(ws.OpText, "hello")
 	if op, msg := s.recv(); op != ws.OpText || msg != "hello" {
 		t.Fatalf("read %v %q, want the echo", op, msg)
@@ -166,5 +175,44 @@ func TestWebSocketOverHTTP2(t *testing.T) {
 	}
 	if got := se.echo.received(); !bytes.Equal([]byte(got[0]), []byte("hello")) || len(got) != 1 {
 		t.Errorf("the server received %q", got)
+	}
+}
+
+// An LLM API's WebSocket over HTTP/2 is the LLM handler's, as over
+// HTTP/1.1: the secret of the prompt is redacted upstream and restored in
+// the answer.
+func TestLLMWebSocketOverHTTP2(t *testing.T) {
+	we := newWSEnv(t)
+	tok := fakeToken(t)
+	s := openH2Socket(t, we.env, hostPort(we.oai), we.oai.Name, "/v1/responses",
+		hpack.HeaderField{Name: "openai-beta", Value: "responses_websockets=2026-02-06"})
+	b, _ := json.Marshal(map[string]any{"type": "response.create", "model": "gpt-5-codex", "stream": true,
+		"input": []any{map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": "use " + tok}}}}})
+	s.send(ws.OpText, string(b))
+	var text strings.Builder
+	for {
+		op, msg := s.recv()
+		if op != ws.OpText {
+			t.Fatalf("read a %v frame: %q", op, msg)
+		}
+		var m struct{ Type, Delta string }
+		json.Unmarshal([]byte(msg), &m)
+		if strings.HasSuffix(m.Type, ".delta") {
+			text.WriteString(m.Delta)
+		}
+		if m.Type == "response.completed" {
+			break
+		}
+	}
+	if got := text.String(); got != "You said: use "+tok {
+		t.Errorf("the answer is %q, want the prompt with the secret restored", strings.ReplaceAll(got, tok, "<token>"))
+	}
+	msgs := we.oaiWS.Messages()
+	if len(msgs) != 1 || bytes.Contains(msgs[0].Data, []byte(tok)) || !bytes.Contains(msgs[0].Data, []byte("[REDACTED:github-pat:")) {
+		t.Errorf("the upstream received %d messages, the first redacted: %v", len(msgs), len(msgs) > 0 && bytes.Contains(msgs[0].Data, []byte("[REDACTED:")))
+	}
+	e := we.rec.wait(t, "llm", func(e *event.Event) bool { return e.Kind == event.KindLLM && e.LLM.OutputTokens == 34 })
+	if !e.LLM.WebSocket || e.LLM.Restored == 0 || e.Verdict.Action != event.Rewrite {
+		t.Errorf("llm event %+v %v", *e.LLM, e.Verdict)
 	}
 }
