@@ -19,6 +19,7 @@ const (
 	KindLLM          Kind = "llm"     // an HTTP request recognised as a call to an LLM API
 	KindFile         Kind = "file"    // a file open
 	KindExec         Kind = "exec"    // a program started
+	KindWS           Kind = "ws"      // a data message of a WebSocket connection
 	// KindPolicyReload records a policy file read again during a session:
 	// its digest, or the error that kept the old policy. It is recorded,
 	// never decided.
@@ -26,7 +27,7 @@ const (
 )
 
 // Kinds lists every Kind, in a stable order.
-var Kinds = []Kind{KindSessionStart, KindSessionEnd, KindConnect, KindDNS, KindTLS, KindHTTP, KindLLM, KindFile, KindExec, KindPolicyReload}
+var Kinds = []Kind{KindSessionStart, KindSessionEnd, KindConnect, KindDNS, KindTLS, KindHTTP, KindLLM, KindFile, KindExec, KindPolicyReload, KindWS}
 
 // Valid reports whether k is one of Kinds.
 func (k Kind) Valid() bool {
@@ -58,6 +59,7 @@ type Event struct {
 	File        *File
 	Exec        *Exec
 	Policy      *PolicyReload
+	WS          *WS
 }
 
 // Process describes the process that performed an action.
@@ -270,6 +272,47 @@ type ToolCall struct {
 	// written to the audit log.
 	Time time.Time `json:"-"`
 }
+
+// WS is one data message of a WebSocket connection, either way. It is
+// decided before it goes on: as a whole when it fits the proxy's bound for
+// its type, else at its start, with what came of it by then.
+type WS struct {
+	Host string // the upgrade request's Host
+	Path string // the upgrade request's path, without the query
+	// Direction is WSSend (client to server) or WSReceive.
+	Direction string
+	Opcode    string // "text" or "binary"
+	// Size is the message's length in bytes, decompressed: -1 while it is
+	// not known (a message decided at its start, recorded once it has
+	// gone whole, or when the connection ended before its end).
+	Size int64
+	// Text is a text message's text, with every secret the session's
+	// redactor finds replaced by its placeholder, at most MaxWSText
+	// bytes; empty for a binary message and in a session without
+	// redaction. Truncated says Text is not the whole message: cut at
+	// MaxWSText, or decided at its start.
+	Text      string
+	Truncated bool
+	// Secrets lists the rule ids of the secrets found in an outgoing text
+	// message to a host that is not an LLM API (as HTTP.Secrets), each
+	// once, sorted.
+	Secrets []string
+	// MCPMethod and MCPTool name a JSON-RPC 2.0 message of the Model
+	// Context Protocol: its method ("tools/call"; for a result, the
+	// method of the request it answers, matched by id) and, for
+	// tools/call, the tool (params.name).
+	MCPMethod string
+	MCPTool   string
+}
+
+// The directions of a WebSocket message (WS.Direction).
+const (
+	WSSend    = "send"
+	WSReceive = "receive"
+)
+
+// MaxWSText bounds WS.Text, in bytes.
+const MaxWSText = 64 << 10
 
 // FileAccess is how a file is opened.
 type FileAccess string

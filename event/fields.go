@@ -329,6 +329,21 @@ func Fields() []Field {
 		of(pol("trigger", "trigger", InLog, "", ""), pr, func(p *PolicyReload) *string { return &p.Trigger }),
 		of(pol("error", "error", InLog, "", ""), pr, func(p *PolicyReload) *string { return &p.Error }),
 	)
+	// A WebSocket message: its text (secrets replaced by placeholders)
+	// is not a trace's. Conditions' host is Host without its port.
+	wsf, wp := pay(KindWS, "ws"), func(e *Event) **WS { return &e.WS }
+	fs = append(fs,
+		of(wsf("host", "host", both, "", "chaperone.ws.host"), wp, func(w *WS) *string { return &w.Host }),
+		of(wsf("path", "path", both, "ws.path", "url.path"), wp, func(w *WS) *string { return &w.Path }),
+		of(wsf("direction", "direction", both, "ws.direction", "chaperone.ws.direction"), wp, func(w *WS) *string { return &w.Direction }),
+		of(wsf("opcode", "opcode", both, "ws.opcode", "chaperone.ws.opcode"), wp, func(w *WS) *string { return &w.Opcode }),
+		of(wsf("size", "size", both, "ws.size", "chaperone.ws.size"), wp, func(w *WS) *int64 { return &w.Size }),
+		of(wsf("text", "text", both, "ws.text", ""), wp, func(w *WS) *string { return &w.Text }),
+		of(wsf("truncated", "text_truncated", both, "ws.truncated", "chaperone.ws.truncated"), wp, func(w *WS) *bool { return &w.Truncated }),
+		of(wsf("secrets", "secrets", both, "ws.secrets", "chaperone.ws.secrets"), wp, func(w *WS) *[]string { return &w.Secrets }),
+		of(wsf("mcp_method", "mcp_method", both, "ws.mcp_method", "chaperone.ws.mcp_method"), wp, func(w *WS) *string { return &w.MCPMethod }),
+		of(wsf("mcp_tool", "mcp_tool", both, "ws.mcp_tool", "chaperone.ws.mcp_tool"), wp, func(w *WS) *string { return &w.MCPTool }),
+	)
 	return fs
 }
 

@@ -138,7 +138,7 @@ func TestFieldsNames(t *testing.T) {
 		process bool
 	}
 	keys := map[slot]string{}
-	traced := []Kind{KindConnect, KindDNS, KindTLS, KindFile, KindExec}
+	traced := []Kind{KindConnect, KindDNS, KindTLS, KindFile, KindExec, KindWS}
 	for _, f := range fs {
 		if names[f.Name] {
 			t.Errorf("two fields named %s", f.Name)

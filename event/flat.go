@@ -73,6 +73,8 @@ func kindIndex(k Kind) int {
 		return 8
 	case KindPolicyReload:
 		return 9
+	case KindWS:
+		return 10
 	}
 	return len(Kinds)
 }

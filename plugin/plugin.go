@@ -88,6 +88,16 @@ type Event struct {
 	Model    string `json:"model,omitempty"`
 	Path     string `json:"path,omitempty"`
 
+	// ws (and host, path)
+	Direction     string   `json:"direction,omitempty"` // send, receive
+	Opcode        string   `json:"opcode,omitempty"`    // text, binary
+	Size          int64    `json:"size,omitempty"`      // -1 while not known
+	Text          string   `json:"text,omitempty"`      // secrets replaced by placeholders
+	TextTruncated bool     `json:"text_truncated,omitempty"`
+	Secrets       []string `json:"secrets,omitempty"`
+	MCPMethod     string   `json:"mcp_method,omitempty"`
+	MCPTool       string   `json:"mcp_tool,omitempty"`
+
 	// dns
 	Name    string   `json:"name,omitempty"`
 	QType   string   `json:"qtype,omitempty"`

@@ -66,7 +66,7 @@ func fields() []field {
 			return str(e.Connect.Dst.Addr().Unmap().String())
 		}},
 		{"dst.port", cel.IntType, "connect", func(e *event.Event) ref.Val { return types.Int(dstPort(e)) }},
-		{"host", cel.StringType, "connect, tls, http, dns", func(e *event.Event) ref.Val { return str(hostOf(e)) }},
+		{"host", cel.StringType, "connect, tls, http, dns, ws", func(e *event.Event) ref.Val { return str(hostOf(e)) }},
 		{"tls.sni", cel.StringType, "tls", func(e *event.Event) ref.Val {
 			if e.TLS == nil {
 				return emptyString
@@ -222,6 +222,8 @@ func hostOf(e *event.Event) string {
 		return normHost(hostOnly(h))
 	case e.DNS != nil:
 		return normHost(e.DNS.Name)
+	case e.WS != nil:
+		return normHost(hostOnly(e.WS.Host))
 	}
 	return ""
 }

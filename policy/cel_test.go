@@ -45,6 +45,8 @@ func testEvents() map[event.Kind]*event.Event {
 		event.KindFile:         {Kind: event.KindFile, Session: "s1", Process: p, File: &event.File{Path: "/home/u/.netrc", Access: event.FileRead, Op: "link", Target: "/home/u/proj/n"}},
 		event.KindExec:         {Kind: event.KindExec, Session: "s1", Process: p, Exec: &event.Exec{Path: "/usr/bin/git", Argv: []string{"git", "push"}, Cwd: "/home/u/proj", Digest: "sha256:cd", Interpreter: "/bin/sh"}},
 		event.KindPolicyReload: {Kind: event.KindPolicyReload, Session: "s1", Policy: &event.PolicyReload{Path: "/home/u/proj/policy.yaml", Digest: "sha256:ef", Trigger: "SIGHUP"}},
+		event.KindWS: {Kind: event.KindWS, Session: "s1", Process: p, WS: &event.WS{Host: "Chat.Example.com:8443", Path: "/socket", Direction: event.WSSend,
+			Opcode: "text", Size: 42, Text: `{"method":"tools/call"}`, Truncated: true, Secrets: []string{"github-pat"}, MCPMethod: "tools/call", MCPTool: "search"}},
 	}
 }
 
@@ -140,6 +142,9 @@ func TestFieldValues(t *testing.T) {
 			"llm.operation": "messages", "llm.stream": true}),
 		event.KindFile: with(event.KindFile, map[string]any{"file.path": "/home/u/.netrc", "file.access": "read",
 			"file.op": "link", "file.target": "/home/u/proj/n"}),
+		event.KindWS: with(event.KindWS, map[string]any{"host": "chat.example.com", "ws.path": "/socket", "ws.direction": "send",
+			"ws.opcode": "text", "ws.size": int64(42), "ws.text": `{"method":"tools/call"}`, "ws.truncated": true,
+			"ws.secrets": []string{"github-pat"}, "ws.mcp_method": "tools/call", "ws.mcp_tool": "search"}),
 		event.KindExec: with(event.KindExec, map[string]any{"exec.path": "/usr/bin/git", "exec.argv": []string{"git", "push"},
 			"exec.cwd": "/home/u/proj", "exec.digest": "sha256:cd", "exec.program": "/usr/bin/git", "exec.interpreter": "/bin/sh"}),
 	}

@@ -544,6 +544,13 @@ func TestDefaultPolicy(t *testing.T) {
 	h := *clean.HTTP
 	h.Secrets = nil
 	clean.HTTP = &h
+	wsWith := func(ids []string) *event.Event {
+		e := *evs[event.KindWS]
+		w := *e.WS
+		w.Secrets = ids
+		e.WS = &w
+		return &e
+	}
 	tests := []struct {
 		name string
 		ev   *event.Event
@@ -572,6 +579,9 @@ func TestDefaultPolicy(t *testing.T) {
 		{"http without secrets", &clean, event.Allow, ""},
 		{"http with secrets", evs[event.KindHTTP], event.Deny, "no-secrets-to-other-hosts"},
 		{"connect", evs[event.KindConnect], event.Allow, ""},
+		{"ws with a secret", evs[event.KindWS], event.Deny, "no-secrets-over-websocket"},
+		{"ws with a generic key", wsWith([]string{"generic-api-key"}), event.Allow, ""},
+		{"ws without secrets", wsWith(nil), event.Allow, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

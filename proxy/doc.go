@@ -72,13 +72,16 @@
 // every write is flushed at once, except the one that completes a body of
 // known length, which leaves with the handler's return, so nothing is
 // held.
-// Requests that ask to switch protocols (WebSocket) go through
-// httputil.ReverseProxy, except, in a session with rewrites, an upgrade to
-// an LLM API's WebSocket: serveSocket makes both handshakes and runs
-// proxy/internal/ws's relay with the LLM handler (websocket_llm.go), which
-// decides and redacts each client message as an llm event (a refused one
-// closes the connection with 1008 and the reason) and restores the
-// placeholders of the server's.
+// A WebSocket upgrade (over HTTP/1.1, or an extended CONNECT on an HTTP/2
+// stream, RFC 8441) goes to serveSocket, which makes both handshakes and
+// runs proxy/internal/ws's relay with a handler per connection: in a
+// session with rewrites, to an LLM API, the LLM handler
+// (websocket_llm.go), which decides and redacts each client message as an
+// llm event and restores the placeholders of the server's; to any other
+// host, the message handler (websocket_msg.go), which decides and records
+// each data message either way as a ws event. A refused message closes
+// the connection with 1008 and the reason to the client, 1001 to the
+// server. Other protocol switches go through httputil.ReverseProxy.
 //
 // This package imports event, tls, rewrite, proxy/internal/ws (the
 // WebSocket message layer, which imports nothing of the project) and the

@@ -73,10 +73,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *tunnel) {
 	x.sw = statusWriter{ResponseWriter: w, p: p, ev: x.ev}
 	abort := false
 	if _, ok := r.Header["Upgrade"]; ok {
-		if x.socket != nil { // a WebSocket whose messages are inspected
+		if x.socket != nil { // a WebSocket, whose messages are inspected
 			abort = p.serveSocket(x, r, x.socket)
 		} else {
-			// Protocol switches (WebSocket) are rare and long:
+			// Other protocol switches are rare and long:
 			// ReverseProxy's upgrade handling serves them.
 			p.serveUpgrade(x, r)
 		}
@@ -172,6 +172,9 @@ func (p *Proxy) newExchange(r *http.Request, t *tunnel) *exchange {
 	h.Host = r.Host
 	h.Proto = r.Proto
 	h.Upgrade = upgradeOf(r.Header)
+	if h.Upgrade != "" && r.ProtoMajor == 2 {
+		h.Method = http.MethodConnect // RFC 8441's extended CONNECT
+	}
 	h.Header, x.sharedHeader = policyHeader(r.Header)
 	return x
 }
@@ -232,18 +235,27 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, t *tunnel, x *exch
 		if rw := p.rewrites(t.session); rw != nil && r.Header["Upgrade"] != nil {
 			// A protocol switch's header and query are searched. One to an
 			// LLM API over WebSocket is rewritten as an LLM call is, and
-			// its messages inspected (websocket_llm.go); any other is not
-			// rewritten, and its frames are not read.
+			// its messages inspected (websocket_llm.go); any other
+			// WebSocket's messages are decided and recorded
+			// (websocket_msg.go); no other protocol's are read.
 			x.rw = rw
 			api, isLLM := p.llmSocketFor(x, r)
 			x.scanHead(r, api, isLLM)
 			x.http.Secrets = x.secretIDs()
 			if !isLLM {
 				x.rw = nil
+				if isWebSocket(r.Header) {
+					p.msgSocketFor(x, r, rw)
+				}
 			}
 		} else if x.rw = rw; rw != nil && !p.prepare(w, r, x) {
 			return false
 		}
+	}
+	if x.socket == nil && isWebSocket(r.Header) {
+		// Every other WebSocket's messages are decided and recorded too
+		// (websocket_msg.go).
+		p.msgSocketFor(x, r, nil)
 	}
 	e.Verdict = p.decide(r.Context(), e)
 	if !e.Verdict.Allowed() {

@@ -67,7 +67,7 @@ func newRewriteEnvPolicy(t *testing.T, src []byte, configure func(*Rewrites)) *r
 // policyRewrites is the engine of the policy src and the rewrites of a
 // session deciding by it: secrets redacted with a random key, restored in
 // answers.
-func policyRewrites(t *testing.T, src []byte) (*policy.Engine, *Rewrites) {
+func policyRewrites(t testing.TB, src []byte) (*policy.Engine, *Rewrites) {
 	t.Helper()
 	pol, err := policy.Parse("test", src)
 	if err != nil {

@@ -51,6 +51,7 @@ const (
 	partQuery
 	partQueryName
 	partBody
+	partMessage // a WebSocket message
 )
 
 func (pt part) where(name string) string {
@@ -63,6 +64,8 @@ func (pt part) where(name string) string {
 		return "query parameter " + printableName(name)
 	case partQueryName:
 		return "the name of a query parameter"
+	case partMessage:
+		return "WebSocket message"
 	}
 	return "request body"
 }
@@ -403,29 +406,43 @@ func (x *exchange) redactEventHeader(names, values []string) {
 
 // scanBody looks for secrets in a request body as sent (decoded), whole.
 func (x *exchange) scanBody(b []byte, host string) {
-	if sc := x.rw.Scanner; sc != nil {
+	x.found = x.rw.findIn(b, partBody, host, x.found)
+}
+
+// findIn appends to found the secrets in b, part pt of what goes to host
+// (a request body, a WebSocket message), whole: those the scanner finds,
+// which the session learns, and known values (a brokered credential's on
+// a host it is not bound to).
+func (rw *Rewrites) findIn(b []byte, pt part, host string, found []secretAt) []secretAt {
+	if sc := rw.Scanner; sc != nil {
 		for _, f := range sc.Scan(b) {
-			x.found = append(x.found, secretAt{f.RuleID, partBody.where("")})
-			x.learn(f.RuleID, string(b[f.Start:f.End]))
+			found = append(found, secretAt{f.RuleID, pt.where("")})
+			if k := rw.known(); k != nil {
+				k.Add(f.RuleID, string(b[f.Start:f.End]))
+			}
 		}
 	}
-	if k := x.rw.known(); k != nil {
+	if k := rw.known(); k != nil {
 		for _, m := range k.FindBytes(b) {
-			if m.Credential != "" && x.rw.Credentials.Matches(m.Credential, host) {
+			if m.Credential != "" && rw.Credentials.Matches(m.Credential, host) {
 				continue
 			}
-			x.found = append(x.found, secretAt{m.RuleID, partBody.where("")})
+			found = append(found, secretAt{m.RuleID, pt.where("")})
 		}
 	}
+	return found
 }
 
 // secretIDs lists the rule ids of what was found, each once, sorted.
-func (x *exchange) secretIDs() []string {
-	if len(x.found) == 0 {
+func (x *exchange) secretIDs() []string { return ruleIDs(x.found) }
+
+// ruleIDs lists the rule ids of found, each once, sorted.
+func ruleIDs(found []secretAt) []string {
+	if len(found) == 0 {
 		return nil
 	}
-	ids := make([]string, 0, len(x.found))
-	for _, f := range x.found {
+	ids := make([]string, 0, len(found))
+	for _, f := range found {
 		ids = append(ids, f.rule)
 	}
 	slices.Sort(ids)

@@ -209,6 +209,8 @@ func (sc *h2Conn) read() {
 		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: h2MaxStreams},
 		http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2StreamWindow},
 		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: sc.fr.MaxHeaderListSize},
+		// RFC 8441: WebSocket over a stream (extended CONNECT).
+		http2.Setting{ID: http2.SettingEnableConnectProtocol, Val: 1},
 	)
 	sc.fr.WriteWindowUpdate(0, h2ConnWindow-65535)
 	sc.unlockW(true)
@@ -507,7 +509,7 @@ func (sc *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 // newRequest makes the request of a HEADERS frame, with its declared
 // Content-Length (-1 when none); an error is a stream error.
 func (sc *h2Conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, int64, error) {
-	var method, path, scheme, authority string
+	var method, path, scheme, authority, protocol string
 	for _, hf := range f.PseudoFields() {
 		switch hf.Name {
 		case ":method":
@@ -518,16 +520,26 @@ func (sc *h2Conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, int64, e
 			scheme = hf.Value
 		case ":authority":
 			authority = hf.Value
-		default: // :protocol: extended CONNECT is not offered
+		case ":protocol":
+			protocol = hf.Value
+		default:
 			return nil, 0, fmt.Errorf("pseudo-header %s", hf.Name)
 		}
 	}
-	connect := method == http.MethodConnect
+	// An extended CONNECT (RFC 8441) opens a WebSocket on the stream.
+	socket := method == http.MethodConnect && protocol != ""
+	connect := method == http.MethodConnect && !socket
 	switch {
+	case protocol != "" && !socket:
+		return nil, 0, errors.New(":protocol without CONNECT")
+	case socket && !strings.EqualFold(protocol, "websocket"):
+		return nil, 0, fmt.Errorf("extended CONNECT for %q", protocol)
 	case connect && (path != "" || scheme != "" || authority == ""):
 		return nil, 0, errors.New("malformed CONNECT")
 	case !connect && (method == "" || path == "" || scheme == ""):
 		return nil, 0, errors.New("missing pseudo-header")
+	case socket && authority == "":
+		return nil, 0, errors.New("extended CONNECT without :authority")
 	}
 	regular := f.RegularFields()
 	h := make(http.Header, len(regular))
@@ -549,6 +561,12 @@ func (sc *h2Conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, int64, e
 	}
 	if len(cookies) > 0 {
 		h["Cookie"] = []string{strings.Join(cookies, "; ")}
+	}
+	if socket {
+		if err := asWebSocketUpgrade(h); err != nil {
+			return nil, 0, err
+		}
+		method = http.MethodGet
 	}
 	if authority == "" {
 		authority = h.Get("Host")

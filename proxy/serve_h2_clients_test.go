@@ -1259,7 +1259,8 @@ func TestH2Nghttp(t *testing.T) {
 				// nghttp opens streams 3 to 11 for priorities: the
 				// request's id varies.
 				for _, want := range []string{
-					`recv SETTINGS frame <length=18, flags=0x00, stream_id=0>`,
+					`recv SETTINGS frame <length=24, flags=0x00, stream_id=0>`,
+					`\[SETTINGS_ENABLE_CONNECT_PROTOCOL\(0x08\):1\]`,
 					`\[SETTINGS_MAX_CONCURRENT_STREAMS\(0x03\):250\]`,
 					`\[SETTINGS_INITIAL_WINDOW_SIZE\(0x04\):1048576\]`,
 					`recv WINDOW_UPDATE frame <length=4, flags=0x00, stream_id=0>\s+\(window_size_increment=983041\)`,

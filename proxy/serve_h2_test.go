@@ -142,6 +142,11 @@ func (cl *h2Client) headers(id uint32, path string, end bool, fields ...string) 
 		cl.enc.WriteField(hpack.HeaderField{Name: k, Value: pseudo[k]})
 	}
 	for i := 0; i+1 < len(fields); i += 2 {
+		if fields[i] == ":protocol" { // extended CONNECT's (RFC 8441)
+			cl.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+		}
+	}
+	for i := 0; i+1 < len(fields); i += 2 {
 		if fields[i][0] != ':' {
 			cl.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
 		}
@@ -334,6 +339,29 @@ func TestH2Protocol(t *testing.T) {
 		}},
 		{"TE other than trailers", func(t *testing.T, cl *h2Client, _ *h2TestHandler) bool {
 			cl.headers(1, "/", true, "te", "gzip")
+			if code := cl.reset(1); code != http2.ErrCodeProtocol {
+				t.Errorf("RST_STREAM %v, want PROTOCOL_ERROR", code)
+			}
+			return true
+		}},
+		// RFC 8441: :protocol with CONNECT for websocket only, and the
+		// key is the proxy's.
+		{":protocol on a GET", func(t *testing.T, cl *h2Client, _ *h2TestHandler) bool {
+			cl.headers(1, "/", false, ":protocol", "websocket", "sec-websocket-version", "13")
+			if code := cl.reset(1); code != http2.ErrCodeProtocol {
+				t.Errorf("RST_STREAM %v, want PROTOCOL_ERROR", code)
+			}
+			return true
+		}},
+		{"extended CONNECT for another protocol", func(t *testing.T, cl *h2Client, _ *h2TestHandler) bool {
+			cl.headers(1, "/", false, ":method", "CONNECT", ":protocol", "connect-udp")
+			if code := cl.reset(1); code != http2.ErrCodeProtocol {
+				t.Errorf("RST_STREAM %v, want PROTOCOL_ERROR", code)
+			}
+			return true
+		}},
+		{"extended CONNECT with a key", func(t *testing.T, cl *h2Client, _ *h2TestHandler) bool {
+			cl.headers(1, "/", false, ":method", "CONNECT", ":protocol", "websocket", "sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
 			if code := cl.reset(1); code != http2.ErrCodeProtocol {
 				t.Errorf("RST_STREAM %v, want PROTOCOL_ERROR", code)
 			}
@@ -754,6 +782,11 @@ func h2Seeds() [][]byte {
 	}
 	seq(func(fr *http2.Framer) {
 		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: get, EndStream: true, EndHeaders: true})
+	})
+	seq(func(fr *http2.Framer) { // RFC 8441's extended CONNECT, its DATA a WebSocket's
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true, BlockFragment: block(":method", "CONNECT", ":protocol", "websocket",
+			":scheme", "https", ":authority", "h2.example.test", ":path", "/socket", "sec-websocket-version", "13")})
+		fr.WriteData(1, false, []byte{0x81, 0x82, 1, 2, 3, 4, 'h' ^ 1, 'i' ^ 2})
 	})
 	seq(func(fr *http2.Framer) {
 		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: post, EndHeaders: true})

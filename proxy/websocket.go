@@ -2,11 +2,15 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
+	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/proxy/internal/ws"
 )
 
@@ -34,6 +38,9 @@ func (p *Proxy) serveSocket(x *exchange, r *http.Request, h socketHandler) (abor
 		return false
 	}
 	out := x.outgoing(r, false) // its header is a map of its own: Upgrade is removed from it
+	// The handshake has no body: over HTTP/2 (RFC 8441) the stream's
+	// DATA is the client's side of the WebSocket.
+	out.Body, out.ContentLength = nil, 0
 	out.Header.Del("Sec-Websocket-Extensions")
 	if len(offers) > 0 {
 		out.Header.Set("Sec-Websocket-Extensions", ws.DeflateOffer)
@@ -76,6 +83,10 @@ func (p *Proxy) serveSocket(x *exchange, r *http.Request, h socketHandler) (abor
 	if answer != "" {
 		hdr.Set("Sec-Websocket-Extensions", answer)
 	}
+	if r.ProtoMajor == 2 {
+		// RFC 8441: the client's side is the stream, answered 200.
+		return p.serveStreamSocket(x, r, h, hdr, clientSide, serverSide, up)
+	}
 	conn, brw, err := http.NewResponseController(&x.sw).Hijack() // publishes the http event (101)
 	if err != nil {
 		up.Close()
@@ -97,4 +108,74 @@ func (p *Proxy) serveSocket(x *exchange, r *http.Request, h socketHandler) (abor
 		h, ws.Options{})
 	h.ended(end)
 	return false
+}
+
+// policyClose closes a WebSocket refused by v: 1008 with the rule and
+// reason to the client (1001 to the server).
+func policyClose(v event.Verdict) ws.Action {
+	return ws.Action{Close: true, CloseCode: ws.ClosePolicy, CloseReason: strings.TrimSuffix(denyMessage(v), "\n")}
+}
+
+// asWebSocketUpgrade makes the header of an extended CONNECT for
+// websocket (RFC 8441) that of an HTTP/1.1 upgrade, which serveSocket
+// checks and sends upstream: Upgrade and Connection, and a key of its
+// own (the stream has none). A client's own Upgrade and Connection are
+// refused before this (connection-specific in HTTP/2), and its own key
+// here.
+func asWebSocketUpgrade(h http.Header) error {
+	var key [16]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return fmt.Errorf("websocket key: %w", err)
+	}
+	if _, ok := h["Sec-Websocket-Key"]; ok {
+		return errors.New("extended CONNECT with a Sec-WebSocket-Key")
+	}
+	h["Upgrade"] = []string{"websocket"}
+	h["Connection"] = []string{"Upgrade"}
+	h["Sec-Websocket-Key"] = []string{base64.StdEncoding.EncodeToString(key[:])}
+	return nil
+}
+
+// serveStreamSocket relays a WebSocket opened on an HTTP/2 stream by an
+// extended CONNECT (RFC 8441) whose upstream answered 101: the client is
+// answered 200 (the http event is published then) and its messages are
+// the stream's DATA frames, each frame written flushed.
+func (p *Proxy) serveStreamSocket(x *exchange, r *http.Request, h socketHandler, hdr http.Header,
+	clientSide, serverSide *ws.Deflate, up io.ReadWriteCloser) bool {
+	w := x.sw.ResponseWriter
+	out := w.Header()
+	for k, v := range hdr {
+		if k != "Sec-Websocket-Accept" {
+			out[k] = v
+		}
+	}
+	x.sw.status = http.StatusOK
+	x.sw.publish()
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		up.Close()
+		return false
+	}
+	end := ws.Relay(
+		ws.NewConn(bufio.NewReaderSize(r.Body, 32<<10), flushingWriter{w, rc}, r.Body, ws.AsServer, clientSide),
+		ws.NewConn(bufio.NewReaderSize(up, 32<<10), up, up, ws.AsClient, serverSide),
+		h, ws.Options{})
+	h.ended(end)
+	return false
+}
+
+// flushingWriter sends each write at once: a frame of the relay is a
+// write.
+type flushingWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f flushingWriter) Write(b []byte) (int, error) {
+	n, err := f.w.Write(b)
+	if err == nil {
+		err = f.rc.Flush()
+	}
+	return n, err
 }

@@ -242,7 +242,7 @@ func (s *llmSocket) newEvent(wm rewrite.WSMessage) *llmEvent {
 func (s *llmSocket) refuse(e *llmEvent, v event.Verdict) ws.Action {
 	e.ev.Verdict = v
 	s.publish(e)
-	return ws.Action{Close: true, CloseCode: ws.ClosePolicy, CloseReason: strings.TrimSuffix(denyMessage(v), "\n")}
+	return policyClose(v)
 }
 
 // answered publishes the oldest request waiting for its answer with what

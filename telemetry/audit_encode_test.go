@@ -108,6 +108,7 @@ func randomRecord(rng *rand.Rand, pool []string) Record {
 		Name: s(), QType: s(), Answers: l(), Rcode: s(),
 		Access: s(), Op: s(), Target: s(),
 		Argv: l(), Cwd: s(), Digest: s(), Program: s(), Interpreter: s(), Trigger: s(),
+		Direction: s(), Opcode: s(), Size: i64(), Text: s(), TextTruncated: rng.IntN(2) == 0, MCPMethod: s(), MCPTool: s(),
 		Agent: s(), Command: l(), RootPID: int(i64()), AgentUID: int(i64()), TTY: s(), ParentPID: int(i64()), Mode: s(),
 		ContainerID: s(), ContainerRuntime: s(), PodUID: s(), Workdir: s(), Home: s(),
 		Truncated: rng.IntN(2) == 0,

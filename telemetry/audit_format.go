@@ -149,6 +149,17 @@ func what(r Record) string {
 		if r.WebSocket {
 			add("ws", r.WSMessage)
 		}
+	case event.KindWS:
+		add(r.Direction, r.Opcode, r.Host+r.Path)
+		if r.Size >= 0 {
+			add(strconv.FormatInt(r.Size, 10) + "B")
+		}
+		if r.MCPMethod != "" {
+			add(r.MCPMethod, r.MCPTool)
+		}
+		if len(r.Secrets) > 0 {
+			add("secrets=" + strings.Join(r.Secrets, ","))
+		}
 	case event.KindDNS:
 		add(r.Name, r.QType)
 		if len(r.Answers) > 0 {

@@ -114,6 +114,15 @@ type Record struct {
 	Program     string `json:"program,omitempty"`
 	Interpreter string `json:"interpreter,omitempty"`
 
+	// ws (and host, path, secrets)
+	Direction     string `json:"direction,omitempty"`
+	Opcode        string `json:"opcode,omitempty"`
+	Size          int64  `json:"size,omitempty"`
+	Text          string `json:"text,omitempty"`
+	TextTruncated bool   `json:"text_truncated,omitempty"`
+	MCPMethod     string `json:"mcp_method,omitempty"`
+	MCPTool       string `json:"mcp_tool,omitempty"`
+
 	// policy_reload (and path, digest, error)
 	Trigger string `json:"trigger,omitempty"`
 
@@ -315,7 +324,8 @@ func (r Record) truncated() Record {
 	for _, p := range []*string{&r.Session, &r.Rule, &r.Reason, &r.Dst, &r.Host, &r.Transport, &r.Via, &r.Relay, &r.SNI,
 		&r.TLSVersion, &r.Alert, &r.Method, &r.URL, &r.Proto, &r.Upgrade, &r.Error, &r.Provider, &r.Model, &r.Path, &r.Name,
 		&r.QType, &r.Rcode, &r.Access, &r.Op, &r.Target, &r.Cwd, &r.Digest, &r.Program, &r.Interpreter, &r.Trigger, &r.Agent, &r.Mode,
-		&r.TTY, &r.ContainerID, &r.ContainerRuntime, &r.PodUID, &r.Workdir, &r.Home, &r.Prompt} {
+		&r.TTY, &r.ContainerID, &r.ContainerRuntime, &r.PodUID, &r.Workdir, &r.Home, &r.Prompt,
+		&r.Direction, &r.Opcode, &r.Text, &r.MCPMethod, &r.MCPTool} {
 		s(p)
 	}
 	k := string(r.Kind)

@@ -687,6 +687,12 @@ func TestFormatRecord(t *testing.T) {
 			"13:04:05.123 abc session_start deny    sh proxy $ sh -c echo " + strings.Repeat("x", 100-len("sh -c echo ")-1) + "…\n"},
 		{&event.Event{Time: t0, Kind: event.KindConnect, Verdict: event.Verdict{Reason: "not from a managed session"}, Connect: &event.Connect{Dst: netip.MustParseAddrPort("127.0.0.1:80")}},
 			"13:04:05.123 - connect       deny    127.0.0.1:80  not from a managed session (by default)\n"},
+		{&event.Event{Time: t0, Kind: event.KindWS, Session: "abc", Verdict: event.Verdict{Action: event.Allow}, WS: &event.WS{Host: "mcp.example.com", Path: "/mcp",
+			Direction: event.WSSend, Opcode: "text", Size: 94, Text: "not shown", MCPMethod: "tools/call", MCPTool: "search"}},
+			"13:04:05.123 abc ws            allow   send text mcp.example.com/mcp 94B tools/call search\n"},
+		{&event.Event{Time: t0, Kind: event.KindWS, Session: "abc", Verdict: event.Verdict{Rule: "no-secrets-over-websocket", Reason: "the message carries a secret", DecidedBy: event.DecidedByRule},
+			WS: &event.WS{Host: "chat.example.com", Path: "/", Direction: event.WSSend, Opcode: "binary", Size: -1, Secrets: []string{"github-pat"}}},
+			"13:04:05.123 abc ws            deny    send binary chat.example.com/ secrets=github-pat  no-secrets-over-websocket: the message carries a secret (by rule)\n"},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.e.Kind), func(t *testing.T) {

@@ -121,7 +121,7 @@ func (c *SessionCounter) Add(r Record) {
 		s.Tokens += r.InputTokens + r.OutputTokens
 	}
 	switch r.Kind {
-	case event.KindHTTP, event.KindDNS, event.KindFile, event.KindExec:
+	case event.KindHTTP, event.KindDNS, event.KindFile, event.KindExec, event.KindWS:
 		if denied {
 			s.Denials++
 		}

@@ -241,7 +241,7 @@ func (t *Tracer) Handle(e *event.Event) {
 		if e.LLM != nil {
 			t.onLLM(s, e)
 		}
-	case event.KindConnect, event.KindDNS, event.KindTLS, event.KindFile, event.KindExec:
+	case event.KindConnect, event.KindDNS, event.KindTLS, event.KindFile, event.KindExec, event.KindWS:
 		t.onAction(s, e)
 	}
 }

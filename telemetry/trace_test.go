@@ -681,3 +681,36 @@ func TestTracerContainerAttributes(t *testing.T) {
 		})
 	}
 }
+
+// A WebSocket message is a span event of its process with the ws fields
+// that have an attribute, never its text, even when content is captured.
+func TestTracerWSEvent(t *testing.T) {
+	py := &event.Process{PID: 300, PPID: 100, Exe: "/usr/bin/python3", Argv: []string{"python3", "x.py"}, Lineage: []int{100}, LineageNames: []string{"node", "python3"}}
+	evs := []*event.Event{
+		{Time: at(0), Kind: event.KindSessionStart, Session: "s1", Verdict: allow(), SessionInfo: &event.Session{ID: "s1", Agent: "claude", RootPID: 100}},
+		{Time: at(time.Second), Kind: event.KindWS, Session: "s1", Process: py,
+			Verdict: event.Verdict{Action: event.Deny, Rule: "no-secrets-over-websocket", DecidedBy: event.DecidedByRule},
+			WS: &event.WS{Host: "chat.example.com:443", Path: "/socket", Direction: event.WSSend, Opcode: "text", Size: 40,
+				Text: "the text of the message", Secrets: []string{"github-pat"}, MCPMethod: "tools/call", MCPTool: "search"}},
+		{Time: at(2 * time.Second), Kind: event.KindSessionEnd, Session: "s1", Verdict: allow(), SessionInfo: &event.Session{ID: "s1", Agent: "claude"}},
+	}
+	spans := record(t, true, evs)
+	var got map[string]any
+	for _, ev := range spans["process python3"].Events() {
+		if ev.Name == "ws" {
+			got = attrMap(ev.Attributes)
+		}
+	}
+	want := map[string]any{
+		"chaperone.ws.host": "chat.example.com:443", "url.path": "/socket", "chaperone.ws.direction": "send", "chaperone.ws.opcode": "text",
+		"chaperone.ws.size": int64(40), "chaperone.ws.truncated": false, "chaperone.ws.secrets": []string{"github-pat"},
+		"chaperone.ws.mcp_method": "tools/call", "chaperone.ws.mcp_tool": "search", "chaperone.verdict": "deny",
+	}
+	if d := cmp.Diff(want, pick(got, "chaperone.ws.host", "url.path", "chaperone.ws.direction", "chaperone.ws.opcode", "chaperone.ws.size",
+		"chaperone.ws.truncated", "chaperone.ws.secrets", "chaperone.ws.mcp_method", "chaperone.ws.mcp_tool", "chaperone.verdict")); d != "" {
+		t.Errorf("ws span event (-want +got):\n%s", d)
+	}
+	if strings.Contains(dump(spans), "the text of the message") {
+		t.Error("a trace carries the message's text")
+	}
+}

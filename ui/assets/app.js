@@ -756,7 +756,7 @@
 
   // ---------------------------------------------------------------- timeline
 
-  const KIND_ORDER = ['session_start', 'connect', 'tls', 'http', 'llm', 'dns', 'file', 'file_reads', 'exec', 'policy_reload', 'session_end'];
+  const KIND_ORDER = ['session_start', 'connect', 'tls', 'http', 'ws', 'llm', 'dns', 'file', 'file_reads', 'exec', 'policy_reload', 'session_end'];
   const VERDICT_ORDER = ['deny', 'ask', 'rewrite', 'allow'];
 
   async function loadTimeline(v) {
@@ -1092,6 +1092,9 @@
           e.error ? el('span', { class: 'deny-text', text: ` ${e.error}` }) : null];
       case 'llm':
         return [`${e.provider || ''} ${e.model || ''}`, e.operation ? el('span', { class: 'muted', text: ` ${e.operation}` }) : null];
+      case 'ws':
+        return [`${e.direction || ''} ${e.opcode || ''} ${e.host || ''}${e.path || ''}`,
+          el('span', { class: 'muted', text: ` ${e.size >= 0 ? `${e.size} B` : 'streamed'}${e.mcp_method ? ` ${e.mcp_method} ${e.mcp_tool || ''}` : ''}` })];
       case 'dns':
         return [`${e.name || ''} ${e.qtype || ''}`, (e.answers || []).length ? el('span', { class: 'muted', text: ` → ${e.answers.join(', ')}` }) : null,
           e.rcode && e.rcode !== 'NOERROR' ? el('span', { class: 'muted', text: ` ${e.rcode}` }) : null];
@@ -1124,7 +1127,8 @@
       if ((r.credentials || []).length) line('credentials injected', r.credentials.join(', '));
       if ((r.headers || []).length) line('headers set', r.headers.join(', '));
     }
-    if (e.kind === 'http' && (e.secrets || []).length && !e.rewrite) line('secrets found', e.secrets.join(', '));
+    if ((e.kind === 'http' || e.kind === 'ws') && (e.secrets || []).length && !e.rewrite) line('secrets found', e.secrets.join(', '));
+    if (e.kind === 'ws' && e.text) line('text', e.text + (e.text_truncated ? ' …' : ''));
     if (e.truncated) line('note', 'long values were shortened in the log');
     return out;
   }

@@ -2,8 +2,8 @@
 // framing, the permessage-deflate extension (RFC 7692) and its
 // negotiation, and Relay, which passes the messages of one connection
 // between its two sides, each through a Handler chosen for the
-// connection (the proxy's LLM handler; a generic one that decides and
-// records every message can take its place).
+// connection (the proxy's LLM handler for an LLM API, its message
+// handler, which decides and records every message, for any other host).
 //
 // Each side is negotiated on its own: the relay is the server to the
 // client and the client to the server, so it decompresses what it reads
@@ -23,6 +23,8 @@
 //     its end. Control frames pass as they are, between the fragments of
 //     a message too; a close frame is passed on once, after what the
 //     handler held back, and the relay waits for its answer a bounded time.
+//   - A handler that closes the connection (a refused message) sends the
+//     client its code and reason, and the server 1001.
 //   - Relay returns only when both of its goroutines are done, and both
 //     sides are closed by then.
 //

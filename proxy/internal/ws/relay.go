@@ -49,8 +49,9 @@ type Action struct {
 	Stream bool
 	// Close ends the connection instead of sending anything: the client
 	// gets a close frame with CloseCode and CloseReason (cut to fit a
-	// control frame), the server one with CloseCode alone. Nothing more
-	// is relayed either way.
+	// control frame), the server one with CloseGoingAway (the relay goes
+	// away: the server did nothing wrong). Nothing more is relayed either
+	// way.
 	Close       bool
 	CloseCode   int
 	CloseReason string
@@ -389,8 +390,8 @@ func (r *relay) stream(dir Direction, op Opcode, dst *Conn, d int, prefix []byte
 	return nil
 }
 
-// closeBoth sends both sides a close frame (the client with the reason)
-// and waits for their answers.
+// closeBoth sends both sides a close frame (the client with code and the
+// reason, the server 1001) and waits for their answers.
 func (r *relay) closeBoth(code int, reason string) {
 	r.mu.Lock()
 	r.closed = true
@@ -401,7 +402,7 @@ func (r *relay) closeBoth(code int, reason string) {
 		r.conns[client].writeControl(OpClose, ClosePayload(code, reason))
 	}
 	if toServer {
-		r.conns[server].writeControl(OpClose, ClosePayload(code, ""))
+		r.conns[server].writeControl(OpClose, ClosePayload(CloseGoingAway, ""))
 	}
 	r.settle()
 }

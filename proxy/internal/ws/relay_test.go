@@ -410,8 +410,8 @@ func TestRelayHandlerActions(t *testing.T) {
 		t.Fatalf("the client read %v, want a close 1008 with the reason", err)
 	}
 	e := hs.end()
-	if !e.Closed || e.ServerClose != ClosePolicy {
-		t.Errorf("end %+v; want closed by the handler, the server answering 1008", e)
+	if !e.Closed || e.ServerClose != CloseGoingAway {
+		t.Errorf("end %+v; want closed by the handler, the server answering 1001", e)
 	}
 
 	// An oversized message refused.

@@ -8,6 +8,7 @@
 //
 //	sdkagent anthropic|openai BASE_URL PROMPT [TOOL_COMMAND]
 //	sdkagent responses-ws WSS_URL PROMPT   (ws.go)
+//	sdkagent ws-say WSS_URL MESSAGE...     (ws.go)
 package main
 
 import (
@@ -24,7 +25,7 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 4 && len(os.Args) != 5 {
+	if len(os.Args) < 4 || len(os.Args) > 5 && os.Args[1] != "ws-say" {
 		fmt.Fprintln(os.Stderr, "usage: sdkagent anthropic|openai BASE_URL PROMPT [TOOL_COMMAND]")
 		os.Exit(2)
 	}
@@ -45,6 +46,8 @@ func main() {
 		err = askOpenAI(os.Args[2], os.Args[3])
 	case "responses-ws":
 		err = askResponsesWS(os.Args[2], os.Args[3])
+	case "ws-say":
+		err = sayWS(os.Args[2], os.Args[3:])
 	default:
 		err = fmt.Errorf("unknown provider %q", os.Args[1])
 	}

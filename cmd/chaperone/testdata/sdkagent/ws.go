@@ -105,3 +105,32 @@ func askResponsesWS(url, prompt string) error {
 	fmt.Printf("close: %d %s\n", ce.Code, ce.Text)
 	return nil
 }
+
+// sayWS sends each message as a text message to a WebSocket server,
+// through the proxy its environment names, and prints its reply, or the
+// close that ends the connection instead (and stops there).
+func sayWS(url string, msgs []string) error {
+	d := websocket.Dialer{Proxy: http.ProxyFromEnvironment, EnableCompression: true, HandshakeTimeout: 30 * time.Second}
+	c, res, err := d.Dial(url, nil)
+	if err != nil {
+		return fmt.Errorf("dial: %w (%v)", err, res)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	for _, m := range msgs {
+		if err := c.WriteMessage(websocket.TextMessage, []byte(m)); err != nil {
+			return err
+		}
+		_, b, err := c.ReadMessage()
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
+			fmt.Printf("close: %d %s\n", ce.Code, ce.Text)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Printf("reply: %s\n", b)
+	}
+	return nil
+}
