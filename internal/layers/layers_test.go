@@ -63,8 +63,8 @@ var allowed = map[string]struct{ project, external []string }{
 	"daemon": {project: []string{"event", "config", "attribution", "certs", "redirect", "session", "internal/ask"},
 		external: []string{"golang.org/x/sys"}},
 
-	"bench/loadgen":      {},
-	"bench/origin":       {},
+	"bench/loadgen":      {external: []string{"github.com/quic-go/quic-go"}},
+	"bench/origin":       {external: []string{"github.com/quic-go/quic-go"}},
 	"bench/report":       {},
 	"bench/relay":        {},
 	"bench/benchca":      {},
