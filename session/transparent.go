@@ -287,6 +287,9 @@ func (ts *transparentSession) serve(p *proxy.Proxy) {
 			go p.ServeTransparent(splitDNS{Listener: ln, ts: ts}, ts)
 		}
 	}
+	for _, pc := range ts.quic {
+		go p.ServeQUIC(pc, quicOrigins{ts})
+	}
 }
 
 // Origin implements proxy.OriginFinder: the hooks' record of where the
@@ -393,7 +396,7 @@ func (ts *transparentSession) publishRefusal(rf redirect.Refusal) {
 	v := event.Verdict{Action: event.Deny, DecidedBy: event.DecidedByRule}
 	switch rf.Kind {
 	case redirect.RefusalQUIC:
-		v.Rule, v.Reason = "quic_refused", "UDP to port 443 (QUIC) is refused in transparent mode, so clients fall back to TCP through the proxy (--quic allow lets it through, unmediated)"
+		v.Rule, v.Reason = "quic_refused", "UDP to port 443 (QUIC) is refused (--quic refuse, the machine-wide daemon, or no QUIC listener for its address family), so clients fall back to TCP through the proxy"
 	case redirect.RefusalUDP:
 		v.Rule, v.Reason = "udp_refused", "UDP other than DNS is refused in transparent mode: the proxy cannot see it (--udp allow lets it through, unmediated)"
 	case redirect.RefusalSocket:
