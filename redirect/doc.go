@@ -115,9 +115,12 @@
 // the common case: quic-go's http3.Transport sends every connection
 // through one socket, so replies are reported from the server it sent to
 // last (QUIC matches packets to connections by connection ID, not by
-// source), and a connection is attributed to the latest datagram's
-// destination when its first packet is looked up: two servers dialled at
-// the same instant from one socket may be mixed up. The machine-wide mode
+// source, so that is harmless), and a connection is attributed to the
+// latest datagram's destination when its first packet is looked up: two
+// handshakes started at the same instant from one socket may both be
+// attributed to one server. Telling them apart needs a record per
+// connection (keyed by the Initial's destination connection ID, which the
+// egress program could read) and a lookup that passes it. The machine-wide mode
 // publishes no UDP records (no egress program), so its callers keep QUIC
 // refused or allowed. MPTCP sockets are
 // redirected but their additional subflows publish no record, so the proxy

@@ -3,10 +3,11 @@
 // for the transparent-mode end-to-end tests. It trusts the system's roots
 // and SSL_CERT_FILE, as the session sets it.
 //
-//	h3client URL...
+//	h3client [-parallel] URL...
 //
-// For each URL it prints "STATUS PROTO BODY" or "error: ..." on one line,
-// and exits 3 when any failed.
+// For each URL, in order, it prints "STATUS PROTO BODY" or "error: ..." on
+// one line, and exits 3 when any failed. With -parallel the requests are
+// made at once (so are their connections' handshakes).
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go/http3"
@@ -29,32 +31,52 @@ func main() {
 	tr := &http3.Transport{}
 	defer tr.Close()
 	c := &http.Client{Transport: tr}
+	urls, parallel := os.Args[1:], false
+	if urls[0] == "-parallel" {
+		urls, parallel = urls[1:], true
+	}
+	out := make([]string, len(urls))
+	var wg sync.WaitGroup
+	for i, u := range urls {
+		get := func() {
+			line, err := fetch(c, u)
+			if err != nil {
+				line = "error: " + strings.ReplaceAll(err.Error(), "\n", " ")
+			}
+			out[i] = line
+		}
+		if parallel {
+			wg.Go(get)
+		} else {
+			get()
+		}
+	}
+	wg.Wait()
 	code := 0
-	for _, u := range os.Args[1:] {
-		if err := fetch(c, u); err != nil {
-			fmt.Println("error:", strings.ReplaceAll(err.Error(), "\n", " "))
+	for _, line := range out {
+		fmt.Println(line)
+		if strings.HasPrefix(line, "error: ") {
 			code = 3
 		}
 	}
 	os.Exit(code)
 }
 
-func fetch(c *http.Client, url string) error {
+func fetch(c *http.Client, url string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return "", err
 	}
-	fmt.Println(resp.StatusCode, resp.Proto, strings.TrimSpace(string(body)))
-	return nil
+	return fmt.Sprintf("%d %s %s", resp.StatusCode, resp.Proto, strings.TrimSpace(string(body))), nil
 }
