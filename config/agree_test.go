@@ -29,7 +29,7 @@ func TestIdentityPresetsAgreeWithInject(t *testing.T) {
 // given a value, rejects it.
 func credentialAgrees(t *testing.T, cr Credential) {
 	t.Helper()
-	c := Config{StateDir: "/s", Mode: ModeAuto, Listen: DefaultListen, QUIC: QUICRefuse, UDP: UDPRefuse, LogLevel: "info", Credentials: []Credential{cr}}
+	c := Config{StateDir: "/s", Mode: ModeAuto, Listen: DefaultListen, QUIC: QUICIntercept, UDP: UDPRefuse, LogLevel: "info", Credentials: []Credential{cr}}
 	if err := c.Validate(); err != nil {
 		return
 	}

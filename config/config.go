@@ -40,8 +40,10 @@ type Config struct {
 	// intercepted (clients that pin certificates): a name, *.domain or IP.
 	TLSPassthrough []string `mapstructure:"tls_passthrough" yaml:"tls_passthrough"`
 	// QUIC says what a transparent session does with UDP to port 443:
-	// "refuse" (the default: clients fall back to TCP, which the proxy
-	// sees) or "allow" (QUIC passes unmediated).
+	// "intercept" (the default: the proxy terminates QUIC and serves its
+	// HTTP/3 requests as it does HTTP/1 and HTTP/2), "refuse" (clients
+	// fall back to TCP, which the proxy sees) or "allow" (QUIC passes
+	// unmediated).
 	QUIC string `mapstructure:"quic" yaml:"quic"`
 	// UDP says what a transparent session does with UDP to ports other
 	// than 53 (DNS, which its resolver answers) and 443 (QUIC): "refuse"
@@ -169,8 +171,9 @@ func (c Config) IdentityPresets() []string {
 
 // What transparent sessions do with QUIC.
 const (
-	QUICRefuse = "refuse"
-	QUICAllow  = "allow"
+	QUICIntercept = "intercept"
+	QUICRefuse    = "refuse"
+	QUICAllow     = "allow"
 )
 
 // What transparent sessions do with UDP other than DNS and QUIC.
@@ -248,7 +251,7 @@ var keys = []key{
 	{name: "upstream_ca", flag: "upstream-ca", kind: kindList, help: "also trust this PEM file's certificates for upstream TLS (repeatable)"},
 	{name: "resolve", flag: "resolve", kind: kindList, help: "pin HOST:ADDR or HOST:PORT:ADDR, like curl --resolve (repeatable)"},
 	{name: "tls_passthrough", flag: "tls-passthrough", kind: kindList, help: "do not intercept TLS to this host (certificate pinning): a name, *.domain or IP (repeatable)"},
-	{name: "quic", flag: "quic", help: `transparent mode: "refuse" UDP to port 443 so clients fall back to TCP through the proxy, or "allow" it unmediated`},
+	{name: "quic", flag: "quic", help: `transparent mode: "intercept" QUIC (UDP to port 443) in the proxy, which serves its HTTP/3 requests as any other; "refuse" it so clients fall back to TCP through the proxy; or "allow" it unmediated`},
 	{name: "udp", flag: "udp", help: `transparent mode: "refuse" UDP to ports other than 53 (DNS) and 443 (QUIC), reported as denied connect events, or "allow" it unmediated`},
 	{name: "dns_upstreams", flag: "dns-upstream", kind: kindList, help: "transparent mode: forward the session's DNS to this resolver, IP or IP:port (repeatable; default: the system's)"},
 	{name: "log_level", flag: "log-level", help: "debug, info, warn or error"},
@@ -343,7 +346,7 @@ func Default(env func(string) string, euid int) Config {
 	return Config{
 		StateDir:        defaultStateDir(env, euid),
 		Mode:            ModeAuto,
-		QUIC:            QUICRefuse,
+		QUIC:            QUICIntercept,
 		Audit:           Audit{FileReads: AuditReadsRoutine},
 		UI:              UI{Listen: DefaultListen},
 		UDP:             UDPRefuse,

@@ -26,7 +26,7 @@ func TestDefault(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default(envMap(tt.env), tt.euid)
-			want := Config{StateDir: tt.want, Mode: "auto", Listen: "127.0.0.1:0", LogLevel: "info", QUIC: "refuse", UDP: "refuse", Audit: Audit{FileReads: "routine"}, UI: UI{Listen: "127.0.0.1:0"},
+			want := Config{StateDir: tt.want, Mode: "auto", Listen: "127.0.0.1:0", LogLevel: "info", QUIC: "intercept", UDP: "refuse", Audit: Audit{FileReads: "routine"}, UI: UI{Listen: "127.0.0.1:0"},
 				IdentityHeaders: []string{"chaperone", "w3c"}, RestoreSecrets: true, MediateFiles: true, BuiltinAgents: true}
 			if diff := cmp.Diff(want, c); diff != "" {
 				t.Errorf("Default (-want +got):\n%s", diff)

@@ -105,9 +105,9 @@ func (c *Config) Validate() error {
 		add("audit.file_reads", c.Audit.FileReads, `is not "routine" or "all"`)
 	}
 	switch c.QUIC {
-	case QUICRefuse, QUICAllow:
+	case QUICIntercept, QUICRefuse, QUICAllow:
 	default:
-		add("quic", c.QUIC, `is not "refuse" or "allow"`)
+		add("quic", c.QUIC, `is not "intercept", "refuse" or "allow"`)
 	}
 	switch c.UDP {
 	case UDPRefuse, UDPAllow:

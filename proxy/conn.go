@@ -26,6 +26,10 @@ type tunnel struct {
 	port    uint16
 	dst     netip.AddrPort // dial here when valid (transparent mode)
 	via     string
+	// quic is set on a QUIC connection's tunnel (ServeQUIC); end closes
+	// that connection, once admitted.
+	quic bool
+	end  func(reason string)
 	// denied is set on a tunnel whose destination was denied: it is
 	// opened only to answer each HTTP(S) request with a 403 that names the
 	// rule, so the agent reads why; nothing is ever dialled for it.
@@ -98,9 +102,13 @@ func (t *tunnel) setUpstream(c net.Conn) bool {
 func (t *tunnel) close() {
 	t.mu.Lock()
 	t.closed = true
-	up, pending, child, trs := t.upstream, t.pending, t.child, t.transports
+	up, pending, child, trs, end := t.upstream, t.pending, t.child, t.transports, t.end
 	t.pending = nil
+	t.end = nil
 	t.mu.Unlock()
+	if end != nil {
+		end("chaperone: the connection was closed (the session ended)")
+	}
 	for _, c := range []net.Conn{up, pending} {
 		if c != nil {
 			c.Close()
@@ -357,13 +365,17 @@ func tunnelConnOf(c net.Conn) (*tunnelConn, bool) {
 
 func (c tunnelCerts) GetCertificate(h *stdtls.ClientHelloInfo) (*stdtls.Certificate, error) {
 	if h.ServerName == "" {
+		t := tunnelFrom(h.Context()) // a QUIC connection's
 		if tc, ok := tunnelConnOf(h.Conn); ok {
+			t = tc.t
+		}
+		if t != nil {
 			// The tunnel's host, else its destination address: the proxy's
 			// own address (the connection's local one) is not what the
 			// client believes it reached.
-			name := tc.t.host
-			if name == "" && tc.t.dst.IsValid() {
-				name = tc.t.dst.Addr().Unmap().String()
+			name := t.host
+			if name == "" && t.dst.IsValid() {
+				name = t.dst.Addr().Unmap().String()
 			}
 			if name != "" {
 				named := *h

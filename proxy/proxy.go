@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -18,6 +19,7 @@ import (
 	stdtls "crypto/tls"
 
 	"github.com/chaperone-dev/chaperone/event"
+	"github.com/chaperone-dev/chaperone/proxy/internal/h3"
 	chtls "github.com/chaperone-dev/chaperone/tls"
 )
 
@@ -173,6 +175,7 @@ type Proxy struct {
 	maxHeaderBytes    int
 
 	mitmTLS   *stdtls.Config
+	quicTLS   *stdtls.Config // QUIC connections' (ServeQUIC): decides at the ClientHello
 	dialer    net.Dialer
 	sniffBufs sync.Pool  // *bufio.Reader of chtls.SniffBufferSize
 	bufs      bufferPool // body copy buffers
@@ -209,6 +212,8 @@ type Proxy struct {
 	closed    bool
 	tunnels   map[*tunnel]struct{}
 	listeners map[net.Listener]struct{} // transparent listeners
+	// quicServers are ServeQUIC's servers and their packet connections.
+	quicServers map[*h3.Server]net.PacketConn
 }
 
 // New returns a Proxy. It starts nothing: Serve and ServeTunnel do.
@@ -256,6 +261,7 @@ func New(opts Options) (*Proxy, error) {
 		dialer:            net.Dialer{Timeout: dialTimeout},
 		tunnels:           make(map[*tunnel]struct{}),
 		listeners:         make(map[net.Listener]struct{}),
+		quicServers:       make(map[*h3.Server]net.PacketConn),
 		clientWatch:       newDeadlineWatch(min(readHeaderTimeout, innerIdleTimeout)),
 		bufs:              newBufferPool(64),
 		idleTimeout:       innerIdleTimeout,
@@ -283,6 +289,12 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.sessions.Store(&sessionTable{})
 	p.mitmTLS = chtls.ServerConfig(tunnelCerts{opts.Certs})
+	p.quicTLS = &stdtls.Config{
+		GetCertificate:     tunnelCerts{opts.Certs}.GetCertificate,
+		GetConfigForClient: p.helloQUIC,
+		NextProtos:         []string{h3.NextProto},
+		MinVersion:         stdtls.VersionTLS13,
+	}
 	p.transport = p.newTransport(opts.UpstreamRoots, false, upstreamHeaderTimeout, maxHeaderBytes)
 	p.transportH1 = p.newTransport(opts.UpstreamRoots, true, upstreamHeaderTimeout, maxHeaderBytes)
 	p.newRelayTransport = func(h1Only bool) *http.Transport {
@@ -443,11 +455,17 @@ func (p *Proxy) Close() error {
 	for l := range p.listeners {
 		listeners = append(listeners, l)
 	}
+	quics := make(map[*h3.Server]net.PacketConn, len(p.quicServers))
+	maps.Copy(quics, p.quicServers)
 	p.mu.Unlock()
 
 	err := p.front.Close()
 	for _, l := range listeners {
 		l.Close()
+	}
+	for srv, pc := range quics {
+		srv.Close()
+		pc.Close()
 	}
 	p.h2Workers.stop()
 	for _, t := range tunnels {

@@ -1,6 +1,7 @@
 // Package redirect sends every TCP connection made inside a session's cgroup
-// v2 to Chaperone's transparent proxy and its DNS queries to the session's
-// resolver, refuses its QUIC, its other UDP and the sockets it cannot
+// v2 to Chaperone's transparent proxy, its QUIC to the proxy's QUIC listener
+// and its DNS queries to the session's resolver, refuses its other UDP and
+// the sockets it cannot
 // mediate, and tells the proxy and the resolver where each connection or
 // query was going, and Chaperone what it refused, and which process did
 // it.
@@ -25,10 +26,17 @@
 // resolver calls LookupUDP with the query's source address. recvmsg4/6 make
 // the resolver's replies come from the address the application asked (glibc
 // and dig drop replies from elsewhere); getpeername4/6 do the same for a
-// connected UDP socket. UDP to port 443 (QUIC) fails with EPERM unless
-// Config.AllowQUIC, so clients fall back to TCP through the proxy;
-// QUICRefused counts the refusals. UDP to other ports fails with EPERM
-// unless Config.AllowUDP, but for datagrams to the resolver's own address.
+// connected UDP socket. UDP to port 443 (QUIC) goes the same way to
+// Config.QUICV4 or QUICV6, the proxy's QUIC listeners, which call LookupUDP
+// with a connection's source address as its first packet arrives, and
+// whose replies come from the address the application asked; for a
+// family without a listener, and without listeners at all unless
+// Config.AllowQUIC, it fails with EPERM, so clients fall back to TCP
+// through the proxy; QUICRefused counts the refusals. UDP to other ports
+// fails with EPERM unless Config.AllowUDP, but for datagrams to the
+// resolver's or the QUIC listener's own address (a dual-stack socket
+// connected to a v4-mapped destination sends through sendmsg4 to the
+// address connect6 rewrote).
 //
 // cgroup/sock_create lets the session create TCP and MPTCP stream sockets
 // and UDP datagram sockets only; UDP-Lite, ICMP ping, SCTP and raw sockets
@@ -103,7 +111,18 @@
 //
 // Limits: a UDP socket's record describes its latest redirected datagram,
 // so an unconnected socket querying two servers at once may have a reply
-// shown from, or a query attributed to, the other one. MPTCP sockets are
+// shown from, or a query attributed to, the other one. For QUIC this is
+// the common case: quic-go's http3.Transport sends every connection
+// through one socket, so replies are reported from the server it sent to
+// last (QUIC matches packets to connections by connection ID, not by
+// source, so that is harmless), and a connection is attributed to the
+// latest datagram's destination when its first packet is looked up: two
+// handshakes started at the same instant from one socket may both be
+// attributed to one server. Telling them apart needs a record per
+// connection (keyed by the Initial's destination connection ID, which the
+// egress program could read) and a lookup that passes it. The machine-wide mode
+// publishes no UDP records (no egress program), so its callers keep QUIC
+// refused or allowed. MPTCP sockets are
 // redirected but their additional subflows publish no record, so the proxy
 // refuses them. Only inet sockets are seen: sock_create does not run for
 // other families (AF_PACKET needs CAP_NET_RAW), nor for sockets made

@@ -21,13 +21,22 @@ type Config struct {
 	// of its family (a dual-stack socket's v4-mapped destinations to
 	// DNSV4), and fails with EPERM for a family without one.
 	DNSV4, DNSV6 netip.AddrPort
-	// AllowQUIC lets UDP to port 443 through unchanged; by default it fails
-	// with EPERM (and is counted, see QUICRefused), so clients fall back to
-	// TCP, which the proxy sees.
+	// QUICV4 and QUICV6 are the proxy's QUIC listeners. When either is
+	// valid, UDP to port 443 is sent to the listener of its family (a
+	// dual-stack socket's v4-mapped destinations to QUICV4) with its
+	// origin recorded as for DNS (LookupUDP), and the listener's replies
+	// come from the original destination; for a family without one it
+	// fails with EPERM and is counted (QUICRefused), so the client falls
+	// back to TCP. Not with AllowQUIC.
+	QUICV4, QUICV6 netip.AddrPort
+	// AllowQUIC lets UDP to port 443 through unchanged; by default (without
+	// QUICV4 and QUICV6 too) it fails with EPERM and is counted (see
+	// QUICRefused), so clients fall back to TCP, which the proxy sees.
 	AllowQUIC bool
 	// AllowUDP lets UDP to ports other than 53 and 443 through unchanged
 	// and unseen; by default it fails with EPERM and is reported (see
-	// Refusals). Datagrams to DNSV4 or DNSV6 themselves always pass.
+	// Refusals). Datagrams to DNSV4, DNSV6, QUICV4 or QUICV6 themselves always
+	// pass.
 	AllowUDP bool
 
 	// MarkedOnly is the machine-wide daemon's mode: the programs, attached

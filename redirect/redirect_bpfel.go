@@ -32,6 +32,14 @@ type redirectConfig struct {
 	MarkedOnly uint8
 	SkipLevel  uint8
 	SkipCgroup uint64
+	Quic4Ip    uint32
+	Quic6Ip    [4]uint32
+	Quic4Port  uint16
+	Quic6Port  uint16
+	HasQuic4   uint8
+	HasQuic6   uint8
+	Pad        [2]uint8
+	_          [4]byte
 }
 
 type redirectLocalKey struct {

@@ -147,6 +147,23 @@ func (c Config) kernel() (redirectConfig, error) {
 		}
 		k.Dns6Ip, k.Dns6Port, k.HasDns6 = ip, c.DNSV6.Port(), 1
 	}
+	if c.AllowQUIC && (c.QUICV4.IsValid() || c.QUICV6.IsValid()) {
+		return k, errors.New("redirect: config: QUIC both allowed and sent to a QUIC listener")
+	}
+	if c.QUICV4.IsValid() {
+		ip, err := kernel4("quic v4", c.QUICV4)
+		if err != nil {
+			return k, err
+		}
+		k.Quic4Ip, k.Quic4Port, k.HasQuic4 = ip, c.QUICV4.Port(), 1
+	}
+	if c.QUICV6.IsValid() {
+		ip, err := kernel6("quic v6", c.QUICV6)
+		if err != nil {
+			return k, err
+		}
+		k.Quic6Ip, k.Quic6Port, k.HasQuic6 = ip, c.QUICV6.Port(), 1
+	}
 	if c.AllowQUIC {
 		k.AllowQuic = 1
 	}

@@ -512,6 +512,7 @@ func (s *Session) startTransparent(context.Context) error {
 			procs: s.procs, decider: s.chain, publish: s.bus.Publish, log: s.log,
 			static: staticNames(s.resolves), upstreams: dnsUpstreams(s.cfg, s.stderr),
 			allowQUIC: s.cfg.QUIC == config.QUICAllow, allowUDP: s.cfg.UDP == config.UDPAllow,
+			interceptQUIC: s.cfg.QUIC == config.QUICIntercept,
 		})
 		switch {
 		case err == nil:

@@ -37,6 +37,9 @@ type transparentOptions struct {
 	allowUDP  bool                    // let UDP to other ports than 53 and 443 through, unmediated
 	log       *slog.Logger
 	now       func() time.Time // the refusal events' clock; nil means time.Now
+	// interceptQUIC sends UDP to port 443 to the proxy's QUIC listeners
+	// (run sessions only: the machine's hooks publish no UDP records).
+	interceptQUIC bool
 }
 
 // scope is which processes a transparent session captures, and whose
@@ -71,6 +74,7 @@ type transparentSession struct {
 	ln6   net.Listener // nil when the machine has no IPv6 loopback
 	dns   *dns.Server  // the session's resolver, where the hooks send port 53
 	udp   []net.PacketConn
+	quic  []net.PacketConn // the proxy's QUIC listeners, where the hooks send UDP to port 443
 	// dnsTCP feeds the resolver the TCP connections to port 53; tcpDNS
 	// holds their records (client address → dnsRecord) while open.
 	dnsTCP *connQueue
@@ -154,6 +158,11 @@ func startTransparent(id string, o transparentOptions) (_ *transparentSession, e
 		}
 	}
 	cfg.AllowQUIC = o.allowQUIC
+	if o.interceptQUIC && !o.allowQUIC && o.machine == nil {
+		if cfg.QUICV4, cfg.QUICV6, err = ts.listenQUIC(); err != nil {
+			return nil, err
+		}
+	}
 	cfg.AllowUDP = o.allowUDP
 	if o.machine != nil {
 		cfg.MarkedOnly, cfg.Candidates, cfg.PinDir = true, o.machine.candidates, o.machine.pinDir
@@ -246,6 +255,25 @@ func (ts *transparentSession) process(o redirect.Origin, who owned) *event.Proce
 	return proc
 }
 
+// listenQUIC opens the proxy's QUIC listeners: IPv4, and IPv6 when the
+// machine has an IPv6 loopback (without it, IPv6 QUIC fails with EPERM
+// and clients fall back to IPv4 or TCP).
+func (ts *transparentSession) listenQUIC() (v4, v6 netip.AddrPort, err error) {
+	pc4, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		return v4, v6, fmt.Errorf("transparent mode: QUIC listener: %w", err)
+	}
+	ts.quic = append(ts.quic, pc4)
+	v4 = pc4.LocalAddr().(*net.UDPAddr).AddrPort()
+	if ts.ln6 != nil {
+		if pc6, err := net.ListenPacket("udp6", "[::1]:0"); err == nil {
+			ts.quic = append(ts.quic, pc6)
+			v6 = pc6.LocalAddr().(*net.UDPAddr).AddrPort()
+		}
+	}
+	return v4, v6, nil
+}
+
 // serve starts the session's resolver and hands the redirected
 // connections to p.
 func (ts *transparentSession) serve(p *proxy.Proxy) {
@@ -258,6 +286,9 @@ func (ts *transparentSession) serve(p *proxy.Proxy) {
 		if ln != nil {
 			go p.ServeTransparent(splitDNS{Listener: ln, ts: ts}, ts)
 		}
+	}
+	for _, pc := range ts.quic {
+		go p.ServeQUIC(pc, quicOrigins{ts})
 	}
 }
 
@@ -275,12 +306,38 @@ func (ts *transparentSession) Origin(client netip.AddrPort) (proxy.Tunnel, error
 	case r.refused != nil:
 		return proxy.Tunnel{}, r.refused
 	}
-	o := r.origin
+	return ts.tunnel(r.origin, r.who), nil
+}
+
+// tunnel is what the proxy needs of a redirected connection's record.
+func (ts *transparentSession) tunnel(o redirect.Origin, who owned) proxy.Tunnel {
 	// The name the process itself looked this address up as, if it did:
 	// a hint, for a connection that does not name its host (no SNI, no
 	// HTTP); another process's lookup is not this connection's name.
 	host, _ := ts.dns.NameForProcess(o.Dst.Addr().Unmap(), int(o.PID))
-	return proxy.Tunnel{Session: r.who.session, Host: host, Dst: o.Dst, Process: ts.process(o, r.who), Via: "transparent"}, nil
+	return proxy.Tunnel{Session: who.session, Host: host, Dst: o.Dst, Process: ts.process(o, who), Via: "transparent"}
+}
+
+// quicOrigins is the OriginFinder of the proxy's QUIC listeners: the
+// record the hooks published under the client's UDP address, which
+// describes the socket's latest datagram to port 443, so it is looked up
+// as the connection's first packet arrives.
+type quicOrigins struct{ ts *transparentSession }
+
+func (q quicOrigins) Origin(client netip.AddrPort) (proxy.Tunnel, error) {
+	client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
+	o, err := q.ts.red.LookupUDP(client)
+	if err != nil {
+		return proxy.Tunnel{}, err
+	}
+	who, err := q.ts.scope.owner(o)
+	switch {
+	case err != nil:
+		return proxy.Tunnel{}, err
+	case who.relay:
+		return proxy.Tunnel{}, fmt.Errorf("quic from %s: no session's", client)
+	}
+	return q.ts.tunnel(o, who), nil
 }
 
 // Resolved implements proxy.ResolverMemory for the session: its resolver
@@ -339,7 +396,7 @@ func (ts *transparentSession) publishRefusal(rf redirect.Refusal) {
 	v := event.Verdict{Action: event.Deny, DecidedBy: event.DecidedByRule}
 	switch rf.Kind {
 	case redirect.RefusalQUIC:
-		v.Rule, v.Reason = "quic_refused", "UDP to port 443 (QUIC) is refused in transparent mode, so clients fall back to TCP through the proxy (--quic allow lets it through, unmediated)"
+		v.Rule, v.Reason = "quic_refused", "UDP to port 443 (QUIC) is refused (--quic refuse, the machine-wide daemon, or no QUIC listener for its address family), so clients fall back to TCP through the proxy"
 	case redirect.RefusalUDP:
 		v.Rule, v.Reason = "udp_refused", "UDP other than DNS is refused in transparent mode: the proxy cannot see it (--udp allow lets it through, unmediated)"
 	case redirect.RefusalSocket:
@@ -416,6 +473,9 @@ func (ts *transparentSession) Close() error {
 	}
 	for _, pc := range ts.udp {
 		pc.Close() // already closed when the resolver served it
+	}
+	for _, pc := range ts.quic {
+		pc.Close() // already closed when the proxy served it
 	}
 	for _, ln := range []net.Listener{ts.ln4, ts.ln6} {
 		if ln != nil {

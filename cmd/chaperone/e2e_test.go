@@ -27,8 +27,9 @@ import (
 
 // binary is the chaperone executable built once for the end-to-end tests;
 // sdkAgent is the agent that speaks LLM APIs with the official SDKs;
-// fakeAgent stands for an agent the daemon finds.
-var binary, sdkAgent, fakeAgent string
+// fakeAgent stands for an agent the daemon finds; h3Client fetches over
+// HTTP/3 only.
+var binary, sdkAgent, fakeAgent, h3Client string
 
 func TestMain(m *testing.M) {
 	// A fuzz worker runs only the fuzz function: building the binaries in
@@ -46,7 +47,8 @@ func TestMain(m *testing.M) {
 	binary = filepath.Join(dir, "chaperone")
 	sdkAgent = filepath.Join(dir, "sdkagent")
 	fakeAgent = filepath.Join(dir, "fakeagent")
-	for out, pkg := range map[string]string{binary: ".", sdkAgent: "./testdata/sdkagent", fakeAgent: "./testdata/fakeagent"} {
+	h3Client = filepath.Join(dir, "h3client")
+	for out, pkg := range map[string]string{binary: ".", sdkAgent: "./testdata/sdkagent", fakeAgent: "./testdata/fakeagent", h3Client: "./testdata/h3client"} {
 		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out, pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {

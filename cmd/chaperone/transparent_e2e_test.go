@@ -646,8 +646,9 @@ func TestTransparentDig(t *testing.T) {
 	}
 }
 
-// QUIC (UDP to port 443) is refused unless the configuration allows it,
-// and the refusals are reported when the session ends.
+// QUIC (UDP to port 443) with --quic refuse is refused and the refusals
+// are reported when the session ends; with --quic allow it passes
+// (TestTransparentHTTP3 covers the default, intercept).
 func TestTransparentQUIC(t *testing.T) {
 	needTransparent(t)
 	need(t, "python3")
@@ -666,10 +667,10 @@ try:
 except PermissionError:
     print("refused")
 `
-	r := w.transparent(nil, "python3", "-c", script)
+	r := w.transparent([]string{"--quic", "refuse"}, "python3", "-c", script)
 	mustSucceed(t, r)
 	if strings.TrimSpace(r.stdout) != "refused" || !strings.Contains(r.stderr, "refused 1 QUIC datagrams") {
-		t.Errorf("default: stdout %q, stderr:\n%s", r.stdout, r.stderr)
+		t.Errorf("--quic refuse: stdout %q, stderr:\n%s", r.stdout, r.stderr)
 	}
 	r = w.transparent([]string{"--quic", "allow"}, "python3", "-c", script)
 	mustSucceed(t, r)

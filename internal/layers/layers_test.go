@@ -27,8 +27,9 @@ var allowed = map[string]struct{ project, external []string }{
 	"attribution":       {project: []string{"event"}, external: []string{"golang.org/x/sys"}},
 	"config":            {project: []string{"event"}, external: []string{"github.com/spf13/", "go.yaml.in/yaml", "gopkg.in/yaml"}},
 	"tls":               {external: []string{"golang.org/x/crypto"}},
-	"proxy":             {project: []string{"event", "policy", "rewrite", "rewrite/secrets", "rewrite/inject", "tls", "attribution", "proxy/internal/ws"}, external: []string{"golang.org/x/net", "github.com/hashicorp/golang-lru"}},
+	"proxy":             {project: []string{"event", "policy", "rewrite", "rewrite/secrets", "rewrite/inject", "tls", "attribution", "proxy/internal/ws", "proxy/internal/h3"}, external: []string{"golang.org/x/net", "github.com/hashicorp/golang-lru", "github.com/quic-go/quic-go"}},
 	"proxy/internal/ws": {},
+	"proxy/internal/h3": {external: []string{"github.com/quic-go/quic-go"}},
 	"dns":               {project: []string{"event"}, external: []string{"github.com/miekg/dns", "codeberg.org/miekg/dns"}},
 	"redirect":          {project: []string{"event"}, external: []string{"github.com/cilium/ebpf", "golang.org/x/sys"}},
 	"fileexec":          {project: []string{"event", "attribution"}, external: []string{"golang.org/x/sys", "github.com/hashicorp/golang-lru"}},
@@ -124,6 +125,21 @@ func TestImportRules(t *testing.T) {
 	for _, must := range []string{"event", "cmd/chaperone"} {
 		if !pkgs[must] {
 			t.Errorf("walked the module but did not see package %q: the walk is broken", must)
+		}
+	}
+}
+
+// The proxy's protocol machinery (proxy/internal/*) sits behind handler
+// seams: policy, events and rewriting reach it only through them.
+func TestProxyInternalsImportNoPolicy(t *testing.T) {
+	for pkg, rule := range allowed {
+		if !strings.HasPrefix(pkg, "proxy/internal/") {
+			continue
+		}
+		for _, imp := range rule.project {
+			if imp == "*" || imp == "event" || imp == "policy" || imp == "rewrite" || strings.HasPrefix(imp, "rewrite/") {
+				t.Errorf("%s may import %s: the proxy's protocol machinery must not import event, policy or rewrite", pkg, imp)
+			}
 		}
 	}
 }

@@ -20,26 +20,29 @@
  *       A redirected socket reports its original destination as its peer.
  *   cgroup/sendmsg4, cgroup/sendmsg6 (and connect4/6 for UDP)
  *       UDP to port 53 goes to the session's resolver, its origin into
- *       sk_origin; UDP to port 443 (QUIC) is refused unless allowed, and
- *       counted in quic_refused; other UDP is refused unless allowed, but
- *       for datagrams to the resolver's own address. A dual-stack
- *       socket's datagram to ::ffff:a.b.c.d comes through sendmsg4.
+ *       sk_origin; UDP to port 443 (QUIC) goes, likewise, to the proxy's
+ *       QUIC listener when there is one, passes when allowed, and is
+ *       otherwise refused and counted in quic_refused; other UDP is
+ *       refused unless allowed, but for datagrams to the resolver's own
+ *       address. A dual-stack socket's datagram to ::ffff:a.b.c.d comes
+ *       through sendmsg4.
  *   cgroup/sock_create
  *       Only TCP (and MPTCP) stream sockets and UDP datagram sockets may be
  *       created: UDP-Lite, ICMP ping, SCTP and raw sockets fail with EPERM
  *       at socket(), as the hooks above would not see their traffic.
  *   cgroup_skb/egress
- *       Publishes a DNS socket's record under the datagram's source
+ *       Publishes a DNS or QUIC socket's record under the datagram's source
  *       (address, port): only the packet has the source address of a
  *       socket bound to the wildcard, and a connected socket's port is only
  *       chosen after connect4/6 ran. Records stay until the LRU evicts
  *       them: one socket sends many queries.
  *   cgroup/recvmsg4, cgroup/recvmsg6
- *       A reply from the resolver reports the original destination as its
- *       source, which resolvers check.
+ *       A reply from the resolver or the QUIC listener reports the
+ *       original destination as its source, which resolvers and QUIC
+ *       clients check.
  *
  * Fail closed: when the configuration is missing, when a family has no proxy
- * (or, with DNS redirected, no resolver) address, or when the record cannot
+ * (or, with DNS or QUIC redirected, no resolver or QUIC listener) address, or when the record cannot
  * be stored, connect() and sendmsg() fail with EPERM instead of going out
  * directly.
  *
@@ -93,6 +96,13 @@ struct config {
 	__u8 marked_only; /* only marked processes are redirected or refused */
 	__u8 skip_level;  /* the depth of skip_cgroup under the root */
 	__u64 skip_cgroup; /* with marked_only: a cgroup whose tasks are left alone (0: none) */
+	__u32 quic4_ip;    /* network byte order */
+	__u32 quic6_ip[4]; /* network byte order */
+	__u16 quic4_port;  /* host byte order */
+	__u16 quic6_port;  /* host byte order */
+	__u8 has_quic4;    /* UDP to port 443 goes to the proxy's QUIC listener */
+	__u8 has_quic6;
+	__u8 pad[2];
 };
 
 /* What the application asked for, and who asked. */
@@ -308,14 +318,25 @@ static __always_inline void origin_fill(struct origin *o, struct bpf_sock_addr *
 
 /*
  * What happens to a datagram, or a datagram socket's connect(): passed,
- * sent to the resolver, or refused (the REFUSAL_* kind).
+ * sent to the resolver or the QUIC listener, or refused (the REFUSAL_*
+ * kind).
  */
 #define UDP_PASS 0
+#define UDP_QUIC 254
 #define UDP_DNS 255
+
+static __always_inline void count_quic_refused(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&quic_refused, &zero);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
 
 /*
  * v4: the destination is IPv4 (or v4-mapped); to_resolver: it is the
- * session's resolver itself, which decides what it receives.
+ * session's resolver or the QUIC listener itself, which decides what it
+ * receives.
  */
 static __always_inline int udp_verdict(const struct config *cfg, __u16 port, int v4, int to_resolver)
 {
@@ -326,10 +347,10 @@ static __always_inline int udp_verdict(const struct config *cfg, __u16 port, int
 	if (port == QUIC_PORT) {
 		if (cfg->allow_quic)
 			return UDP_PASS;
-		__u32 zero = 0;
-		__u64 *n = bpf_map_lookup_elem(&quic_refused, &zero);
-		if (n)
-			__sync_fetch_and_add(n, 1);
+		if (v4 ? cfg->has_quic4 : cfg->has_quic6)
+			return UDP_QUIC;
+		/* Not intercepted, or no listener for this family: the client falls back to TCP. */
+		count_quic_refused();
 		return REFUSAL_QUIC;
 	}
 	if (port == DNS_PORT && (cfg->has_dns4 || cfg->has_dns6)) {
@@ -342,16 +363,23 @@ static __always_inline int udp_verdict(const struct config *cfg, __u16 port, int
 	return REFUSAL_UDP;
 }
 
-/* The resolver's own addresses: a datagram there is not redirected. */
+/*
+ * The resolver's and the QUIC listener's own addresses: a datagram there is
+ * not redirected. A dual-stack socket connected to a v4-mapped destination
+ * sends through sendmsg4 to the address connect6 rewrote.
+ */
 static __always_inline int is_resolver4(const struct config *cfg, __u32 ip, __u16 port)
 {
-	return cfg && cfg->has_dns4 && ip == cfg->dns4_ip && port == cfg->dns4_port;
+	return cfg && ((cfg->has_dns4 && ip == cfg->dns4_ip && port == cfg->dns4_port) ||
+		       (cfg->has_quic4 && ip == cfg->quic4_ip && port == cfg->quic4_port));
 }
 
 static __always_inline int is_resolver6(const struct config *cfg, const __u32 ip6[4], __u16 port)
 {
-	return cfg && cfg->has_dns6 && ip6[0] == cfg->dns6_ip[0] && ip6[1] == cfg->dns6_ip[1] &&
-	       ip6[2] == cfg->dns6_ip[2] && ip6[3] == cfg->dns6_ip[3] && port == cfg->dns6_port;
+	return cfg && ((cfg->has_dns6 && ip6[0] == cfg->dns6_ip[0] && ip6[1] == cfg->dns6_ip[1] &&
+			ip6[2] == cfg->dns6_ip[2] && ip6[3] == cfg->dns6_ip[3] && port == cfg->dns6_port) ||
+		       (cfg->has_quic6 && ip6[0] == cfg->quic6_ip[0] && ip6[1] == cfg->quic6_ip[1] &&
+			ip6[2] == cfg->quic6_ip[2] && ip6[3] == cfg->quic6_ip[3] && port == cfg->quic6_port));
 }
 
 /*
@@ -374,9 +402,9 @@ static __always_inline int udp4(struct bpf_sock_addr *ctx, int is_connect, __u32
 			bpf_sk_storage_delete(&sk_origin, ctx->sk);
 		return SOCK_ADDR_ALLOW;
 	}
-	if (v == UDP_DNS && !cfg)
+	if ((v == UDP_DNS || v == UDP_QUIC) && !cfg)
 		v = REFUSAL_FAIL_CLOSED; /* udp_verdict saw to it; for the verifier */
-	if (v != UDP_DNS) {
+	if (v != UDP_DNS && v != UDP_QUIC) {
 		report_addr4(ctx, (__u8)v, call, ip, port);
 		return SOCK_ADDR_REJECT;
 	}
@@ -398,8 +426,13 @@ static __always_inline int udp4(struct bpf_sock_addr *ctx, int is_connect, __u32
 	o->dst_ip6[3] = ip;
 	o->dst_port = port;
 
-	ctx->user_ip4 = cfg->dns4_ip;
-	ctx->user_port = bpf_htons(cfg->dns4_port);
+	if (v == UDP_QUIC) {
+		ctx->user_ip4 = cfg->quic4_ip;
+		ctx->user_port = bpf_htons(cfg->quic4_port);
+	} else {
+		ctx->user_ip4 = cfg->dns4_ip;
+		ctx->user_port = bpf_htons(cfg->dns4_port);
+	}
 	return SOCK_ADDR_ALLOW;
 }
 
@@ -428,9 +461,9 @@ static __always_inline int udp6(struct bpf_sock_addr *ctx, int is_connect, __u32
 			bpf_sk_storage_delete(&sk_origin, ctx->sk);
 		return SOCK_ADDR_ALLOW;
 	}
-	if (v == UDP_DNS && (!cfg || (mapped && !is_connect)))
+	if ((v == UDP_DNS || v == UDP_QUIC) && (!cfg || (mapped && !is_connect)))
 		v = REFUSAL_FAIL_CLOSED;
-	if (v != UDP_DNS) {
+	if (v != UDP_DNS && v != UDP_QUIC) {
 		report_addr(ctx, (__u8)v, call, ip6, port);
 		return SOCK_ADDR_REJECT;
 	}
@@ -454,8 +487,19 @@ static __always_inline int udp6(struct bpf_sock_addr *ctx, int is_connect, __u32
 		ctx->user_ip6[0] = 0;
 		ctx->user_ip6[1] = 0;
 		ctx->user_ip6[2] = bpf_htonl(0x0000ffff);
-		ctx->user_ip6[3] = cfg->dns4_ip;
-		ctx->user_port = bpf_htons(cfg->dns4_port);
+		if (v == UDP_QUIC) {
+			ctx->user_ip6[3] = cfg->quic4_ip;
+			ctx->user_port = bpf_htons(cfg->quic4_port);
+		} else {
+			ctx->user_ip6[3] = cfg->dns4_ip;
+			ctx->user_port = bpf_htons(cfg->dns4_port);
+		}
+	} else if (v == UDP_QUIC) {
+		ctx->user_ip6[0] = cfg->quic6_ip[0];
+		ctx->user_ip6[1] = cfg->quic6_ip[1];
+		ctx->user_ip6[2] = cfg->quic6_ip[2];
+		ctx->user_ip6[3] = cfg->quic6_ip[3];
+		ctx->user_port = bpf_htons(cfg->quic6_port);
 	} else {
 		ctx->user_ip6[0] = cfg->dns6_ip[0];
 		ctx->user_ip6[1] = cfg->dns6_ip[1];
@@ -649,19 +693,25 @@ int publish_origin(struct bpf_sock_ops *ctx)
 }
 
 /*
- * The address a redirected socket was sent to: the proxy for TCP, the
- * resolver for UDP. mapped: a dual-stack socket's IPv4 one.
+ * The address a redirected socket was sent to: the proxy for TCP; for
+ * UDP, the QUIC listener when the record's destination port is 443, else
+ * the resolver. mapped: a dual-stack socket's IPv4 one.
  */
-static __always_inline int is_target4(const struct config *cfg, __u8 proto, __u32 ip, __u16 port)
+static __always_inline int is_target4(const struct config *cfg, const struct origin *o, __u32 ip, __u16 port)
 {
-	if (proto == IPPROTO_UDP)
+	if (o->proto == IPPROTO_UDP && o->dst_port == QUIC_PORT)
+		return cfg->has_quic4 && ip == cfg->quic4_ip && port == cfg->quic4_port;
+	if (o->proto == IPPROTO_UDP)
 		return cfg->has_dns4 && ip == cfg->dns4_ip && port == cfg->dns4_port;
 	return cfg->has4 && ip == cfg->proxy4_ip && port == cfg->proxy4_port;
 }
 
-static __always_inline int is_target6(const struct config *cfg, __u8 proto, const __u32 ip6[4], __u16 port)
+static __always_inline int is_target6(const struct config *cfg, const struct origin *o, const __u32 ip6[4], __u16 port)
 {
-	if (proto == IPPROTO_UDP)
+	if (o->proto == IPPROTO_UDP && o->dst_port == QUIC_PORT)
+		return cfg->has_quic6 && ip6[0] == cfg->quic6_ip[0] && ip6[1] == cfg->quic6_ip[1] &&
+		       ip6[2] == cfg->quic6_ip[2] && ip6[3] == cfg->quic6_ip[3] && port == cfg->quic6_port;
+	if (o->proto == IPPROTO_UDP)
 		return cfg->has_dns6 && ip6[0] == cfg->dns6_ip[0] && ip6[1] == cfg->dns6_ip[1] &&
 		       ip6[2] == cfg->dns6_ip[2] && ip6[3] == cfg->dns6_ip[3] && port == cfg->dns6_port;
 	return cfg->has6 && ip6[0] == cfg->proxy6_ip[0] && ip6[1] == cfg->proxy6_ip[1] &&
@@ -669,8 +719,8 @@ static __always_inline int is_target6(const struct config *cfg, __u8 proto, cons
 }
 
 /*
- * Shows an AF_INET socket its original peer when ctx holds the proxy's or
- * the resolver's address: getpeername4 for the connection's peer,
+ * Shows an AF_INET socket its original peer when ctx holds the proxy's,
+ * the resolver's or the QUIC listener's address: getpeername4 for the connection's peer,
  * recvmsg4 for a datagram's source.
  */
 static __always_inline int disguise4(struct bpf_sock_addr *ctx)
@@ -682,7 +732,7 @@ static __always_inline int disguise4(struct bpf_sock_addr *ctx)
 	struct origin *o = bpf_sk_storage_get(&sk_origin, ctx->sk, 0, 0);
 	if (!o || o->family != AF_INET)
 		return 1;
-	if (!is_target4(cfg, o->proto, ctx->user_ip4, bpf_ntohs((__u16)ctx->user_port)))
+	if (!is_target4(cfg, o, ctx->user_ip4, bpf_ntohs((__u16)ctx->user_port)))
 		return 1;
 	ctx->user_ip4 = o->dst_ip6[3];
 	ctx->user_port = bpf_htons(o->dst_port);
@@ -710,9 +760,9 @@ static __always_inline int disguise6(struct bpf_sock_addr *ctx)
 	/* The record must be of the same kind: mapped or not. */
 	int target;
 	if (o->flags & ORIGIN_F_V4MAPPED)
-		target = is_v4mapped(ip6) && is_target4(cfg, o->proto, ip6[3], port);
+		target = is_v4mapped(ip6) && is_target4(cfg, o, ip6[3], port);
 	else
-		target = is_target6(cfg, o->proto, ip6, port);
+		target = is_target6(cfg, o, ip6, port);
 	if (!target)
 		return 1;
 	ctx->user_ip6[0] = o->dst_ip6[0];
@@ -823,7 +873,7 @@ int publish_udp(struct __sk_buff *skb)
 		return 1;
 	struct origin *o = bpf_sk_storage_get(&sk_origin, sk, 0, 0);
 	if (!o || o->proto != IPPROTO_UDP)
-		return 1; /* not a DNS socket */
+		return 1; /* not a redirected DNS or QUIC socket */
 
 	/* skb->data is the network header here. */
 	struct local_key key = {};
