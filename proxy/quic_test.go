@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -100,12 +102,13 @@ func get(t *testing.T, c *http.Client, url string) (*http.Response, string, erro
 func TestQUICAllowed(t *testing.T) {
 	e := newQUICEnv(t, envOptions{})
 	up := e.upstream(upstream.Options{Name: "api.example.test", Addr: "127.0.42.2:0", CA: e.upCA})
+	startH3Origin(t, e.env, "api.example.test", up.Addr.String(), nil)
 	e.redirect(up.Addr)
 	res, body, err := get(t, e.client(t), "https://"+hostPort(up)+"/hello")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.StatusCode != 200 || res.Proto != "HTTP/3.0" || !strings.HasPrefix(body, "hello from api.example.test") {
+	if res.StatusCode != 200 || res.Proto != "HTTP/3.0" || body != "hello from api.example.test via HTTP/3.0\n" {
 		t.Fatalf("got %d %s %q, want 200 over HTTP/3.0 from the origin", res.StatusCode, res.Proto, body)
 	}
 	h := e.rec.wait(t, "http", func(ev *event.Event) bool { return ev.Kind == event.KindHTTP })
@@ -155,5 +158,166 @@ func TestQUICUnknownOrigin(t *testing.T) {
 	c := e.rec.wait(t, "connect", func(ev *event.Event) bool { return ev.Kind == event.KindConnect })
 	if c.Verdict.Rule != ruleNoOrigin || c.Connect.Transport != event.UDP {
 		t.Errorf("connect event %+v %s, want rule %s over udp", *c.Connect, c.Verdict, ruleNoOrigin)
+	}
+}
+
+// h3Origin is an HTTP/3 origin for name on a UDP address of 127.0.42.0/24,
+// with a certificate of the upstream CA; it records the protocol of each
+// request.
+type h3Origin struct {
+	addr   netip.AddrPort
+	pc     net.PacketConn
+	srv    *http3.Server
+	mu     sync.Mutex
+	protos []string
+}
+
+func startH3Origin(t testing.TB, e *env, name, addr string, h http.Handler) *h3Origin {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &h3Origin{addr: pc.LocalAddr().(*net.UDPAddr).AddrPort(), pc: pc}
+	leaf, err := e.upCA.Leaf(name, o.addr.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h == nil {
+		h = upstream.DefaultHandler(name)
+	}
+	o.srv = &http3.Server{
+		TLSConfig: http3.ConfigureTLSConfig(&stdtls.Config{Certificates: []stdtls.Certificate{leaf}}),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			o.mu.Lock()
+			o.protos = append(o.protos, r.Proto)
+			o.mu.Unlock()
+			h.ServeHTTP(w, r)
+		}),
+	}
+	go o.srv.Serve(pc)
+	t.Cleanup(o.stop)
+	return o
+}
+
+// stop closes the origin and its socket: nothing answers on its port.
+func (o *h3Origin) stop() {
+	o.srv.Close()
+	o.pc.Close()
+}
+
+func (o *h3Origin) seen() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.protos...)
+}
+
+// A client that came over QUIC has its requests sent upstream over
+// HTTP/3 to the connection's destination; when QUIC cannot reach the
+// origin there (nothing answers on UDP: blocked, or no HTTP/3), they go
+// over TCP instead.
+func TestQUICUpstream(t *testing.T) {
+	e := newQUICEnv(t, envOptions{})
+	e.p.h3Client.HandshakeTimeout = 500 * time.Millisecond
+	withH3 := e.upstream(upstream.Options{Name: "api.example.test", Addr: "127.0.42.4:0", CA: e.upCA, HTTP1Only: true})
+	origin := startH3Origin(t, e.env, "api.example.test", withH3.Addr.String(), nil) // the same port, over UDP
+	tcpOnly := e.upstream(upstream.Options{Name: "tcp.example.test", Addr: "127.0.42.4:0", CA: e.upCA, HTTP1Only: true})
+	for _, tt := range []struct {
+		name       string
+		up         *upstream.Server
+		wantOrigin string // the protocol the origin saw
+	}{
+		{name: "h3 origin", up: withH3, wantOrigin: "HTTP/3.0"},
+		{name: "nothing on UDP", up: tcpOnly, wantOrigin: "HTTP/1.1"},
+		{name: "nothing on UDP, again", up: tcpOnly, wantOrigin: "HTTP/1.1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e.redirect(tt.up.Addr)
+			res, body, err := get(t, e.client(t), "https://"+hostPort(tt.up)+"/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "hello from " + tt.up.Name + " via " + tt.wantOrigin + "\n"; res.StatusCode != 200 || body != want {
+				t.Fatalf("got %d %q, want 200 %q", res.StatusCode, body, want)
+			}
+		})
+	}
+	if got := origin.seen(); !slices.Equal(got, []string{"HTTP/3.0"}) {
+		t.Errorf("the HTTP/3 origin saw %v, want one request over HTTP/3", got)
+	}
+	if !e.p.altSvc.Broken(net.JoinHostPort(tcpOnly.Name, strconv.Itoa(int(tcpOnly.Addr.Port())))) {
+		t.Error("the origin without HTTP/3 is not remembered as such: every request would wait for QUIC first")
+	}
+}
+
+// An origin reached over TCP that advertises HTTP/3 (Alt-Svc) gets the
+// next requests over HTTP/3, on the port it named, at the address the
+// client went to. An explicit-proxy client is not told of HTTP/3 (it
+// would go around the proxy over UDP); other alternatives reach it.
+func TestQUICAltSvcUpgrade(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	var altSvc string
+	h3o := startH3Origin(t, e, "alt.example.test", "127.0.42.5:0", nil)
+	tcp := e.upstream(upstream.Options{Name: "alt.example.test", Addr: "127.0.42.5:0", CA: e.upCA,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Alt-Svc", altSvc)
+			io.WriteString(w, "tcp "+r.Proto)
+		})})
+	altSvc = `h3=":` + strconv.Itoa(int(h3o.addr.Port())) + `"; ma=3600, h2=":443"`
+	c, _ := e.client(true)
+	res, body, err := get(t, c, "https://"+hostPort(tcp)+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(body, "tcp ") {
+		t.Fatalf("first request: %q, want it over TCP", body)
+	}
+	if got, want := res.Header.Values("Alt-Svc"), []string{`h2=":443"`}; !slices.Equal(got, want) {
+		t.Errorf("explicit-mode client got Alt-Svc %q, want %q", got, want)
+	}
+	_, body, err = get(t, c, "https://"+hostPort(tcp)+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "hello from alt.example.test via HTTP/3.0\n"; body != want {
+		t.Errorf("second request: %q, want %q (upstream over HTTP/3)", body, want)
+	}
+	if got := h3o.seen(); !slices.Equal(got, []string{"HTTP/3.0"}) {
+		t.Errorf("HTTP/3 origin saw %v", got)
+	}
+}
+
+// A request the policy refuses inside an allowed QUIC connection gets a
+// 403 naming the rule, as over TCP; the connection goes on.
+func TestQUICRequestDenied(t *testing.T) {
+	pol := []byte(`
+intent: test
+default: allow
+rules:
+  - name: no-admin
+    on: http
+    when: http.url.contains("/admin")
+    action: deny
+    reason: admin pages are off limits
+`)
+	eng, _ := policyRewrites(t, pol)
+	e := newQUICEnv(t, envOptions{decider: eng})
+	up := e.upstream(upstream.Options{Name: "api.example.test", Addr: "127.0.42.6:0", CA: e.upCA})
+	startH3Origin(t, e.env, "api.example.test", up.Addr.String(), nil)
+	e.redirect(up.Addr)
+	c := e.client(t)
+	res, body, err := get(t, c, "https://"+hostPort(up)+"/admin/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 403 || !strings.Contains(body, "denied by rule no-admin: admin pages are off limits") {
+		t.Fatalf("got %d %q, want 403 naming the rule", res.StatusCode, body)
+	}
+	if res, _, err := get(t, c, "https://"+hostPort(up)+"/ok"); err != nil || res.StatusCode != 200 {
+		t.Fatalf("next request on the connection: %v %v", res, err)
+	}
+	h := e.rec.wait(t, "http", func(ev *event.Event) bool { return ev.Kind == event.KindHTTP && ev.HTTP.Status == 403 })
+	if h.Verdict.Rule != "no-admin" || h.HTTP.Proto != "HTTP/3.0" {
+		t.Errorf("http event rule %q proto %q", h.Verdict.Rule, h.HTTP.Proto)
 	}
 }
