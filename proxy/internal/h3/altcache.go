@@ -79,7 +79,7 @@ func (c *AltCache) Learn(origin, altSvc string) {
 		return
 	}
 	for _, a := range alts {
-		if IsH3(a.Proto) && a.Proto == "h3" && a.Host == "" {
+		if a.Proto == "h3" && a.Host == "" { // drafts (h3-29) are not spoken upstream
 			e.port, e.expires = a.Port, c.now().Add(a.MaxAge)
 			c.set(origin, e)
 			return
