@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	stdtls "crypto/tls"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/upstream"
+	"github.com/chaperone-dev/chaperone/policy"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 )
@@ -319,5 +321,51 @@ rules:
 	h := e.rec.wait(t, "http", func(ev *event.Event) bool { return ev.Kind == event.KindHTTP && ev.HTTP.Status == 403 })
 	if h.Verdict.Rule != "no-admin" || h.HTTP.Proto != "HTTP/3.0" {
 		t.Errorf("http event rule %q proto %q", h.Verdict.Rule, h.HTTP.Proto)
+	}
+}
+
+// An LLM call over HTTP/3 is rewritten as over TCP: the secret in its
+// prompt never reaches the API (itself reached over HTTP/3), and the
+// streamed answer that quotes it gets the real value back.
+func TestQUICRedactLLM(t *testing.T) {
+	eng, rw := policyRewrites(t, policy.DefaultPolicyYAML())
+	e := newQUICEnv(t, envOptions{decider: eng, rewrites: rw})
+	var mu sync.Mutex
+	var sent []byte
+	llm := upstream.LLMHandler(3)
+	origin := startH3Origin(t, e.env, "api.anthropic.com", "127.0.42.8:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		sent = b
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		llm.ServeHTTP(w, r)
+	}))
+	e.redirect(origin.addr)
+	tok := fakeToken(t)
+	url := "https://api.anthropic.com:" + strconv.Itoa(int(origin.addr.Port())) + "/v1/messages"
+	res, err := e.client(t).Post(url, "application/json", bytes.NewReader(anthropicBody(t, true, "deploy with token "+tok+" please")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("status %d, %v: %s", res.StatusCode, err, answer)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if bytes.Contains(sent, []byte(tok)) || !bytes.Contains(sent, []byte("[REDACTED:github-pat:")) {
+		t.Errorf("the API got %.300s, want the secret replaced by its placeholder", sent)
+	}
+	if got := origin.seen(); !slices.Equal(got, []string{"HTTP/3.0"}) {
+		t.Errorf("the API saw %v, want one request over HTTP/3", got)
+	}
+	if joined := strings.ReplaceAll(string(answer), `"`, ""); !strings.Contains(string(answer), tok) && !strings.Contains(joined, tok) || strings.Contains(string(answer), "[REDACTED:") {
+		t.Errorf("the answer did not get the secret back:\n%.600s", answer)
+	}
+	ev := e.rec.wait(t, "llm", func(ev *event.Event) bool { return ev.Kind == event.KindLLM })
+	if ev.Verdict.Action != event.Rewrite || ev.LLM.Restored != 1 || strings.Contains(ev.LLM.Prompt, tok) {
+		t.Errorf("llm event: verdict %s restored %d", ev.Verdict, ev.LLM.Restored)
 	}
 }
