@@ -34,7 +34,7 @@ type quicEnv struct {
 	done   chan error
 }
 
-func newQUICEnv(t *testing.T, o envOptions) *quicEnv {
+func newQUICEnv(t testing.TB, o envOptions) *quicEnv {
 	t.Helper()
 	e := &quicEnv{env: newEnv(t, o), done: make(chan error, 1)}
 	pc, err := net.ListenPacket("udp", "127.0.42.1:0")
@@ -74,7 +74,7 @@ func (e *quicEnv) redirect(dst netip.AddrPort) {
 // client returns an HTTP/3 client whose every connection goes to the
 // proxy's QUIC listener (as the kernel would send it) and trusts
 // Chaperone's CA.
-func (e *quicEnv) client(t *testing.T) *http.Client {
+func (e *quicEnv) client(t testing.TB) *http.Client {
 	t.Helper()
 	proxy := e.pc.LocalAddr().String()
 	tr := &http3.Transport{
