@@ -369,3 +369,57 @@ func TestQUICRedactLLM(t *testing.T) {
 		t.Errorf("llm event: verdict %s restored %d", ev.Verdict, ev.LLM.Restored)
 	}
 }
+
+// A QUIC connection cannot move to another client address: a probe of a
+// new path gets no answer, while the connection goes on from its own.
+func TestQUICNoMigration(t *testing.T) {
+	e := newQUICEnv(t, envOptions{})
+	up := e.upstream(upstream.Options{Name: "api.example.test", Addr: "127.0.42.11:0", CA: e.upCA})
+	startH3Origin(t, e.env, "api.example.test", up.Addr.String(), nil)
+	e.redirect(up.Addr)
+	socket := func() *quic.Transport {
+		pc, err := net.ListenPacket("udp", "127.0.42.10:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &quic.Transport{Conn: pc}
+		t.Cleanup(func() { tr.Close(); pc.Close() })
+		return tr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	proxyAddr := e.pc.LocalAddr()
+	qc, err := socket().Dial(ctx, proxyAddr, &stdtls.Config{RootCAs: e.caPool, ServerName: "api.example.test", NextProtos: []string{http3.NextProtoH3}}, &quic.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := (&http3.Transport{}).NewClientConn(qc)
+	url := "https://" + hostPort(up) + "/"
+	roundTrip := func() error {
+		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+		res, err := cc.RoundTrip(req)
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			return errors.New(res.Status)
+		}
+		return nil
+	}
+	if err := roundTrip(); err != nil {
+		t.Fatal(err)
+	}
+	path, err := qc.AddPath(socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	defer pcancel()
+	if err := path.Probe(pctx); err == nil {
+		t.Fatal("the proxy answered a probe from a new client address: the connection could migrate")
+	}
+	if err := roundTrip(); err != nil {
+		t.Fatalf("the connection from its own address: %v", err)
+	}
+}
