@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -422,4 +423,61 @@ func TestQUICNoMigration(t *testing.T) {
 	if err := roundTrip(); err != nil {
 		t.Fatalf("the connection from its own address: %v", err)
 	}
+}
+
+// A session that ends takes its QUIC connections with it, and a host
+// whose TLS is passed through over TCP is refused over QUIC (the client
+// falls back to TCP, where it is passed through).
+func TestQUICSessionEndAndPassthrough(t *testing.T) {
+	e := newQUICEnv(t, envOptions{passthrough: func(host string, _ netip.Addr) bool { return host == "pinned.example.test" }})
+	up := e.upstream(upstream.Options{Name: "api.example.test", Addr: "127.0.42.12:0", CA: e.upCA})
+	startH3Origin(t, e.env, "api.example.test", up.Addr.String(), nil)
+	e.redirect(up.Addr)
+
+	t.Run("passthrough host", func(t *testing.T) {
+		_, _, err := get(t, e.client(t), "https://pinned.example.test:"+strconv.Itoa(int(up.Addr.Port()))+"/")
+		var ae *quic.ApplicationError
+		if !errors.As(err, &ae) || !strings.Contains(ae.ErrorMessage, ruleQUICPassthrough) {
+			t.Fatalf("error %v, want a CONNECTION_CLOSE naming rule %s", err, ruleQUICPassthrough)
+		}
+		tl := e.rec.wait(t, "tls", func(ev *event.Event) bool {
+			return ev.Kind == event.KindTLS && ev.TLS.ServerName == "pinned.example.test"
+		})
+		if tl.Verdict.Rule != ruleQUICPassthrough || tl.TLS.Intercepted {
+			t.Errorf("tls event: %s intercepted %v", tl.Verdict, tl.TLS.Intercepted)
+		}
+	})
+
+	t.Run("session ends", func(t *testing.T) {
+		c := e.client(t)
+		if _, _, err := get(t, c, "https://"+hostPort(up)+"/"); err != nil {
+			t.Fatal(err)
+		}
+		e.p.RemoveSession(testSession)
+		_, _, err := get(t, c, "https://"+hostPort(up)+"/")
+		if err == nil {
+			t.Fatal("a request went through after the session ended")
+		}
+		// The connection is gone, and a new one is refused: the session
+		// is unknown.
+		if _, _, err := get(t, e.client(t), "https://"+hostPort(up)+"/"); err == nil {
+			t.Fatal("a new connection of the ended session was served")
+		}
+	})
+}
+
+// Close ends ServeQUIC, its connections and the upstream HTTP/3
+// connections, and leaves no goroutine behind.
+func TestQUICCloseLeavesNothing(t *testing.T) {
+	base := runtime.NumGoroutine()
+	t.Run("serve", func(t *testing.T) {
+		e := newQUICEnv(t, envOptions{})
+		up := e.upstream(upstream.Options{Name: "api.example.test", Addr: "127.0.42.13:0", CA: e.upCA})
+		startH3Origin(t, e.env, "api.example.test", up.Addr.String(), nil)
+		e.redirect(up.Addr)
+		if _, body, err := get(t, e.client(t), "https://"+hostPort(up)+"/"); err != nil || !strings.Contains(body, "HTTP/3.0") {
+			t.Fatalf("%q, %v", body, err)
+		}
+	}) // its cleanups close the proxy (ServeQUIC must return nil), the client and the origin
+	waitGoroutines(t, base)
 }
