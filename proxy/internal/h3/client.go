@@ -59,9 +59,9 @@ type clientConn struct {
 
 // RoundTrip sends req to dst, a server that answers for req.URL's host,
 // over HTTP/3. An error that wraps ErrUnreachable means nothing was sent.
-// A request without a body that fails because its pooled connection was
-// closed under it (the server's idle timeout, its graceful close) is sent
-// again once on a new connection.
+// An idempotent request without a body that fails because its pooled
+// connection was closed under it (the server's idle timeout, its graceful
+// close) is sent again once on a new connection, as net/http does.
 func (c *Client) RoundTrip(req *http.Request, dst netip.AddrPort) (*http.Response, error) {
 	k := connKey{name: req.URL.Hostname(), dst: netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())}
 	for try := 0; ; try++ {
@@ -70,12 +70,20 @@ func (c *Client) RoundTrip(req *http.Request, dst netip.AddrPort) (*http.Respons
 			return nil, err
 		}
 		res, err := c.send(e.cc, req)
-		if err != nil && try == 0 && req.Body == nil && req.Context().Err() == nil && closedUnder(e.qc, err) {
+		if err != nil && try == 0 && req.Body == nil && idempotent(req.Method) && req.Context().Err() == nil && closedUnder(e.qc, err) {
 			c.forget(k, e)
 			continue
 		}
 		return res, err
 	}
+}
+
+func idempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
 }
 
 // closedUnder reports whether a request's err says its connection was
