@@ -481,3 +481,22 @@ func TestQUICCloseLeavesNothing(t *testing.T) {
 	}) // its cleanups close the proxy (ServeQUIC must return nil), the client and the origin
 	waitGoroutines(t, base)
 }
+
+// In transparent mode an origin's Alt-Svc reaches the client as it came,
+// h3 included: the client's QUIC comes to the proxy too.
+func TestQUICAltSvcPassedThrough(t *testing.T) {
+	e := newQUICEnv(t, envOptions{})
+	const altSvc = `h3=":443"; ma=60, h2=":443"`
+	origin := startH3Origin(t, e.env, "api.example.test", "127.0.42.14:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Alt-Svc", altSvc)
+		io.WriteString(w, "ok")
+	}))
+	e.redirect(origin.addr)
+	res, _, err := get(t, e.client(t), "https://api.example.test:"+strconv.Itoa(int(origin.addr.Port()))+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Header.Values("Alt-Svc"); !slices.Equal(got, []string{altSvc}) {
+		t.Errorf("client got Alt-Svc %q, want %q", got, altSvc)
+	}
+}
