@@ -72,6 +72,12 @@
 // every write is flushed at once, except the one that completes a body of
 // known length, which leaves with the handler's return, so nothing is
 // held.
+// QUIC connections redirected in transparent mode (ServeQUIC) are
+// terminated by proxy/internal/h3 (quic-go) and their HTTP/3 requests
+// served by the same handler; a request goes upstream over HTTP/3 when its
+// client came over QUIC or its origin advertised h3 (Alt-Svc, remembered
+// per host:port), over TCP when QUIC cannot reach the origin
+// (upstream_h3.go).
 // A WebSocket upgrade (over HTTP/1.1, or an extended CONNECT on an HTTP/2
 // stream, RFC 8441) goes to serveSocket, which makes both handshakes and
 // runs proxy/internal/ws's relay with a handler per connection: in a
@@ -84,8 +90,8 @@
 // server. Other protocol switches go through httputil.ReverseProxy.
 //
 // This package imports event, tls, rewrite, proxy/internal/ws (the
-// WebSocket message layer, which imports nothing of the project) and the
-// standard library; it must not
+// WebSocket message layer) and proxy/internal/h3 (QUIC and HTTP/3), which
+// import nothing of the project, and the standard library; it must not
 // import cmd, certs, redirect, internal/upstream or any package above it.
 // Policy, attribution and rewriting reach it through the Decider,
 // ProcessFinder and Publish options.

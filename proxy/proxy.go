@@ -192,8 +192,12 @@ type Proxy struct {
 	// newRelayTransport makes a relayed tunnel's own transports, as
 	// transport and transportH1 are made (see tunnelTransport).
 	newRelayTransport func(h1Only bool) *http.Transport
-	upstreamH1        *h1Upstream            // HTTP/1.1 only: every other request
-	rp                *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
+	upstreamH1        *h1Upstream // HTTP/1.1 only: every other request
+	// h3Client sends requests over HTTP/3 to origins that offer it
+	// (altSvc) or that the client reached over QUIC.
+	h3Client *h3.Client
+	altSvc   *h3.AltCache
+	rp       *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
 
 	front *http.Server // explicit-proxy requests; a tunnel's are served by serveH1 and serveH2
 	h2    *h2Server
@@ -311,6 +315,12 @@ func New(opts Options) (*Proxy, error) {
 		maxIdle:       p.transportH1.MaxIdleConns,
 		watch:         newDeadlineWatch(upstreamHeaderTimeout),
 	}
+	p.h3Client = &h3.Client{
+		TLS:                    &stdtls.Config{RootCAs: opts.UpstreamRoots, MinVersion: stdtls.VersionTLS13},
+		HeaderTimeout:          upstreamHeaderTimeout,
+		MaxResponseHeaderBytes: maxHeaderBytes,
+	}
+	p.altSvc = &h3.AltCache{Now: p.now}
 	errLog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
@@ -474,6 +484,7 @@ func (p *Proxy) Close() error {
 	p.transport.CloseIdleConnections()
 	p.transportH1.CloseIdleConnections()
 	p.upstreamH1.close()
+	p.h3Client.Close()
 	if err != nil {
 		return fmt.Errorf("proxy: close: %w", err)
 	}

@@ -173,7 +173,7 @@ func (p *Proxy) helloQUIC(hello *stdtls.ClientHelloInfo) (*stdtls.Config, error)
 func withoutGREASE(vs []uint16) []uint16 {
 	out := vs[:0:0]
 	for _, v := range vs {
-		if v&0x0f0f != 0x0a0a {
+		if !chtls.IsGREASE(v) {
 			out = append(out, v)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptrace"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"strconv"
@@ -46,8 +47,12 @@ const headerFlushDelay = time.Millisecond
 // published.
 func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	h2 := r.ProtoMajor == 2 && needsH2(r.Header)
-	x.plain1 = !h2
-	out := x.outgoing(r, h2)
+	origin, h3dst, h3 := "", netip.AddrPort{}, false
+	if !h2 {
+		origin, h3dst, h3 = p.h3Route(tunnelFrom(r.Context()))
+	}
+	x.plain1 = !h2 && !h3
+	out := x.outgoing(r, h2 || h3)
 	if out.Body != nil {
 		defer x.body.Close()
 	}
@@ -62,9 +67,14 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	}
 	var res *http.Response
 	var err error
-	if h2 {
+	fellBack := false
+	if h3 {
+		res, err, fellBack = p.roundTripH3(out, origin, h3dst)
+	}
+	switch {
+	case h2:
 		res, err = tunnelTransport{p: p}.RoundTrip(out)
-	} else {
+	case !h3 || fellBack:
 		res, err = p.upstreamH1.send(out, x.got1xx)
 	}
 	x.mu.Lock()
@@ -97,6 +107,7 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 		p.refuseSwitch(&x.sw, out, res)
 		return false
 	}
+	p.altSvcSeen(tunnelFrom(r.Context()), res.Header)
 	announced := x.writeHeader(r, res)
 	if err := p.copyBody(x, r, res); err != nil {
 		res.Body.Close()

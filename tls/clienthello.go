@@ -282,7 +282,7 @@ func parseHello(msg []byte) (*ClientHello, error) {
 			for !list.Empty() {
 				var v uint16
 				list.ReadUint16(&v)
-				if !isGREASE(v) {
+				if !IsGREASE(v) {
 					ch.SupportedVersions = append(ch.SupportedVersions, v)
 				}
 			}
@@ -309,5 +309,5 @@ func validServerName(name []byte) bool {
 	return true
 }
 
-// isGREASE reports whether v is one of RFC 8701's reserved values.
-func isGREASE(v uint16) bool { return v&0x0f0f == 0x0a0a && v>>8 == v&0xff }
+// IsGREASE reports whether v is one of RFC 8701's reserved values.
+func IsGREASE(v uint16) bool { return v&0x0f0f == 0x0a0a && v>>8 == v&0xff }

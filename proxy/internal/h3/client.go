@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -29,6 +30,9 @@ type Client struct {
 	TLS *tls.Config
 	// HandshakeTimeout bounds reaching an upstream; 5 s when zero.
 	HandshakeTimeout time.Duration
+	// HeaderTimeout bounds the wait for a response's header once the
+	// request is sent; none when zero.
+	HeaderTimeout time.Duration
 	// MaxResponseHeaderBytes bounds a response's header section; http3's
 	// default when zero.
 	MaxResponseHeaderBytes int
@@ -55,17 +59,87 @@ type clientConn struct {
 
 // RoundTrip sends req to dst, a server that answers for req.URL's host,
 // over HTTP/3. An error that wraps ErrUnreachable means nothing was sent.
+// An idempotent request without a body that fails because its pooled
+// connection was closed under it (the server's idle timeout, its graceful
+// close) is sent again once on a new connection, as net/http does.
 func (c *Client) RoundTrip(req *http.Request, dst netip.AddrPort) (*http.Response, error) {
-	name := req.URL.Hostname()
-	cc, err := c.conn(req.Context(), connKey{name: name, dst: netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())})
+	k := connKey{name: req.URL.Hostname(), dst: netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())}
+	for try := 0; ; try++ {
+		e, err := c.conn(req.Context(), k)
+		if err != nil {
+			return nil, err
+		}
+		res, err := c.send(e.cc, req)
+		if err != nil && try == 0 && req.Body == nil && idempotent(req.Method) && req.Context().Err() == nil && closedUnder(e.qc, err) {
+			c.forget(k, e)
+			continue
+		}
+		return res, err
+	}
+}
+
+func idempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// closedUnder reports whether a request's err says its connection was
+// closed: gracefully by the server (H3_NO_ERROR), or at all.
+func closedUnder(qc *quic.Conn, err error) bool {
+	if ae, ok := errors.AsType[*quic.ApplicationError](err); ok && ae.ErrorCode == quic.ApplicationErrorCode(http3.ErrCodeNoError) {
+		return true
+	}
+	return qc.Context().Err() != nil
+}
+
+// send sends req on cc, waiting at most HeaderTimeout for the header.
+func (c *Client) send(cc *http3.ClientConn, req *http.Request) (*http.Response, error) {
+	if c.HeaderTimeout <= 0 {
+		return cc.RoundTrip(req)
+	}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(c.HeaderTimeout, func() { cancel(errHeaderTimeout) })
+	res, err := cc.RoundTrip(req.WithContext(ctx))
+	if !timer.Stop() {
+		if err == nil {
+			res.Body.Close()
+		}
+		return nil, errHeaderTimeout
+	}
 	if err != nil {
+		cancel(nil)
 		return nil, err
 	}
-	return cc.RoundTrip(req)
+	res.Body = &cancelBody{ReadCloser: res.Body, cancel: cancel}
+	return res, nil
+}
+
+// errHeaderTimeout is a response header that did not come in time.
+var errHeaderTimeout = timeoutError{}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "h3: timeout awaiting response headers" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
+
+// cancelBody releases its request's context when closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
 }
 
 // conn returns the live connection for k, dialling it if there is none.
-func (c *Client) conn(ctx context.Context, k connKey) (*http3.ClientConn, error) {
+func (c *Client) conn(ctx context.Context, k connKey) (*clientConn, error) {
 	c.once.Do(func() {
 		c.h3 = &http3.Transport{MaxResponseHeaderBytes: c.MaxResponseHeaderBytes, DisableCompression: true}
 	})
@@ -92,7 +166,7 @@ func (c *Client) conn(ctx context.Context, k connKey) (*http3.ClientConn, error)
 	if e.err != nil {
 		return nil, e.err
 	}
-	return e.cc, nil
+	return e, nil
 }
 
 // dial connects e to k, on its own time: a request that gives up waiting

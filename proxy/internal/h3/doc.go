@@ -10,6 +10,10 @@
 //     once its handshake has completed, so a refusal's CONNECTION_CLOSE
 //     travels in 1-RTT packets and carries its reason phrase (in Initial
 //     and Handshake packets QUIC allows no application reason).
+//   - A connection stays on the client address it started from: packets of
+//     an established connection from any other address are dropped, so a
+//     client cannot migrate it (quic-go itself would follow a validated
+//     new path), and whatever Start found for the address stays true.
 //   - Client dials only the address it is given, verifies the server's
 //     certificate against its TLS configuration's roots, and reports a
 //     failure to reach the server (before any byte of the request left)

@@ -76,11 +76,18 @@ func (s *Server) Serve(pc net.PacketConn) error {
 	conf := s.TLS.Clone()
 	conf.NextProtos = []string{NextProto}
 	conf.MinVersion = tls.VersionTLS13
-	tr := &quic.Transport{Conn: pc}
-	if s.Start != nil {
-		tr.ConnContext = func(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
-			return s.Start(ctx, addrPortOf(info.RemoteAddr))
+	pinned := newPinnedConn(pc)
+	tr := &quic.Transport{Conn: pinned}
+	tr.ConnContext = func(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
+		client := addrPortOf(info.RemoteAddr)
+		if s.Start != nil {
+			var err error
+			if ctx, err = s.Start(ctx, client); err != nil {
+				return nil, err
+			}
 		}
+		pinned.pin(ctx, client)
+		return ctx, nil
 	}
 	qconf := &quic.Config{
 		HandshakeIdleTimeout:  orDefault(s.HandshakeTimeout, 10*time.Second),
