@@ -77,39 +77,15 @@ func (p *Proxy) ServeQUIC(pc net.PacketConn, origins OriginFinder) error {
 // first packet, and returns the connection's context carrying it. An
 // error refuses the connection.
 func (p *Proxy) startQUIC(ctx context.Context, client netip.AddrPort, origins OriginFinder) (context.Context, error) {
-	o, err := origins.Origin(client)
+	t, err := p.transparentTunnel(origins, client, event.UDP)
 	if err != nil {
-		reason := "not from a managed session: " + err.Error()
-		if o.Session != "" {
-			reason = "not redirected by the session's hooks (a connection to the proxy's listener itself): " + err.Error()
-		}
-		p.publish(&event.Event{
-			Time: p.now(), Kind: event.KindConnect, Session: o.Session, Process: o.Process,
-			Verdict: proxyVerdict(ruleNoOrigin, reason),
-			Connect: &event.Connect{Transport: event.UDP, Via: "transparent"},
-		})
-		return nil, fmt.Errorf("proxy: quic: %s", reason)
+		return nil, fmt.Errorf("proxy: quic: %w", err)
 	}
-	if !p.sessions.Load().has(o.Session) {
-		p.log.Debug("proxy: quic connection refused: unknown session", "session", o.Session)
+	if !p.sessions.Load().has(t.session) {
+		p.log.Debug("proxy: quic connection refused: unknown session", "session", t.session)
 		return nil, errors.New("proxy: quic: unknown session")
 	}
-	port := o.Port
-	if port == 0 {
-		port = o.Dst.Port()
-	}
-	t := &tunnel{session: o.Session, process: o.Process, port: port, dst: o.Dst, via: "transparent", quic: true}
-	e := &event.Event{
-		Time: p.now(), Kind: event.KindConnect, Session: t.session, Process: t.process,
-		Connect: &event.Connect{Dst: o.Dst, Host: normalizeHost(o.Host), Port: port, Transport: event.UDP, Via: "transparent"},
-	}
-	if o.Dst.Addr().Unmap().IsUnspecified() {
-		e.Verdict = proxyVerdict(ruleNoOrigin, "unspecified destination address "+o.Dst.String())
-		p.publish(e)
-		t.denied = &e.Verdict
-	} else {
-		t.connect = e // decided once the ClientHello names the connection
-	}
+	t.quic = true
 	if !p.track(t) {
 		return nil, errors.New("proxy: quic: closed")
 	}

@@ -81,46 +81,52 @@ func (p *Proxy) ServeTransparent(l net.Listener, origins OriginFinder) error {
 }
 
 func (p *Proxy) serveTransparent(c net.Conn, origins OriginFinder) {
-	client := addrPortOf(c.RemoteAddr())
-	t, err := origins.Origin(client)
+	t, err := p.transparentTunnel(origins, addrPortOf(c.RemoteAddr()), event.TCP)
 	if err != nil {
-		reason := "not from a managed session: " + err.Error()
-		if t.Session != "" {
-			reason = "not redirected by the session's hooks (a connection to the proxy's listener itself): " + err.Error()
-		}
-		p.publish(&event.Event{
-			Time: p.now(), Kind: event.KindConnect, Session: t.Session, Process: t.Process,
-			Verdict: proxyVerdict(ruleNoOrigin, reason),
-			Connect: &event.Connect{Transport: event.TCP, Via: "transparent"},
-		})
 		c.Close()
 		return
 	}
-	port := t.Port
+	p.serveTunnel(context.Background(), c, t) // returns once an HTTP server has the connection
+}
+
+// transparentTunnel makes the tunnel of a connection (over transport) that
+// the kernel redirected from client: its connect event is left to be
+// decided once the first bytes (or the ClientHello) name the connection,
+// or is published refused at once when its destination is unspecified. A
+// connection without an origin gets a refused connect event and an error.
+func (p *Proxy) transparentTunnel(origins OriginFinder, client netip.AddrPort, transport event.Transport) (*tunnel, error) {
+	o, err := origins.Origin(client)
+	if err != nil {
+		reason := "not from a managed session: " + err.Error()
+		if o.Session != "" {
+			reason = "not redirected by the session's hooks (a connection to the proxy's listener itself): " + err.Error()
+		}
+		p.publish(&event.Event{
+			Time: p.now(), Kind: event.KindConnect, Session: o.Session, Process: o.Process,
+			Verdict: proxyVerdict(ruleNoOrigin, reason),
+			Connect: &event.Connect{Transport: transport, Via: "transparent"},
+		})
+		return nil, errors.New(reason)
+	}
+	port := o.Port
 	if port == 0 {
-		port = t.Dst.Port()
+		port = o.Dst.Port()
 	}
 	e := &event.Event{
-		Time: p.now(), Kind: event.KindConnect, Session: t.Session, Process: t.Process,
-		Connect: &event.Connect{Dst: t.Dst, Host: normalizeHost(t.Host), Port: port, Transport: event.TCP, Via: "transparent"},
+		Time: p.now(), Kind: event.KindConnect, Session: o.Session, Process: o.Process,
+		Connect: &event.Connect{Dst: o.Dst, Host: normalizeHost(o.Host), Port: port, Transport: transport, Via: "transparent"},
 	}
-	tun := &tunnel{
-		session: t.Session,
-		process: t.Process,
-		port:    port,
-		dst:     t.Dst,
-		via:     "transparent",
-	}
-	if t.Dst.Addr().Unmap().IsUnspecified() {
+	t := &tunnel{session: o.Session, process: o.Process, port: port, dst: o.Dst, via: "transparent"}
+	if o.Dst.Addr().Unmap().IsUnspecified() {
 		// 0.0.0.0 and :: reach this machine's listeners, the proxy's
 		// own among them: refuse rather than loop.
-		e.Verdict = proxyVerdict(ruleNoOrigin, "unspecified destination address "+t.Dst.String())
+		e.Verdict = proxyVerdict(ruleNoOrigin, "unspecified destination address "+o.Dst.String())
 		p.publish(e)
-		tun.denied = &e.Verdict
+		t.denied = &e.Verdict
 	} else {
-		tun.connect = e // decided once the first bytes name the connection
+		t.connect = e // decided once the first bytes name the connection
 	}
-	p.serveTunnel(context.Background(), c, tun) // returns once an HTTP server has the connection
+	return t, nil
 }
 
 // decideConnect decides and publishes the connect event of a transparent

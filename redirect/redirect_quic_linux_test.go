@@ -148,17 +148,7 @@ func TestQUICConfig(t *testing.T) {
 			cfg.ProxyV4, cfg.ProxyV6 = proxy.ProxyV4, proxy.ProxyV6
 			r := loadRedirector(t, cfg)
 			current.Store(r)
-			leaf := newTestLeaf(t)
-			closer, err := r.Attach(leaf.path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closer.Close()
-			rep := runUDPClient(t, &leaf, python, tt.args...)
-			got := rep.Data
-			if rep.Err != "" {
-				got = rep.Err
-			}
+			rep, leaf, got := sendFromNewLeaf(t, r, python, tt.args...)
 			if got != tt.wantData {
 				t.Errorf("client got %q, want %q (%+v)", got, tt.wantData, rep)
 			}

@@ -161,6 +161,24 @@ type udpReport struct {
 	Err  string `json:"err"`  // errno name
 }
 
+// sendFromNewLeaf runs the UDP client with args in a new test cgroup that
+// r is attached to, and returns its report, the cgroup, and what it got:
+// the data it received, else its error.
+func sendFromNewLeaf(t *testing.T, r *Redirector, python string, args ...string) (udpReport, testLeaf, string) {
+	t.Helper()
+	leaf := newTestLeaf(t)
+	closer, err := r.Attach(leaf.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	rep := runUDPClient(t, &leaf, python, args...)
+	if rep.Err != "" {
+		return rep, leaf, rep.Err
+	}
+	return rep, leaf, rep.Data
+}
+
 func runUDPClient(tb testing.TB, leaf *testLeaf, python string, args ...string) udpReport {
 	tb.Helper()
 	cmd := exec.Command(python, append([]string{"-c", pyUDP}, args...)...)
@@ -403,17 +421,7 @@ func TestUDPConfig(t *testing.T) {
 			cfg.ProxyV4, cfg.ProxyV6 = proxy.ProxyV4, proxy.ProxyV6
 			r := loadRedirector(t, cfg)
 			current.Store(r)
-			leaf := newTestLeaf(t)
-			closer, err := r.Attach(leaf.path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closer.Close()
-			rep := runUDPClient(t, &leaf, python, tt.args...)
-			got := rep.Data
-			if rep.Err != "" {
-				got = rep.Err
-			}
+			rep, leaf, got := sendFromNewLeaf(t, r, python, tt.args...)
 			if got != tt.wantData {
 				t.Errorf("client got %q, want %q (%+v)", got, tt.wantData, rep)
 			}
