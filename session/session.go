@@ -545,7 +545,9 @@ func (s *Session) startServe(context.Context) error {
 	}
 	s.stopDebug = startDebug(s.getenv(debugAddrEnv), ts, s.log)
 	if s.mode == config.ModeProxy {
-		fmt.Fprintln(s.stderr, "chaperone: proxy mode: programs that ignore HTTP_PROXY/HTTPS_PROXY are not covered (transparent mode needs root on Linux)")
+		// Why it is not transparent was said when auto fell back; --mode
+		// proxy chose it.
+		fmt.Fprintln(s.stderr, "chaperone: proxy mode: programs that ignore HTTP_PROXY/HTTPS_PROXY are not covered")
 	}
 	s.serveDone = make(chan error, 1)
 	go func() { s.serveDone <- s.proxy.Serve(s.ln) }()

@@ -273,6 +273,9 @@ func TestCurlHTTP1(t *testing.T) {
 	if !strings.Contains(r.stderr, "not covered") {
 		t.Errorf("stderr lacks the proxy-mode warning:\n%s", r.stderr)
 	}
+	if strings.Contains(r.stderr, "needs root") {
+		t.Errorf("stderr says transparent mode needs root, though --mode proxy chose the mode:\n%s", r.stderr)
+	}
 	if !strings.Contains(r.stderr, "1 request to") || !strings.Contains(r.stderr, w.log) {
 		t.Errorf("summary missing from stderr:\n%s", r.stderr)
 	}
