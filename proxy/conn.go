@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"github.com/chaperone-dev/chaperone/event"
 	chtls "github.com/chaperone-dev/chaperone/tls"
 )
@@ -263,11 +265,8 @@ type tunnelConn struct {
 	release func() // set before the tunnel is tracked
 	once    sync.Once
 	done    chan struct{}
-	// gathered keeps writes between gather(true) and gather(false); nil
-	// otherwise. Under gmu: an HTTP/2 connection's close_notify may be
-	// written while a handler gathers.
-	gmu      sync.Mutex
-	gathered *[]byte
+	// g keeps writes between Gather(true) and Gather(false).
+	g netx.Gathering
 	// hello is the ClientHello at the head of r, once sniffHello read it.
 	hello    *chtls.ClientHello
 	helloErr error
@@ -301,15 +300,14 @@ func (c *tunnelConn) Close() error {
 	return err
 }
 
-// CloseWrite half-closes the client connection when it supports it.
-func (c *tunnelConn) CloseWrite() error { return closeWrite(c.Conn) }
+func (c *tunnelConn) Write(b []byte) (int, error) { return c.g.Write(c.Conn, b) }
 
-func closeWrite(c net.Conn) error {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
+// Gather(true) starts keeping writes; Gather(false) sends what was kept,
+// in one write.
+func (c *tunnelConn) Gather(on bool) error { return c.g.Gather(c.Conn, on) }
+
+// CloseWrite half-closes the client connection when it supports it.
+func (c *tunnelConn) CloseWrite() error { return netx.CloseWrite(c.Conn) }
 
 func (p *Proxy) getSniffReader(c net.Conn) *bufio.Reader {
 	if r, ok := p.sniffBufs.Get().(*bufio.Reader); ok {
@@ -339,7 +337,7 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 	return c.Conn.Read(b)
 }
 
-func (c *prefixConn) CloseWrite() error { return closeWrite(c.Conn) }
+func (c *prefixConn) CloseWrite() error { return netx.CloseWrite(c.Conn) }
 
 // tunnelKey is the context key of a request's *tunnel.
 type tunnelKey struct{}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
@@ -78,7 +80,7 @@ func waitClosed(t *testing.T, r io.Reader, c net.Conn) []byte {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(faultWait))
 	got, err := io.ReadAll(r)
-	if isTimeout(err) {
+	if netx.IsTimeout(err) {
 		t.Fatalf("connection still open after %v (read %q)", faultWait, got)
 	}
 	return got

@@ -11,6 +11,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/reqctx"
+
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/rewrite"
 )
@@ -36,9 +40,9 @@ type exchange struct {
 	http *event.HTTP
 	sw   statusWriter
 
-	out   http.Request // the outgoing request, to h1Upstream
-	url   url.URL      // the outgoing request's
-	octx  reqValues    // the outgoing request's context, over a reqContext, to http.Transport
+	out   http.Request  // the outgoing request, to h1Upstream
+	url   url.URL       // the outgoing request's
+	octx  reqctx.Values // the outgoing request's context, over a reqContext, to http.Transport
 	body  guardedBody
 	trace httptrace.ClientTrace
 	fw    flushWriter
@@ -319,7 +323,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 // upstreamErrorStatus is the status a failed upstream round trip gets:
 // 504 for a timeout (dial, handshake or response header), else 502.
 func upstreamErrorStatus(err error) int {
-	if isTimeout(err) {
+	if netx.IsTimeout(err) {
 		return http.StatusGatewayTimeout
 	}
 	return http.StatusBadGateway

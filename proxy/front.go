@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"github.com/chaperone-dev/chaperone/event"
 )
 
@@ -35,7 +37,7 @@ func (l frontListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newFrontConn(rawIO(c)), nil
+	return newFrontConn(netx.RawIO(c)), nil
 }
 
 func newFrontConn(c net.Conn) *frontConn {

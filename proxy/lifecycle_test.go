@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -84,7 +86,7 @@ func TestCloseDuringActiveTunnels(t *testing.T) {
 	}
 	streamResp.Body.Close()
 	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, _, err := ws.ReadMessage(); err == nil || isTimeout(err) {
+	if _, _, err := ws.ReadMessage(); err == nil || netx.IsTimeout(err) {
 		t.Errorf("websocket read after Close: %v", err)
 	}
 	for name, c := range map[string]net.Conn{"passthrough": pass, "unclassified": silent} {

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	stdtls "crypto/tls"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -205,7 +207,7 @@ type Proxy struct {
 	idleTimeout  time.Duration // a tunnel's HTTP/1 connection without a new request for this long is closed
 	stallTimeout time.Duration // and one whose socket takes no bytes of a response for this long
 
-	clientWatch *deadlineWatch // the idle and header timeouts of tunnels' connections
+	clientWatch *netx.Watch // the idle and header timeouts of tunnels' connections
 	h1Bufs      h1Bufs
 	h2Workers   *h2Workers
 
@@ -266,7 +268,7 @@ func New(opts Options) (*Proxy, error) {
 		tunnels:           make(map[*tunnel]struct{}),
 		listeners:         make(map[net.Listener]struct{}),
 		quicServers:       make(map[*h3.Server]net.PacketConn),
-		clientWatch:       newDeadlineWatch(min(readHeaderTimeout, innerIdleTimeout)),
+		clientWatch:       netx.NewWatch(min(readHeaderTimeout, innerIdleTimeout)),
 		bufs:              newBufferPool(64),
 		idleTimeout:       innerIdleTimeout,
 		stallTimeout:      innerIdleTimeout,
@@ -313,7 +315,7 @@ func New(opts Options) (*Proxy, error) {
 		checkEvery:    upstreamCheckEvery,
 		maxIdlePerKey: p.transportH1.MaxIdleConnsPerHost,
 		maxIdle:       p.transportH1.MaxIdleConns,
-		watch:         newDeadlineWatch(upstreamHeaderTimeout),
+		watch:         netx.NewWatch(upstreamHeaderTimeout),
 	}
 	p.h3Client = &h3.Client{
 		TLS:                    &stdtls.Config{RootCAs: opts.UpstreamRoots, MinVersion: stdtls.VersionTLS13},
@@ -434,7 +436,7 @@ func (p *Proxy) ServeTunnel(ctx context.Context, c net.Conn, t Tunnel) {
 	if via == "" {
 		via = "transparent"
 	}
-	tc, handedOff := p.serveTunnel(ctx, rawIO(c), &tunnel{
+	tc, handedOff := p.serveTunnel(ctx, netx.RawIO(c), &tunnel{
 		session: t.Session,
 		process: t.Process,
 		host:    normalizeHost(t.Host),

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -74,7 +76,7 @@ func peekLine(tc *tunnelConn) ([]byte, error) {
 			return nil, errLineTooLong
 		}
 		if _, err := r.Peek(len(b) + 1); err != nil {
-			if isTimeout(err) {
+			if netx.IsTimeout(err) {
 				return nil, err
 			}
 			return nil, errLineIncomplete
@@ -95,7 +97,7 @@ func indexLF(b []byte) int {
 func (p *Proxy) refuseLine(tc *tunnelConn, err error) {
 	t := tc.t
 	switch {
-	case isTimeout(err):
+	case netx.IsTimeout(err):
 		p.publishConnFault(faultHeaderTimeout, t.session, t.process, t.authority, "HTTP/1.1")
 		return
 	case errors.Is(err, errLineTooLong):
@@ -162,7 +164,7 @@ func (p *Proxy) serveRelayConnect(ctx context.Context, tc *tunnelConn, rl reques
 			p.publishConnFault(faultHeaderTooLarge, t.session, t.process, t.authority, "HTTP/1.1")
 			writeClose(tc, http.StatusRequestHeaderFieldsTooLarge, "chaperone: request header too large\n", nil)
 			return false
-		case isTimeout(err):
+		case netx.IsTimeout(err):
 			p.publishConnFault(faultHeaderTimeout, t.session, t.process, t.authority, "HTTP/1.1")
 			return false
 		case err != nil:
@@ -268,7 +270,7 @@ func (p *Proxy) serveSOCKS(ctx context.Context, tc *tunnelConn, proto protocol) 
 		rp, refusal = relaySOCKS5, socks5Reply(socks5NotAllowed)
 	}
 	malformed := func(what string, err error) bool {
-		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) || isTimeout(err) {
+		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) || netx.IsTimeout(err) {
 			p.refuseRelay(t, rp, "", 0, ruleMalformedRequest, what+": "+err.Error())
 		}
 		return false

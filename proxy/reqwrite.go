@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -133,8 +135,8 @@ func copyRequestBody(bw *bufio.Writer, body io.Reader, n int64) (int64, error) {
 	if n <= int64(bw.Available()) {
 		return io.Copy(bw, body)
 	}
-	buf := batchBufs.Get().(*[batchSize]byte)
-	defer batchBufs.Put(buf)
+	buf := netx.BatchBufs.Get().(*[netx.BatchSize]byte)
+	defer netx.BatchBufs.Put(buf)
 	return io.CopyBuffer(struct{ io.Writer }{bw}, body, buf[:])
 }
 

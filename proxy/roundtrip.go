@@ -17,6 +17,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/chaperone-dev/chaperone/proxy/internal/reqctx"
+
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 )
 
 // headerFlushDelay bounds how long the header of a response with a known
@@ -162,8 +166,8 @@ func (x *exchange) outgoing(r *http.Request, traced bool) *http.Request {
 	if traced {
 		x.trace.Got1xxResponse = x.got1xx
 		octx := httptrace.WithClientTrace(ctx, &x.trace)
-		if rc, ok := ctx.(*reqContext); ok {
-			x.octx = reqValues{Context: octx, rc: rc}
+		if rc, ok := ctx.(*reqctx.Context); ok {
+			x.octx = reqctx.Values{Context: octx, Req: rc}
 			octx = &x.octx
 		}
 		out = r.WithContext(octx)
@@ -304,7 +308,7 @@ func (p *Proxy) copyBody(x *exchange, r *http.Request, res *http.Response) error
 		n, rerr := res.Body.Read(buf)
 		// Of a known length, what has already arrived goes out with
 		// this in one write, and so in one system call.
-		for rerr == nil && int64(n) < remaining && len(buf)-n >= maxPlaintext && ready(res.Body) {
+		for rerr == nil && int64(n) < remaining && len(buf)-n >= netx.MaxPlaintext && ready(res.Body) {
 			var m int
 			m, rerr = res.Body.Read(buf[n:])
 			n += m
@@ -359,7 +363,7 @@ func bodyError(r *http.Request, readErr error, n int64) string {
 		return "upstream reset the connection" + at
 	case errors.Is(readErr, io.ErrUnexpectedEOF):
 		return "upstream closed the connection" + at
-	case isTimeout(readErr):
+	case netx.IsTimeout(readErr):
 		return "upstream timed out" + at
 	}
 	return "upstream failed" + at + ": " + readErr.Error()

@@ -17,6 +17,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/reqctx"
+
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -62,9 +66,9 @@ type clientConn struct {
 	has1  bool
 	limit int // bytes a request header may still take; < 0 when not reading one
 
-	wait deadline    // idle, then header timeouts
-	out  stallWriter // the connection, as bw writes to it
-	body *bodyEOF    // the current request's body; nil when it has none
+	wait netx.Deadline    // idle, then header timeouts
+	out  netx.StallWriter // the connection, as bw writes to it
+	body *bodyEOF         // the current request's body; nil when it has none
 	w    h1Writer
 
 	// The watch for the client going away while a response streams.
@@ -103,15 +107,15 @@ func (p *Proxy) serveH1(c net.Conn, tc *tunnelConn) {
 		st := tlsc.ConnectionState()
 		cc.tls = &st
 	}
-	cc.wait.conn = tc.Conn
-	p.clientWatch.add(&cc.wait)
-	defer p.clientWatch.remove(&cc.wait)
-	cc.out = newStallWriter(c, tc.Conn, p.clientWatch, p.stallTimeout)
+	cc.wait.Conn = tc.Conn
+	p.clientWatch.Add(&cc.wait)
+	defer p.clientWatch.Remove(&cc.wait)
+	cc.out = netx.NewStallWriter(c, tc.Conn, p.clientWatch, p.stallTimeout)
 	if cc.tls != nil {
-		cc.out.g = tc
+		cc.out.Gatherer = tc
 	}
-	p.clientWatch.add(&cc.out.dl)
-	defer p.clientWatch.remove(&cc.out.dl)
+	p.clientWatch.Add(&cc.out.Deadline)
+	defer p.clientWatch.Remove(&cc.out.Deadline)
 	for cc.next() && cc.serve() {
 	}
 	if !cc.w.hijacked {
@@ -162,9 +166,9 @@ func (cc *clientConn) next() bool {
 	cc.release()
 	cc.w, cc.body = h1Writer{}, nil // nothing of the last request stays while idle
 	if !cc.has1 {
-		cc.p.clientWatch.arm(&cc.wait, cc.p.idleTimeout)
+		cc.p.clientWatch.Arm(&cc.wait, cc.p.idleTimeout)
 		n, err := cc.c.Read(cc.first[:])
-		cc.wait.disarm()
+		cc.wait.Disarm()
 		if n == 0 || err != nil && !errors.Is(err, io.EOF) {
 			cc.c.Close()
 			return false
@@ -194,16 +198,16 @@ func (cc *clientConn) release() {
 // over: closed, or hijacked by a protocol switch.
 func (cc *clientConn) serve() bool {
 	p := cc.p
-	p.clientWatch.arm(&cc.wait, p.readHeaderTimeout)
+	p.clientWatch.Arm(&cc.wait, p.readHeaderTimeout)
 	cc.limit = headerHardLimit(p.maxHeaderBytes) + headerSlack
-	ctx := newReqContext(cc.ctx)
+	ctx := reqctx.New(cc.ctx)
 	req, plain, err := readRequest(cc.br, ctx)
 	overLimit := cc.limit == 0
 	cc.limit = -1
 	// A read cut short by the timeout or the limit may end a line early:
 	// readRequest then says the request is malformed.
 	switch {
-	case cc.wait.disarm():
+	case cc.wait.Disarm():
 		err = errTimeout{}
 	case err != nil && overLimit:
 		err = errHeaderLimit
@@ -225,7 +229,7 @@ func (cc *clientConn) serve() bool {
 		req.Body = cc.body
 		if ex := req.Header["Expect"]; len(ex) > 0 {
 			if !strings.EqualFold(ex[0], "100-continue") || req.ProtoMinor == 0 {
-				ctx.cancel()
+				ctx.Cancel()
 				cc.closeWith(http.StatusExpectationFailed, "")
 				return false
 			}
@@ -233,7 +237,7 @@ func (cc *clientConn) serve() bool {
 			// another goroutine, while the handler writes the response.
 			io.WriteString(cc.bw, "HTTP/1.1 100 Continue\r\n\r\n")
 			if cc.bw.Flush() != nil {
-				ctx.cancel()
+				ctx.Cancel()
 				cc.c.Close()
 				return false
 			}
@@ -242,7 +246,7 @@ func (cc *clientConn) serve() bool {
 	w := &cc.w
 	w.reset(cc, req, ctx)
 	aborted := cc.run(w, req)
-	ctx.cancel()
+	ctx.Cancel()
 	cc.stopWatch()
 	switch {
 	case w.hijacked:
@@ -298,7 +302,7 @@ func (cc *clientConn) refuseRead(err error) {
 		cc.bw.WriteString(tooLargeReply)
 		cc.bw.Flush()
 		cc.closeGracefully()
-	case isTimeout(err):
+	case netx.IsTimeout(err):
 		cc.p.publishConnFault(faultHeaderTimeout, t.session, t.process, t.authority, "HTTP/1.1")
 		cc.c.Close()
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed):
@@ -366,7 +370,7 @@ func (cc *clientConn) closeGracefully() {
 // write is seen only at the next write, which may be long coming. The
 // request's context is cancelled if the connection ends. Only with
 // nothing buffered: a byte read now is the next request's first.
-func (cc *clientConn) startWatch(ctx *reqContext) {
+func (cc *clientConn) startWatch(ctx *reqctx.Context) {
 	if cc.watching || cc.body != nil && !cc.body.eof.Load() || cc.br.Buffered() > 0 || cc.has1 {
 		return
 	}
@@ -379,7 +383,7 @@ func (cc *clientConn) startWatch(ctx *reqContext) {
 			cc.watchGot = true
 		} else if err != nil && !cc.stopping.Load() {
 			cc.gone.Store(true)
-			ctx.cancel()
+			ctx.Cancel()
 		}
 	}()
 }
@@ -429,7 +433,7 @@ func (b *bodyEOF) Close() error { return nil } // the loop drains or closes
 type h1Writer struct {
 	cc     *clientConn
 	req    *http.Request
-	ctx    *reqContext
+	ctx    *reqctx.Context
 	header http.Header
 
 	status     int  // 0 until a final status is written
@@ -450,7 +454,7 @@ type h1Writer struct {
 	verbatimKeys int
 }
 
-func (w *h1Writer) reset(cc *clientConn, req *http.Request, ctx *reqContext) {
+func (w *h1Writer) reset(cc *clientConn, req *http.Request, ctx *reqctx.Context) {
 	h := w.header // made by Header when first asked for
 	if h != nil {
 		clear(h)

@@ -21,6 +21,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/reqctx"
+
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -68,7 +72,7 @@ type h2Server struct {
 	idle      time.Duration // a connection without requests for this long is closed
 	stall     time.Duration // and one whose socket takes no bytes for this long
 	preface   time.Duration // the client's preface and SETTINGS are awaited this long
-	watch     *deadlineWatch
+	watch     *netx.Watch
 	spawn     func(func()) // runs a request's handler; the function recovers its own panics
 	log       *slog.Logger
 
@@ -85,7 +89,7 @@ type h2Conn struct {
 	fault  func(connFault) // publishes what ended the connection before a handler ran
 	fr     *http2.Framer
 	in     countingReader // what fr reads from
-	wait   deadline       // preface, then idle waits
+	wait   netx.Deadline  // preface, then idle waits
 
 	// Writing: frames are written into out under wmu; see lockW.
 	wmu       sync.Mutex
@@ -115,8 +119,8 @@ type h2Conn struct {
 type h2Stream struct {
 	sc   *h2Conn
 	id   uint32
-	ctx  *reqContext // cancelled when the stream ends
-	body *h2Body     // nil when the request has none
+	ctx  *reqctx.Context // cancelled when the stream ends
+	body *h2Body         // nil when the request has none
 	w    h2Writer
 
 	// Under sc.wmu.
@@ -139,7 +143,7 @@ func (p *Proxy) serveH2(c net.Conn, tc *tunnelConn) {
 	t := tc.t
 	sc := p.h2.newConn(c, tc.Conn, context.WithValue(context.Background(), tunnelKey{}, t))
 	if sc.tls != nil {
-		sc.out.out.g = tc
+		sc.out.out.Gatherer = tc
 	}
 	sc.fault = func(f connFault) { p.publishConnFault(f, t.session, t.process, t.authority, "HTTP/2.0") }
 	sc.serve()
@@ -158,9 +162,9 @@ func (s *h2Server) newConn(c, raw net.Conn, ctx context.Context) *h2Conn {
 		st := tlsc.ConnectionState()
 		sc.tls = &st
 	}
-	sc.wait.conn = raw
+	sc.wait.Conn = raw
 	sc.winCond.L = &sc.wmu
-	sc.out = pooledWriter{pool: &s.writers, out: newStallWriter(c, raw, s.watch, s.stall)}
+	sc.out = pooledWriter{pool: &s.writers, out: netx.NewStallWriter(c, raw, s.watch, s.stall)}
 	sc.in.r = c
 	sc.fr = http2.NewFramer(&sc.out, &sc.in)
 	sc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -176,10 +180,10 @@ func (s *h2Server) newConn(c, raw net.Conn, ctx context.Context) *h2Conn {
 // which the panicking code may hold.)
 func (sc *h2Conn) serve() {
 	s := sc.srv
-	s.watch.add(&sc.wait)
-	defer s.watch.remove(&sc.wait)
-	s.watch.add(&sc.out.out.dl)
-	defer s.watch.remove(&sc.out.out.dl)
+	s.watch.Add(&sc.wait)
+	defer s.watch.Remove(&sc.wait)
+	s.watch.Add(&sc.out.out.Deadline)
+	defer s.watch.Remove(&sc.out.out.Deadline)
 	sc.read()
 	if sc.failed {
 		sc.linger()
@@ -194,8 +198,8 @@ func (sc *h2Conn) linger() {
 	if tlsc, ok := sc.c.(*stdtls.Conn); ok {
 		tlsc.CloseWrite() // close_notify, so the client sees the end
 	}
-	raw := sc.wait.conn
-	closeWrite(raw)
+	raw := sc.wait.Conn
+	netx.CloseWrite(raw)
 	raw.SetReadDeadline(time.Now().Add(closeLinger))
 	io.CopyN(io.Discard, raw, 1<<20)
 }
@@ -215,9 +219,9 @@ func (sc *h2Conn) read() {
 	sc.fr.WriteWindowUpdate(0, h2ConnWindow-65535)
 	sc.unlockW(true)
 
-	s.watch.arm(&sc.wait, s.preface)
+	s.watch.Arm(&sc.wait, s.preface)
 	if err := sc.readPreface(); err != nil {
-		if sc.wait.disarm() || isTimeout(err) {
+		if sc.wait.Disarm() || netx.IsTimeout(err) {
 			sc.fault(faultHeaderTimeout)
 		}
 		return
@@ -291,8 +295,8 @@ func (sc *h2Conn) readFailed(f http2.Frame, err error) bool {
 		}
 		sc.goAwayWith(http2.ErrCode(ce))
 		return false
-	case isTimeout(err):
-		sc.wait.disarm()
+	case netx.IsTimeout(err):
+		sc.wait.Disarm()
 		sc.goAwayWith(http2.ErrCodeNo) // idle (or, racing it, a request refused below)
 		return false
 	}
@@ -391,7 +395,7 @@ func (sc *h2Conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
 		sc.fr.WriteRSTStream(st.id, http2.ErrCodeFlowControl)
 		sc.flushOwed = true
 		sc.endRemote(st, errH2StreamReset)
-		st.ctx.cancel()
+		st.ctx.Cancel()
 	}
 	sc.winCond.Broadcast()
 	return nil
@@ -411,7 +415,7 @@ func (sc *h2Conn) processReset(f *http2.RSTStreamFrame) error {
 		sc.winCond.Broadcast()
 		sc.unlockW(false)
 		sc.endRemote(st, errH2StreamReset)
-		st.ctx.cancel()
+		st.ctx.Cancel()
 	}
 	return nil
 }
@@ -430,7 +434,7 @@ func (sc *h2Conn) resetStream(id uint32, code http2.ErrCode) {
 	sc.unlockW(true)
 	if st != nil {
 		sc.endRemote(st, errH2StreamReset)
-		st.ctx.cancel()
+		st.ctx.Cancel()
 	}
 }
 
@@ -474,14 +478,14 @@ func (sc *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	st := &h2Stream{sc: sc, id: id, declared: declared, recvWin: h2StreamWindow}
 	st.w = h2Writer{st: st, req: req}
-	st.ctx = newReqContext(sc.ctx)
+	st.ctx = reqctx.New(sc.ctx)
 	req = req.WithContext(st.ctx)
 	st.w.req = req
 	if f.StreamEnded() {
 		st.remoteDone = true
 		req.Body = http.NoBody
 		if declared > 0 {
-			st.ctx.cancel()
+			st.ctx.Cancel()
 			sc.resetStream(id, http2.ErrCodeProtocol)
 			return nil
 		}
@@ -492,11 +496,11 @@ func (sc *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	st.sendWin = sc.initWin // not yet seen by any writer
 	sc.mu.Lock()
-	if len(sc.streams) == 0 && sc.wait.disarm() {
+	if len(sc.streams) == 0 && sc.wait.Disarm() {
 		// The idle wait expired as the request came: the connection's
 		// reads fail from now on. Refused, the request is safe to retry.
 		sc.mu.Unlock()
-		st.ctx.cancel()
+		st.ctx.Cancel()
 		sc.resetStream(id, http2.ErrCodeRefusedStream)
 		return nil
 	}
@@ -769,7 +773,7 @@ func (sc *h2Conn) answer(id uint32, status int) {
 func (sc *h2Conn) idle() {
 	sc.mu.Lock()
 	if len(sc.streams) == 0 {
-		sc.srv.watch.arm(&sc.wait, sc.srv.idle)
+		sc.srv.watch.Arm(&sc.wait, sc.srv.idle)
 	}
 	sc.mu.Unlock()
 }
@@ -821,7 +825,7 @@ func (sc *h2Conn) shut() {
 	sc.mu.Unlock()
 	for _, st := range streams {
 		sc.endRemote(st, errH2ConnClosed)
-		st.ctx.cancel()
+		st.ctx.Cancel()
 	}
 }
 
@@ -962,7 +966,7 @@ func (st *h2Stream) run() {
 // end removes the stream once its handler returned.
 func (st *h2Stream) end() {
 	sc := st.sc
-	st.ctx.cancel()
+	st.ctx.Cancel()
 	if st.body != nil {
 		st.body.Close()
 	}
@@ -970,7 +974,7 @@ func (st *h2Stream) end() {
 	delete(sc.streams, st.id)
 	last := len(sc.streams) == 0 && !sc.finished
 	if last {
-		sc.srv.watch.arm(&sc.wait, sc.srv.idle)
+		sc.srv.watch.Arm(&sc.wait, sc.srv.idle)
 	}
 	closing := last && sc.goAway
 	sc.mu.Unlock()
@@ -989,11 +993,11 @@ func (st *h2Stream) end() {
 type h2Body struct {
 	st   *h2Stream
 	mu   sync.Mutex
-	cond sync.Cond // on mu: bytes came, or the body ended
-	q    byteQueue // what came and is not yet read
-	err  error     // set when the client ended the stream: read after q
-	cont bool      // the client awaits 100 Continue: sent at the first read
-	shut bool      // the handler closed the body
+	cond sync.Cond      // on mu: bytes came, or the body ended
+	q    netx.ByteQueue // what came and is not yet read
+	err  error          // set when the client ended the stream: read after q
+	cont bool           // the client awaits 100 Continue: sent at the first read
+	shut bool           // the handler closed the body
 }
 
 // push appends b; false means the body is closed and b was dropped.
@@ -1004,7 +1008,7 @@ func (b *h2Body) push(p []byte) bool {
 		return false
 	}
 	b.cont = false // the client did not wait
-	b.q.write(p)
+	b.q.Write(p)
 	b.cond.Signal()
 	return true
 }
@@ -1020,21 +1024,21 @@ func (b *h2Body) end(err error) {
 
 func (b *h2Body) Read(p []byte) (int, error) {
 	b.mu.Lock()
-	if b.cont && b.q.len() == 0 && b.err == nil {
+	if b.cont && b.q.Len() == 0 && b.err == nil {
 		b.cont = false
 		b.mu.Unlock()
 		b.st.sc.sendContinue(b.st)
 		b.mu.Lock()
 	}
-	for b.q.len() == 0 && b.err == nil && !b.shut {
+	for b.q.Len() == 0 && b.err == nil && !b.shut {
 		b.cond.Wait()
 	}
 	switch {
 	case b.shut:
 		b.mu.Unlock()
 		return 0, errH2BodyClosed
-	case b.q.len() > 0:
-		n := b.q.read(p)
+	case b.q.Len() > 0:
+		n := b.q.Read(p)
 		b.mu.Unlock()
 		b.st.sc.giveBack(b.st, int64(n))
 		return n, nil
@@ -1047,8 +1051,8 @@ func (b *h2Body) Read(p []byte) (int, error) {
 // Close drops what is left; the client's further bytes are dropped too.
 func (b *h2Body) Close() error {
 	b.mu.Lock()
-	left := b.q.len()
-	b.q.reset()
+	left := b.q.Len()
+	b.q.Reset()
 	b.shut = true
 	b.cond.Broadcast()
 	b.mu.Unlock()
@@ -1286,16 +1290,16 @@ var statusCodes = func() (s [600]string) {
 // pooledWriter buffers a connection's frames in a writer borrowed from
 // the pool at the first write and given back at each flush, so that an
 // idle connection holds no write buffer (as net/http's server does not).
-// Its socket writes go through a stallWriter: a handler holding the write
+// Its socket writes go through a netx.StallWriter: a handler holding the write
 // lock on a client that stopped reading would otherwise hold up the
 // reader, and every other stream, for good.
 // h2WriteBuffer holds a body copy's 64 KiB as DATA frames, with their
 // headers, so that they go out in one write (and one system call: see
 // gatherer).
-const h2WriteBuffer = batchSize + 1<<10
+const h2WriteBuffer = netx.BatchSize + 1<<10
 
 type pooledWriter struct {
-	out  stallWriter
+	out  netx.StallWriter
 	pool *sync.Pool
 	bw   *bufio.Writer // nil between flushes
 }

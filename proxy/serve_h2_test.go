@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -48,7 +50,7 @@ func startH2(t testing.TB, h http.Handler, tune func(*h2Server)) *h2Env {
 		idle:      time.Minute,
 		stall:     time.Minute,
 		preface:   10 * time.Second,
-		watch:     newDeadlineWatch(100 * time.Millisecond),
+		watch:     netx.NewWatch(100 * time.Millisecond),
 		spawn:     func(f func()) { go f() },
 		log:       slog.New(slog.DiscardHandler),
 	}
@@ -825,7 +827,7 @@ func FuzzH2Server(f *testing.F) {
 		var handlers sync.WaitGroup
 		srv := &h2Server{
 			handler: h, maxHeader: 8 << 10, idle: time.Minute, stall: time.Minute, preface: time.Minute,
-			watch: newDeadlineWatch(time.Second),
+			watch: netx.NewWatch(time.Second),
 			spawn: func(f func()) { handlers.Go(f) },
 			log:   slog.New(slog.DiscardHandler),
 		}
@@ -889,7 +891,7 @@ func TestH2IdleBuffers(t *testing.T) {
 		server, client := net.Pipe()
 		defer client.Close()
 		go io.Copy(io.Discard, client) // the window updates
-		sc := (&h2Server{maxHeader: 4096, watch: newDeadlineWatch(time.Second), stall: time.Minute}).newConn(server, server, context.Background())
+		sc := (&h2Server{maxHeader: 4096, watch: netx.NewWatch(time.Second), stall: time.Minute}).newConn(server, server, context.Background())
 		b := &h2Body{st: &h2Stream{sc: sc, id: 1}}
 		b.cond.L = &b.mu
 		chunk := make([]byte, 16384)
@@ -898,16 +900,16 @@ func TestH2IdleBuffers(t *testing.T) {
 		for range 600 { // 9.6 MB
 			b.push(chunk)
 			b.Read(p)
-			peak = max(peak, len(b.q.chunks)*batchSize)
+			peak = max(peak, b.q.Held())
 		}
-		if unread := b.q.len(); peak > unread+2*batchSize {
+		if unread := b.q.Len(); peak > unread+2*netx.BatchSize {
 			t.Errorf("body buffers grew to %d bytes holding %d unread", peak, unread)
 		}
-		for b.q.len() > 0 {
+		for b.q.Len() > 0 {
 			b.Read(p)
 		}
-		if len(b.q.chunks) != 0 {
-			t.Errorf("%d buffers held once the body is read", len(b.q.chunks))
+		if held := b.q.Held(); held != 0 {
+			t.Errorf("%d bytes of buffers held once the body is read", held)
 		}
 	})
 }

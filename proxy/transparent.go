@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"github.com/chaperone-dev/chaperone/event"
 )
 
@@ -76,7 +78,7 @@ func (p *Proxy) ServeTransparent(l net.Listener, origins OriginFinder) error {
 			}
 			return fmt.Errorf("proxy: transparent accept: %w", err)
 		}
-		go p.serveTransparent(rawIO(c), origins)
+		go p.serveTransparent(netx.RawIO(c), origins)
 	}
 }
 

@@ -9,10 +9,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 
 	stdtls "crypto/tls"
 
@@ -115,7 +116,7 @@ func (p *Proxy) classify(tc *tunnelConn, firstWait time.Duration) protocol {
 	defer c.SetReadDeadline(time.Time{})
 	b, err := tc.r.Peek(1)
 	if err != nil {
-		if isTimeout(err) {
+		if netx.IsTimeout(err) {
 			return protoSilent
 		}
 		return protoClosed
@@ -208,11 +209,6 @@ const (
 	yes
 	no
 )
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
 
 // intercept sniffs the ClientHello, decides the tls event and, if allowed,
 // terminates TLS and hands the connection to an HTTP server.
@@ -363,7 +359,7 @@ func (p *Proxy) passthrough(ctx context.Context, tc *tunnelConn, serverFirst boo
 	if uerr != nil {
 		t.close()
 	} else {
-		closeWrite(up)
+		netx.CloseWrite(up)
 	}
 	<-downDone
 	return false
@@ -469,5 +465,5 @@ func (p *Proxy) dial(ctx context.Context, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rawIO(c), nil
+	return netx.RawIO(c), nil
 }

@@ -17,6 +17,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/chaperone-dev/chaperone/proxy/internal/reqctx"
+
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 )
 
 // h1Upstream sends HTTP/1.1 requests upstream on the caller's goroutine:
@@ -53,7 +57,7 @@ type h1Upstream struct {
 	sweep  *time.Timer // closes connections idle for idleTimeout or closed upstream; nil when none are idle
 	closed bool
 
-	watch *deadlineWatch // of response headers
+	watch *netx.Watch // of response headers
 }
 
 // h1Idle is the idle connections of a key, most recently used last.
@@ -98,19 +102,19 @@ func (headerTimeoutError) Temporary() bool { return true }
 // h1Conn is one upstream connection. Reads go through it so that the
 // response header is bounded and a retry knows whether any answer came.
 type h1Conn struct {
-	raw    net.Conn   // the TCP connection
-	batch  *batchConn // beneath TLS; nil for plain HTTP
-	c      net.Conn   // raw, or TLS over it
+	raw    net.Conn        // the TCP connection
+	batch  *netx.BatchConn // beneath TLS; nil for plain HTTP
+	c      net.Conn        // raw, or TLS over it
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	key    h1Key
 	limit  int   // bytes the response header may still take; < 0 when unbounded
 	nread  int64 // bytes read since the request was written
 	idleAt time.Time
-	watch  *deadlineWatch
+	watch  *netx.Watch
 	// header is the wait for the response header; headerAfterBody while
 	// the request body is being written.
-	header deadline
+	header netx.Deadline
 	// proxy is set on a connection to a relay that is a forward proxy:
 	// requests are written in absolute form, with the client's
 	// credentials for the relay.
@@ -162,18 +166,18 @@ func (pc *h1Conn) Read(b []byte) (int, error) {
 // buffered reports whether bytes the connection received are buffered:
 // after a response, bytes no request asked for.
 func (pc *h1Conn) buffered() bool {
-	return pc.br.Buffered() > 0 || pc.batch != nil && pc.batch.buffered()
+	return pc.br.Buffered() > 0 || pc.batch != nil && pc.batch.Buffered()
 }
 
 // alive reports whether an idle connection is still open and quiet.
-func (pc *h1Conn) alive() bool { return !pc.buffered() && alive(pc.raw) }
+func (pc *h1Conn) alive() bool { return !pc.buffered() && netx.Alive(pc.raw) }
 
 // cancelled closes the connection: its request's context is cancelled.
-func (pc *h1Conn) cancelled() { pc.close() }
+func (pc *h1Conn) Cancelled() { pc.close() }
 
 // close closes the connection. It does not wait for a write in progress.
 func (pc *h1Conn) close() {
-	pc.watch.remove(&pc.header)
+	pc.watch.Remove(&pc.header)
 	pc.raw.Close()
 }
 
@@ -228,7 +232,7 @@ func (h *h1Upstream) send(req *http.Request, got1xx func(int, textproto.MIMEHead
 func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request,
 	got1xx func(int, textproto.MIMEHeader) error) (*http.Response, error) {
 	pc.nread = 0
-	stop := onCancel(ctx, pc)
+	stop := reqctx.OnCancel(ctx, pc)
 	var written chan error
 	if req.Body == nil || (req.ContentLength > 0 && req.ContentLength <= inlineBodyMax) {
 		err := pc.writeRequest(req, false)
@@ -239,9 +243,9 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 			stop.Stop()
 			return nil, err
 		}
-		h.watch.arm(&pc.header, h.headerTimeout)
+		h.watch.Arm(&pc.header, h.headerTimeout)
 	} else {
-		pc.header.due.Store(headerAfterBody)
+		pc.header.Due.Store(headerAfterBody)
 		written = make(chan error, 1)
 		go h.writeBody(pc, req, written)
 	}
@@ -277,7 +281,7 @@ func (h *h1Upstream) writeBody(pc *h1Conn, req *http.Request, written chan<- err
 		err = pc.bw.Flush()
 	}
 	if err == nil {
-		pc.header.due.CompareAndSwap(headerAfterBody, h.watch.at(h.headerTimeout))
+		pc.header.Due.CompareAndSwap(headerAfterBody, h.watch.At(h.headerTimeout))
 	}
 	written <- err
 }
@@ -290,14 +294,14 @@ func (h *h1Upstream) readHeader(ctx context.Context, pc *h1Conn, req *http.Reque
 	defer func() { pc.limit = -1 }()
 	for n := 0; ; n++ {
 		res, err := readResponse(pc.br, req)
-		if err == nil && res.StatusCode >= 200 && pc.header.disarm() {
+		if err == nil && res.StatusCode >= 200 && pc.header.Disarm() {
 			err = os.ErrDeadlineExceeded // the header came as the wait expired
 		}
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
 				return nil, ctx.Err()
-			case isTimeout(err):
+			case netx.IsTimeout(err):
 				return nil, headerTimeoutError(h.headerTimeout)
 			case pc.limit == 0:
 				return nil, errHeaderTooLarge(h.maxHeader)
@@ -308,7 +312,7 @@ func (h *h1Upstream) readHeader(ctx context.Context, pc *h1Conn, req *http.Reque
 			return res, nil
 		}
 		if res.StatusCode == http.StatusSwitchingProtocols {
-			pc.header.disarm()
+			pc.header.Disarm()
 			return res, nil
 		}
 		if n == maxInformational {
@@ -327,9 +331,9 @@ type h1Body struct {
 	h       *h1Upstream
 	pc      *h1Conn
 	rc      io.ReadCloser
-	stop    cancelWatch // of the request's context
-	written chan error  // the body writer's result, when there is one
-	keep    bool        // the connection may serve another request
+	stop    reqctx.Watch // of the request's context
+	written chan error   // the body writer's result, when there is one
+	keep    bool         // the connection may serve another request
 	done    bool
 }
 
@@ -347,7 +351,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 // ready reports whether bytes of the body are already here: buffered, or
 // a whole TLS record of them beneath.
 func (b *h1Body) ready() bool {
-	return !b.done && (b.pc.br.Buffered() > 0 || b.pc.batch != nil && b.pc.batch.recordReady())
+	return !b.done && (b.pc.br.Buffered() > 0 || b.pc.batch != nil && b.pc.batch.RecordReady())
 }
 
 // Close gives up on the rest of the body: the connection is closed.
@@ -415,13 +419,13 @@ func (h *h1Upstream) dialConn(ctx context.Context, key h1Key) (*h1Conn, error) {
 	if t := tunnelFrom(ctx); key.relay != "" && t != nil && t.relay != nil && t.relay.forward {
 		pc.proxy = t.relay
 	}
-	pc.header.conn = raw
-	h.watch.add(&pc.header)
+	pc.header.Conn = raw
+	h.watch.Add(&pc.header)
 	if key.https {
 		conf := h.tls.Clone()
 		conf.ServerName, _, _ = net.SplitHostPort(key.authority)
 		conf.ServerName = normalizeHost(conf.ServerName)
-		pc.batch = &batchConn{Conn: raw}
+		pc.batch = &netx.BatchConn{Conn: raw}
 		tc := stdtls.Client(pc.batch, conf)
 		hctx, cancel := context.WithTimeout(ctx, upstreamHandshakeTimeout)
 		err := tc.HandshakeContext(hctx)

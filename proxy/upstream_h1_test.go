@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
@@ -31,7 +33,7 @@ func newTestH1(headerTimeout, idleTimeout time.Duration) *h1Upstream {
 		idleTimeout:   idleTimeout,
 		maxIdlePerKey: 4,
 		maxIdle:       16,
-		watch:         newDeadlineWatch(headerTimeout),
+		watch:         netx.NewWatch(headerTimeout),
 	}
 	return h
 }
@@ -217,7 +219,7 @@ func TestH1UpstreamResponseHeader(t *testing.T) {
 		body    string
 	}{
 		{"silent upstream", func(c net.Conn) { time.Sleep(10 * timeout) }, func(t *testing.T, err error) {
-			if !isTimeout(err) || !strings.Contains(err.Error(), "timeout") {
+			if !netx.IsTimeout(err) || !strings.Contains(err.Error(), "timeout") {
 				t.Errorf("error %v, want a timeout", err)
 			}
 		}, nil, ""},

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"github.com/chaperone-dev/chaperone/event"
 )
 
@@ -61,7 +63,7 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 	if n > 0 && connPhase(c.phase.Load()) == phaseIdle {
 		c.phase.CompareAndSwap(uint32(phaseIdle), uint32(phasePending))
 	}
-	if err != nil && connPhase(c.phase.Load()) == phasePending && isTimeout(err) {
+	if err != nil && connPhase(c.phase.Load()) == phasePending && netx.IsTimeout(err) {
 		c.fault.CompareAndSwap(uint32(faultNone), uint32(faultHeaderTimeout))
 	}
 	return n, err
@@ -80,7 +82,7 @@ func (c *watchedConn) Write(b []byte) (int, error) {
 }
 
 // CloseWrite half-closes the connection, as net/http does after a 431.
-func (c *watchedConn) CloseWrite() error { return closeWrite(c.Conn) }
+func (c *watchedConn) CloseWrite() error { return netx.CloseWrite(c.Conn) }
 
 // frontConnState follows the front's connections: each response makes a
 // connection idle, and a connection that closes after a fault gets its

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/gorilla/websocket"
 
@@ -379,7 +381,7 @@ func TestLLMWebSocketEndsWithSession(t *testing.T) {
 	c.WriteMessage(websocket.TextMessage, []byte(`{"type":"response.create","model":"m","input":"hi"}`))
 	readUntil(t, c, "response.completed")
 	we.p.RemoveSession(testSession)
-	if _, _, err := c.ReadMessage(); err == nil || isTimeout(err) {
+	if _, _, err := c.ReadMessage(); err == nil || netx.IsTimeout(err) {
 		t.Errorf("read after the session ended: %v", err)
 	}
 	c.Close()

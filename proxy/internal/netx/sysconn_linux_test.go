@@ -1,4 +1,4 @@
-package proxy
+package netx
 
 import (
 	"bufio"
@@ -47,7 +47,7 @@ func TestSysConn(t *testing.T) {
 		wrap func(net.Conn) net.Conn
 	}{
 		{"net.TCPConn", func(c net.Conn) net.Conn { return c }},
-		{"sysConn", rawIO},
+		{"sysConn", RawIO},
 	}
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -208,28 +208,28 @@ func checkOp(t *testing.T, err error, op string) {
 
 func TestSysConnIdle(t *testing.T) {
 	c, s := tcpPair(t)
-	sc, ok := rawIO(s).(*sysConn)
+	sc, ok := RawIO(s).(*sysConn)
 	if !ok {
-		t.Fatalf("rawIO of a TCP connection is a %T", rawIO(s))
+		t.Fatalf("rawIO of a TCP connection is a %T", RawIO(s))
 	}
-	if !alive(sc) {
+	if !Alive(sc) {
 		t.Fatal("a quiet connection is not alive")
 	}
 	c.Write([]byte("x"))
 	time.Sleep(10 * time.Millisecond)
-	if alive(sc) {
+	if Alive(sc) {
 		t.Fatal("a connection with a byte to read is alive")
 	}
 	sc.Read(make([]byte, 1))
-	if !alive(sc) {
+	if !Alive(sc) {
 		t.Fatal("a connection whose byte was read is not alive")
 	}
 	c.Close()
 	time.Sleep(10 * time.Millisecond)
-	if alive(sc) {
+	if Alive(sc) {
 		t.Fatal("a connection the peer closed is alive")
 	}
-	if p := (&net.UnixConn{}); rawIO(p) != net.Conn(p) {
+	if p := (&net.UnixConn{}); RawIO(p) != net.Conn(p) {
 		t.Fatal("rawIO wrapped a connection other than TCP")
 	}
 }
@@ -306,7 +306,7 @@ while True:
 	var plain, raw float64
 	for range 3 { // alternated: what else the machine does weighs on both
 		plain += perExchange(func(c net.Conn) net.Conn { return c })
-		raw += perExchange(rawIO)
+		raw += perExchange(RawIO)
 	}
 	plain, raw = plain/3, raw/3
 	t.Logf("voluntary context switches per exchange: net.TCPConn %.2f, sysConn %.2f", plain, raw)

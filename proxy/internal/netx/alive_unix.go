@@ -1,6 +1,6 @@
 //go:build unix
 
-package proxy
+package netx
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 
 // alive reports whether an idle connection is still open: nothing to read
 // and no end of stream. One non-blocking peek, no deadline changes.
-func alive(c net.Conn) bool {
+func Alive(c net.Conn) bool {
 	if p, ok := c.(interface{ idle() bool }); ok { // sysConn: a raw peek
 		return p.idle()
 	}

@@ -1,8 +1,8 @@
 //go:build !linux
 
-package proxy
+package netx
 
 import "net"
 
 // rawIO returns c: sysConn is Linux's only.
-func rawIO(c net.Conn) net.Conn { return c }
+func RawIO(c net.Conn) net.Conn { return c }

@@ -1,4 +1,7 @@
-package proxy
+// Package reqctx holds the context of one request the proxy serves: a
+// cancel that closes the request's upstream connection without the
+// allocations of context.WithCancel.
+package reqctx
 
 import (
 	"context"
@@ -6,14 +9,14 @@ import (
 	"sync"
 )
 
-// reqContext is the context of one request read from a tunnel's
+// Context is the context of one request read from a tunnel's
 // connection: the connection's context (the tunnel; never cancelled by
 // itself), cancelled once the request is over or its client went away. It
 // is context.WithCancel with a cheaper way to have the request's upstream
-// connection closed at the cancel (onCancel): context.WithCancel and
+// connection closed at the cancel (OnCancel): context.WithCancel and
 // context.AfterFunc cost seven allocations and a map a request, the most
 // of any step of sending a kept-alive request upstream.
-type reqContext struct {
+type Context struct {
 	context.Context // the connection's
 
 	mu     sync.Mutex
@@ -24,13 +27,13 @@ type reqContext struct {
 	nextID uint64
 }
 
-// canceller is what a hook does at the cancel: close an upstream
+// Canceller is what a hook does at the cancel: close an upstream
 // connection. It must not block.
-type canceller interface{ cancelled() }
+type Canceller interface{ Cancelled() }
 
 type cancelHook struct {
 	id uint64
-	c  canceller
+	c  Canceller
 	f  func() // AfterFunc's, when c is nil
 }
 
@@ -38,13 +41,14 @@ type reqContextKey struct{}
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func newReqContext(parent context.Context) *reqContext {
-	c := &reqContext{Context: parent}
+// New returns a request context over parent, the connection's.
+func New(parent context.Context) *Context {
+	c := &Context{Context: parent}
 	c.hooks = c.inline[:0]
 	return c
 }
 
-func (c *reqContext) Done() <-chan struct{} {
+func (c *Context) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done == nil {
@@ -53,13 +57,13 @@ func (c *reqContext) Done() <-chan struct{} {
 	return c.done
 }
 
-func (c *reqContext) Err() error {
+func (c *Context) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
 }
 
-func (c *reqContext) Value(key any) any {
+func (c *Context) Value(key any) any {
 	if key == (reqContextKey{}) {
 		return c
 	}
@@ -70,7 +74,7 @@ func (c *reqContext) Value(key any) any {
 // cancelled with it (without it, each derived context would cost a
 // goroutine). f runs on the goroutine that cancels c: context's own f,
 // cancelling the derived context, does not block.
-func (c *reqContext) AfterFunc(f func()) (stop func() bool) {
+func (c *Context) AfterFunc(f func()) (stop func() bool) {
 	id, ok := c.add(cancelHook{f: f})
 	if !ok {
 		go f()
@@ -79,8 +83,8 @@ func (c *reqContext) AfterFunc(f func()) (stop func() bool) {
 	return func() bool { return c.remove(id) }
 }
 
-// cancel cancels c and runs its hooks; later calls do nothing.
-func (c *reqContext) cancel() {
+// Cancel cancels c and runs its hooks; later calls do nothing.
+func (c *Context) Cancel() {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -97,7 +101,7 @@ func (c *reqContext) cancel() {
 	c.mu.Unlock()
 	for _, h := range hooks {
 		if h.c != nil {
-			h.c.cancelled()
+			h.c.Cancelled()
 		} else {
 			h.f()
 		}
@@ -105,7 +109,7 @@ func (c *reqContext) cancel() {
 }
 
 // add registers h; false means c is cancelled already.
-func (c *reqContext) add(h cancelHook) (uint64, bool) {
+func (c *Context) add(h cancelHook) (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
@@ -118,7 +122,7 @@ func (c *reqContext) add(h cancelHook) (uint64, bool) {
 }
 
 // remove unregisters hook id; false means it has run (or is running).
-func (c *reqContext) remove(id uint64) bool {
+func (c *Context) remove(id uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, h := range c.hooks {
@@ -130,48 +134,52 @@ func (c *reqContext) remove(id uint64) bool {
 	return false
 }
 
-// reqValues is a context that only adds values to a reqContext (as
+// Values is a context that only adds values to a Context (as
 // httptrace.WithClientTrace does) and passes AfterFunc on to it. The
 // context package looks for AfterFunc on a derived context's direct parent
 // only: without it, each context derived from the values (a handshake's
 // timeout, say) would cost a goroutine until it ends.
-type reqValues struct {
+type Values struct {
 	context.Context // the values over rc
-	rc              *reqContext
+	Req             *Context
 }
 
-func (c *reqValues) AfterFunc(f func()) (stop func() bool) { return c.rc.AfterFunc(f) }
+func (c *Values) AfterFunc(f func()) (stop func() bool) { return c.Req.AfterFunc(f) }
 
-// cancelWatch is onCancel's registration.
-type cancelWatch struct {
-	rc   *reqContext
+// Watch is OnCancel's registration.
+type Watch struct {
+	rc   *Context
 	id   uint64
 	stop func() bool // context.AfterFunc's, for any other context
 }
 
-// onCancel has x.cancelled called once ctx is cancelled, unless the
-// watch is stopped first. A reqContext, or a context that only adds values
+// OnCancel has x.Cancelled called once ctx is cancelled, unless the
+// watch is stopped first. A Context, or a context that only adds values
 // to one, takes it without an allocation; any other context goes through
 // context.AfterFunc.
-func onCancel(ctx context.Context, x canceller) cancelWatch {
-	rc, ok := ctx.(*reqContext) // the request's own: no Done channel to make
+func OnCancel(ctx context.Context, x Canceller) Watch {
+	rc, ok := ctx.(*Context) // the request's own: no Done channel to make
 	if !ok {
-		rc, ok = ctx.Value(reqContextKey{}).(*reqContext)
+		rc, ok = ctx.Value(reqContextKey{}).(*Context)
 		ok = ok && ctx.Done() == rc.Done()
 	}
 	if ok {
 		if id, ok := rc.add(cancelHook{c: x}); ok {
-			return cancelWatch{rc: rc, id: id}
+			return Watch{rc: rc, id: id}
 		}
-		x.cancelled()
-		return cancelWatch{}
+		x.Cancelled()
+		return Watch{}
 	}
-	return cancelWatch{stop: context.AfterFunc(ctx, x.cancelled)}
+	return Watch{stop: context.AfterFunc(ctx, x.Cancelled)}
 }
 
-// Stop ends the watch: true if x.cancelled has not been called and will
+// Context is the request context the watch is registered with, nil when
+// it went through context.AfterFunc.
+func (w Watch) Context() *Context { return w.rc }
+
+// Stop ends the watch: true if x.Cancelled has not been called and will
 // not be, as the stop function of context.AfterFunc.
-func (w cancelWatch) Stop() bool {
+func (w Watch) Stop() bool {
 	switch {
 	case w.rc != nil:
 		return w.rc.remove(w.id)

@@ -1,4 +1,4 @@
-package proxy
+package netx
 
 import (
 	"io"
@@ -47,7 +47,7 @@ type sysConn struct {
 
 // rawIO returns c with raw reads and writes when it is a TCP
 // connection, else c.
-func rawIO(c net.Conn) net.Conn {
+func RawIO(c net.Conn) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return c

@@ -1,9 +1,9 @@
 //go:build !unix
 
-package proxy
+package netx
 
 import "net"
 
 // alive cannot peek without blocking here: a pooled connection is taken
 // as open, and a request sent on one the upstream closed fails.
-func alive(net.Conn) bool { return true }
+func Alive(net.Conn) bool { return true }

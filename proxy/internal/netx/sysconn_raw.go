@@ -1,6 +1,6 @@
 //go:build linux && !race
 
-package proxy
+package netx
 
 import (
 	"syscall"
