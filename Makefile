@@ -12,7 +12,7 @@ build:
 # The whole suite: lint, then every test with the race detector. The
 # end-to-end tests run real curl, python3, node and git as the agent.
 # Then the proxy's tests again without it: its sockets' system calls are
-# raw only in a build without the detector (proxy/sysconn_race.go).
+# raw only in a build without the detector (proxy/internal/netx/sysconn_race.go).
 test: lint test-deps
 	$(GO) test -race -count=1 -timeout 25m ./...
 	$(GO) test -count=1 -timeout 10m ./proxy
@@ -82,7 +82,7 @@ soak: build
 # BenchmarkRedactCorpus, the proxy's redaction beside gitleaks on the same
 # agent traffic (bench-redact runs it alone).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./proxy ./certs ./policy ./rewrite/...
+	$(GO) test -run '^$$' -bench . -benchmem ./proxy/... ./certs ./policy ./rewrite/...
 
 # Redaction throughput on the secret corpus (internal/secretcorpus): the
 # whole path (decode the JSON, walk, detect, replace) and gitleaks'

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/h1"
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 
 	"github.com/chaperone-dev/chaperone/internal/upstream"
@@ -123,16 +124,23 @@ func TestH1UpstreamBatchedReads(t *testing.T) {
 	}
 	const size = 160 << 10 // ten records
 	addr, sent := bodyServer(t, ca, "batch.example.test", size)
-	h := newTestH1(5*time.Second, time.Minute)
-	h.tls = &stdtls.Config{RootCAs: ca.Pool}
 	var cc *countConn
-	dial := h.dial
-	h.dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		cc = &countConn{Conn: c}
-		return cc, err
+	var d net.Dialer
+	h := &h1.Transport{
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			cc = &countConn{Conn: c}
+			return cc, err
+		},
+		TLS:           &stdtls.Config{RootCAs: ca.Pool},
+		HeaderTimeout: 5 * time.Second,
+		MaxHeader:     4096,
+		IdleTimeout:   time.Minute,
+		MaxIdlePerKey: 4,
+		MaxIdle:       16,
+		Watch:         netx.NewWatch(5 * time.Second),
 	}
-	defer h.close()
+	defer h.Close()
 	req, _ := http.NewRequest(http.MethodGet, "https://batch.example.test/big", nil)
 	res, err := h.RoundTrip(req)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/h1"
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -240,16 +241,6 @@ func splitHostPortLoose(s string) (host, port string) {
 	return s, ""
 }
 
-// normalizeHost lowercases a host name, drops a trailing dot and brackets,
-// and prints IP addresses canonically.
-func normalizeHost(h string) string {
-	h = strings.TrimSuffix(strings.Trim(h, "[]"), ".")
-	if a, err := netip.ParseAddr(h); err == nil {
-		return a.Unmap().String()
-	}
-	return strings.ToLower(h)
-}
-
 // tunnelConn is a tunnel's client connection as the TLS server and the
 // HTTP servers see it: reads drain the sniffing buffer first, then go
 // straight to the connection; the first Close ends the tunnel (release)
@@ -345,6 +336,23 @@ type tunnelKey struct{}
 func tunnelFrom(ctx context.Context) *tunnel {
 	t, _ := ctx.Value(tunnelKey{}).(*tunnel)
 	return t
+}
+
+// routeOf is where the HTTP/1 upstream sends a request of ctx's tunnel:
+// its destination, and its relays.
+func routeOf(ctx context.Context) h1.Route {
+	t := tunnelFrom(ctx)
+	if t == nil {
+		return h1.Route{}
+	}
+	rt := h1.Route{Dst: t.dst}
+	if t.relay != nil {
+		rt.Relay = t.relay.key
+		if t.relay.forward {
+			rt.Forward, rt.ProxyAuth = true, t.relay.proxyAuth
+		}
+	}
+	return rt
 }
 
 // tunnelCerts asks for the certificate of the tunnel's host when the

@@ -57,15 +57,15 @@
 //     upstream connections, and leaves no goroutine behind.
 //
 // Decrypted and plain HTTP/1 requests from a tunnel are served by a loop
-// of its own on the connection (serveH1: plain requests parsed by our own
+// of its own on the connection (h1.Server: plain requests parsed by our own
 // reader, any other by http.ReadRequest, a lean ResponseWriter, no buffer
 // held while idle); HTTP/2 (by ALPN) and h2c (by
-// prior knowledge) by a server of its own too (serveH2: x/net's framer and
+// prior knowledge) by a server of its own too (h2.Server: x/net's framer and
 // HPACK, handlers on long-lived workers that write their own frames).
 // Either way each connection carries its tunnel, so requests find it in
 // their context without a lookup table. Allowed
 // requests go upstream over HTTP/1.1 on pooled kept-alive connections,
-// written and read on the handler's own goroutine (h1Upstream), except an
+// written and read on the handler's own goroutine (h1.Transport), except an
 // HTTP/2 client's gRPC requests, which go through an http.Transport that
 // speaks HTTP/2 when the upstream offers it; never through an environment
 // proxy, without hop-by-hop headers, and their responses stream back:

@@ -390,8 +390,8 @@ func TestFaultIdleKeepAlive(t *testing.T) {
 					tune: func(o *Options) { o.ReadHeaderTimeout = time.Second },
 					servers: func(p *Proxy) {
 						p.front.IdleTimeout = 300 * time.Millisecond
-						p.idleTimeout = 300 * time.Millisecond
-						p.h2.idle = 300 * time.Millisecond
+						p.h1.IdleTimeout = 300 * time.Millisecond
+						p.h2.Idle = 300 * time.Millisecond
 					},
 				})
 				up := e.healthy()
@@ -824,8 +824,8 @@ func TestFaultClientStopsReading(t *testing.T) {
 	for _, cp := range clientProtos {
 		t.Run(cp.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{servers: func(p *Proxy) {
-				p.stallTimeout = 300 * time.Millisecond
-				p.h2.stall = 300 * time.Millisecond
+				p.h1.StallTimeout = 300 * time.Millisecond
+				p.h2.Stall = 300 * time.Millisecond
 			}})
 			ok := e.healthy()
 			ended := make(chan struct{})

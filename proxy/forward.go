@@ -40,9 +40,9 @@ type exchange struct {
 	http *event.HTTP
 	sw   statusWriter
 
-	out   http.Request  // the outgoing request, to h1Upstream
+	out   http.Request  // the outgoing request, to h1.Transport
 	url   url.URL       // the outgoing request's
-	octx  reqctx.Values // the outgoing request's context, over a reqContext, to http.Transport
+	octx  reqctx.Values // the outgoing request's context, over a reqctx.Context, to http.Transport
 	body  guardedBody
 	trace httptrace.ClientTrace
 	fw    flushWriter

@@ -152,15 +152,15 @@ func targetOf(r *http.Request) (host string, port uint16, ok bool) {
 	h, ps := splitHostPortLoose(hostport)
 	if ps == "" {
 		if def == 0 {
-			return normalizeHost(h), 0, false
+			return netx.NormalizeHost(h), 0, false
 		}
-		return normalizeHost(h), def, h != ""
+		return netx.NormalizeHost(h), def, h != ""
 	}
 	n, err := strconv.ParseUint(ps, 10, 16)
 	if err != nil || n == 0 || h == "" {
-		return normalizeHost(h), 0, false
+		return netx.NormalizeHost(h), 0, false
 	}
-	return normalizeHost(h), uint16(n), true
+	return netx.NormalizeHost(h), uint16(n), true
 }
 
 // connectEvent decides and publishes the connect event for a destination.

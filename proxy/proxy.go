@@ -16,6 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/h1"
+	"github.com/chaperone-dev/chaperone/proxy/internal/h2"
+
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 
 	stdtls "crypto/tls"
@@ -135,6 +138,11 @@ type Tunnel struct {
 	Via     string // "connect", "transparent"
 }
 
+// innerIdleTimeout closes a tunnel's connection that has sent no new
+// request for this long, and one whose socket takes no bytes of a
+// response for as long.
+const innerIdleTimeout = 2 * time.Minute
+
 const (
 	defaultPeekTimeout           = 300 * time.Millisecond
 	defaultReadHeaderTimeout     = 30 * time.Second
@@ -194,22 +202,19 @@ type Proxy struct {
 	// newRelayTransport makes a relayed tunnel's own transports, as
 	// transport and transportH1 are made (see tunnelTransport).
 	newRelayTransport func(h1Only bool) *http.Transport
-	upstreamH1        *h1Upstream // HTTP/1.1 only: every other request
+	upstreamH1        *h1.Transport // HTTP/1.1 only: every other request
 	// h3Client sends requests over HTTP/3 to origins that offer it
 	// (altSvc) or that the client reached over QUIC.
 	h3Client *h3.Client
 	altSvc   *h3.AltCache
 	rp       *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
 
-	front *http.Server // explicit-proxy requests; a tunnel's are served by serveH1 and serveH2
-	h2    *h2Server
+	front *http.Server // explicit-proxy requests; a tunnel's are served by h1 and h2
+	h1    *h1.Server
+	h2    *h2.Server
 
-	idleTimeout  time.Duration // a tunnel's HTTP/1 connection without a new request for this long is closed
-	stallTimeout time.Duration // and one whose socket takes no bytes of a response for this long
-
-	clientWatch *netx.Watch // the idle and header timeouts of tunnels' connections
-	h1Bufs      h1Bufs
-	h2Workers   *h2Workers
+	clientWatch *netx.Watch // the idle, header and stall timeouts of tunnels' connections
+	h2Workers   *h2.Workers
 
 	sessions atomic.Pointer[sessionTable]
 	sessMu   sync.Mutex // serialises writers of sessions
@@ -270,22 +275,29 @@ func New(opts Options) (*Proxy, error) {
 		quicServers:       make(map[*h3.Server]net.PacketConn),
 		clientWatch:       netx.NewWatch(min(readHeaderTimeout, innerIdleTimeout)),
 		bufs:              newBufferPool(64),
-		idleTimeout:       innerIdleTimeout,
-		stallTimeout:      innerIdleTimeout,
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
-	p.h2Workers = newH2Workers(maxH2Workers, p.log)
-	p.h2 = &h2Server{
-		handler:   http.HandlerFunc(p.serveInner),
-		maxHeader: headerHardLimit(maxHeaderBytes),
-		idle:      innerIdleTimeout,
-		stall:     innerIdleTimeout,
-		preface:   readHeaderTimeout,
-		watch:     p.clientWatch,
-		spawn:     p.h2Workers.start,
-		log:       p.log,
+	p.h1 = &h1.Server{
+		Handler:           http.HandlerFunc(p.serveInner),
+		Watch:             p.clientWatch,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       innerIdleTimeout,
+		StallTimeout:      innerIdleTimeout,
+		MaxHeaderBytes:    headerHardLimit(maxHeaderBytes),
+		Log:               p.log,
+	}
+	p.h2Workers = h2.NewWorkers(maxH2Workers, p.log)
+	p.h2 = &h2.Server{
+		Handler:   http.HandlerFunc(p.serveInner),
+		MaxHeader: headerHardLimit(maxHeaderBytes),
+		Idle:      innerIdleTimeout,
+		Stall:     innerIdleTimeout,
+		Preface:   readHeaderTimeout,
+		Watch:     p.clientWatch,
+		Spawn:     p.h2Workers.Start,
+		Log:       p.log,
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -306,16 +318,18 @@ func New(opts Options) (*Proxy, error) {
 	p.newRelayTransport = func(h1Only bool) *http.Transport {
 		return p.newTransport(opts.UpstreamRoots, h1Only, upstreamHeaderTimeout, maxHeaderBytes)
 	}
-	p.upstreamH1 = &h1Upstream{
-		dial:          p.dialUpstream,
-		tls:           p.transportH1.TLSClientConfig,
-		headerTimeout: upstreamHeaderTimeout,
-		maxHeader:     maxHeaderBytes,
-		idleTimeout:   p.transportH1.IdleConnTimeout,
-		checkEvery:    upstreamCheckEvery,
-		maxIdlePerKey: p.transportH1.MaxIdleConnsPerHost,
-		maxIdle:       p.transportH1.MaxIdleConns,
-		watch:         netx.NewWatch(upstreamHeaderTimeout),
+	p.upstreamH1 = &h1.Transport{
+		Dial:             p.dialUpstream,
+		TLS:              p.transportH1.TLSClientConfig,
+		HeaderTimeout:    upstreamHeaderTimeout,
+		MaxHeader:        maxHeaderBytes,
+		IdleTimeout:      p.transportH1.IdleConnTimeout,
+		CheckEvery:       upstreamCheckEvery,
+		MaxIdlePerKey:    p.transportH1.MaxIdleConnsPerHost,
+		MaxIdle:          p.transportH1.MaxIdleConns,
+		Watch:            netx.NewWatch(upstreamHeaderTimeout),
+		HandshakeTimeout: upstreamHandshakeTimeout,
+		Route:            routeOf,
 	}
 	p.h3Client = &h3.Client{
 		TLS:                    &stdtls.Config{RootCAs: opts.UpstreamRoots, MinVersion: stdtls.VersionTLS13},
@@ -439,7 +453,7 @@ func (p *Proxy) ServeTunnel(ctx context.Context, c net.Conn, t Tunnel) {
 	tc, handedOff := p.serveTunnel(ctx, netx.RawIO(c), &tunnel{
 		session: t.Session,
 		process: t.Process,
-		host:    normalizeHost(t.Host),
+		host:    netx.NormalizeHost(t.Host),
 		port:    port,
 		dst:     t.Dst,
 		via:     via,
@@ -479,13 +493,13 @@ func (p *Proxy) Close() error {
 		srv.Close()
 		pc.Close()
 	}
-	p.h2Workers.stop()
+	p.h2Workers.Stop()
 	for _, t := range tunnels {
 		t.close()
 	}
 	p.transport.CloseIdleConnections()
 	p.transportH1.CloseIdleConnections()
-	p.upstreamH1.close()
+	p.upstreamH1.Close()
 	p.h3Client.Close()
 	if err != nil {
 		return fmt.Errorf("proxy: close: %w", err)

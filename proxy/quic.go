@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
+
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/proxy/internal/h3"
 	chtls "github.com/chaperone-dev/chaperone/tls"
@@ -42,7 +44,7 @@ func (p *Proxy) ServeQUIC(pc net.PacketConn, origins OriginFinder) error {
 		Admit:            p.admitQUIC,
 		Handler:          http.HandlerFunc(p.serveInner),
 		HandshakeTimeout: p.handshakeTimeout,
-		IdleTimeout:      p.idleTimeout,
+		IdleTimeout:      p.h1.IdleTimeout,
 		MaxHeaderBytes:   headerHardLimit(p.maxHeaderBytes),
 		Logger:           p.log,
 	}
@@ -106,7 +108,7 @@ func (p *Proxy) helloQUIC(hello *stdtls.ClientHelloInfo) (*stdtls.Config, error)
 	if e := t.connect; e != nil {
 		t.connect = nil
 		if hello.ServerName != "" {
-			e.Connect.Host = normalizeHost(hello.ServerName)
+			e.Connect.Host = netx.NormalizeHost(hello.ServerName)
 		}
 		e.Verdict = p.decide(ctx, e)
 		p.publish(e)
@@ -120,7 +122,7 @@ func (p *Proxy) helloQUIC(hello *stdtls.ClientHelloInfo) (*stdtls.Config, error)
 		Version:    (&chtls.ClientHello{SupportedVersions: withoutGREASE(hello.SupportedVersions)}).MaxVersion(),
 	}}
 	if t.host == "" {
-		t.host = normalizeHost(hello.ServerName)
+		t.host = netx.NormalizeHost(hello.ServerName)
 	}
 	if t.denied != nil {
 		e.Verdict = *t.denied

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/h1"
+
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 
 	"golang.org/x/net/http/httpguts"
@@ -34,23 +36,23 @@ func (p *Proxy) serveRequestLine(ctx context.Context, tc *tunnelConn) (handedOff
 		p.refuseLine(tc, err)
 		return false
 	}
-	rl, err := parseRequestLine(line)
+	rl, err := h1.ParseRequestLine(line)
 	if err != nil {
 		p.refuseLine(tc, err)
 		return false
 	}
-	if isConnectMethod([]byte(rl.method)) {
+	if h1.IsConnectMethod([]byte(rl.Method)) {
 		tc.r.Discard(len(line))
 		return p.serveRelayConnect(ctx, tc, rl, len(line))
 	}
 	tc.Conn.SetReadDeadline(time.Time{})
-	if rl.canonical {
+	if rl.Canonical {
 		// As it came (the h2c preface among others), once all of it is
 		// here.
 		return p.serveInnerConn(tc, tc)
 	}
 	tc.r.Discard(len(line))
-	tc.pre = rl.canonicalLine()
+	tc.pre = rl.CanonicalLine()
 	go p.serveH1(tc, tc)
 	return true
 }
@@ -60,20 +62,20 @@ var errLineIncomplete = errors.New("proxy: request line incomplete")
 
 // peekLine returns the request line at the head of the sniffing buffer,
 // blank lines before it included, through its LF, waiting for it; a line
-// longer than the buffer is errLineTooLong.
+// longer than the buffer is h1.ErrLineTooLong.
 func peekLine(tc *tunnelConn) ([]byte, error) {
 	r := tc.r
 	for {
 		b, _ := r.Peek(r.Buffered())
 		lead := 0
-		for lead < len(b) && isLeadSpace(b[lead]) {
+		for lead < len(b) && h1.IsLeadSpace(b[lead]) {
 			lead++
 		}
 		if i := indexLF(b[lead:]); i >= 0 {
 			return b[:lead+i+1], nil
 		}
 		if len(b) == r.Size() {
-			return nil, errLineTooLong
+			return nil, h1.ErrLineTooLong
 		}
 		if _, err := r.Peek(len(b) + 1); err != nil {
 			if netx.IsTimeout(err) {
@@ -98,9 +100,9 @@ func (p *Proxy) refuseLine(tc *tunnelConn, err error) {
 	t := tc.t
 	switch {
 	case netx.IsTimeout(err):
-		p.publishConnFault(faultHeaderTimeout, t.session, t.process, t.authority, "HTTP/1.1")
+		p.publishConnFault(netx.FaultHeaderTimeout, t.session, t.process, t.authority, "HTTP/1.1")
 		return
-	case errors.Is(err, errLineTooLong):
+	case errors.Is(err, h1.ErrLineTooLong):
 		p.publishMalformed(t, http.StatusRequestURITooLong, "request line longer than "+strconv.Itoa(tc.r.Size())+" bytes")
 		writeClose(tc, http.StatusRequestURITooLong, "chaperone: request line too long\n", nil)
 	default:
@@ -120,7 +122,7 @@ func (p *Proxy) publishMalformed(t *tunnel, status int, reason string) {
 }
 
 // writeClose answers a client of the tunnel in plain HTTP/1.1 and closes
-// the connection once the client has read it (closeLinger at most).
+// the connection once the client has read it (netx.CloseLinger at most).
 func writeClose(tc *tunnelConn, status int, body string, h http.Header) {
 	var b strings.Builder
 	b.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")
@@ -133,7 +135,7 @@ func writeClose(tc *tunnelConn, status int, body string, h http.Header) {
 	}
 	b.WriteString("Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n")
 	b.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
-	tc.Conn.SetWriteDeadline(time.Now().Add(closeLinger))
+	tc.Conn.SetWriteDeadline(time.Now().Add(netx.CloseLinger))
 	io.WriteString(tc.Conn, b.String())
 	lingerClose(tc)
 }
@@ -143,7 +145,7 @@ func writeClose(tc *tunnelConn, status int, body string, h http.Header) {
 // reset caused by its unread bytes. The caller closes the connection.
 func lingerClose(tc *tunnelConn) {
 	tc.CloseWrite()
-	tc.Conn.SetReadDeadline(time.Now().Add(closeLinger))
+	tc.Conn.SetReadDeadline(time.Now().Add(netx.CloseLinger))
 	io.CopyN(io.Discard, tc.Conn, 1<<20)
 }
 
@@ -154,18 +156,18 @@ func lingerClose(tc *tunnelConn) {
 // rule and the relay is told nothing; allowed, the proxy asks the relay
 // and, once the relay agreed, answers 200 and serves what follows as a
 // tunnel to the target.
-func (p *Proxy) serveRelayConnect(ctx context.Context, tc *tunnelConn, rl requestLine, size int) (handedOff bool) {
+func (p *Proxy) serveRelayConnect(ctx context.Context, tc *tunnelConn, rl h1.RequestLine, size int) (handedOff bool) {
 	t := tc.t
 	var auth []string
 	for {
-		line, err := readLine(tc.r, p.maxHeaderBytes-size)
+		line, err := h1.ReadLine(tc.r, p.maxHeaderBytes-size)
 		switch {
-		case errors.Is(err, errLineTooLong):
-			p.publishConnFault(faultHeaderTooLarge, t.session, t.process, t.authority, "HTTP/1.1")
+		case errors.Is(err, h1.ErrLineTooLong):
+			p.publishConnFault(netx.FaultHeaderTooLarge, t.session, t.process, t.authority, "HTTP/1.1")
 			writeClose(tc, http.StatusRequestHeaderFieldsTooLarge, "chaperone: request header too large\n", nil)
 			return false
 		case netx.IsTimeout(err):
-			p.publishConnFault(faultHeaderTimeout, t.session, t.process, t.authority, "HTTP/1.1")
+			p.publishConnFault(netx.FaultHeaderTimeout, t.session, t.process, t.authority, "HTTP/1.1")
 			return false
 		case err != nil:
 			return false // the client went away
@@ -188,7 +190,7 @@ func (p *Proxy) serveRelayConnect(ctx context.Context, tc *tunnelConn, rl reques
 	}
 	tc.Conn.SetReadDeadline(time.Time{})
 
-	host, port, ok := connectTarget(rl.target)
+	host, port, ok := connectTarget(rl.Target)
 	d, err := parseRelayDest(host, port)
 	if !ok || err != nil {
 		p.refuseRelay(t, relayHTTP, host, port, ruleMalformedRequest, "CONNECT to a target that is "+badRelayDest)

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/h1"
+
 	"github.com/chaperone-dev/chaperone/proxy/internal/reqctx"
 
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
@@ -79,7 +81,7 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 	case h2:
 		res, err = tunnelTransport{p: p}.RoundTrip(out)
 	case !h3 || fellBack:
-		res, err = p.upstreamH1.send(out, x.got1xx)
+		res, err = p.upstreamH1.Send(out, x.got1xx)
 	}
 	x.mu.Lock()
 	x.rtDone = true
@@ -153,12 +155,12 @@ func needsH2(h http.Header) bool {
 		!strings.HasPrefix(ct[0], "application/grpc-web") {
 		return true
 	}
-	return hasToken(h["Te"], "trailers")
+	return h1.HasToken(h["Te"], "trailers")
 }
 
 // outgoing returns the request to send upstream for r, made of r and x.
 // For http.Transport (traced) its context carries x.got1xx in a client
-// trace; h1Upstream is given x.got1xx itself, and the request is x.out, a
+// trace; h1.Transport is given x.got1xx itself, and the request is x.out, a
 // copy of r with r's context, which costs no allocation.
 func (x *exchange) outgoing(r *http.Request, traced bool) *http.Request {
 	ctx := r.Context()
@@ -371,11 +373,11 @@ func bodyError(r *http.Request, readErr error, n int64) string {
 
 // readyBody is a response body that can tell whether its next Read returns
 // at least a byte without waiting on the network.
-type readyBody interface{ ready() bool }
+type readyBody interface{ Ready() bool }
 
 func ready(body io.Reader) bool {
 	rb, ok := body.(readyBody)
-	return ok && rb.ready()
+	return ok && rb.Ready()
 }
 
 // flushWriter writes a response body to the client. Its lock orders the
@@ -418,14 +420,14 @@ func (fw *flushWriter) complete() {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	if fw.c != nil {
-		fw.c.bodyComplete()
+		fw.c.BodyComplete()
 		fw.held = false
 	}
 }
 
 // bodyCompleter is a response writer that can send a response whose body
-// is complete before the handler returns (h1Writer).
-type bodyCompleter interface{ bodyComplete() }
+// is complete before the handler returns (h1.Server's writer).
+type bodyCompleter interface{ BodyComplete() }
 
 func (fw *flushWriter) delayedFlush() {
 	fw.mu.Lock()
@@ -494,7 +496,7 @@ func outboundHeader(in http.Header) http.Header {
 		if dirty {
 			break
 		}
-		dirty = isHopHeader(k) || isForwardedHeader(k)
+		dirty = h1.IsHopHeader(k) || isForwardedHeader(k)
 	}
 	if !dirty {
 		return in
@@ -506,7 +508,7 @@ func outboundHeader(in http.Header) http.Header {
 			delete(out, k)
 		}
 	}
-	if hasToken(in["Te"], "trailers") {
+	if h1.HasToken(in["Te"], "trailers") {
 		out["Te"] = []string{"trailers"}
 	}
 	if _, ok := out["User-Agent"]; !ok {
@@ -516,42 +518,37 @@ func outboundHeader(in http.Header) http.Header {
 }
 
 // headerTaker is a response writer that can take a header map as its own
-// (h1Writer), saving the copy, and the fields as received (vh, when not
+// (h1.Server's), saving the copy, and the fields as received (vh, when not
 // empty) to send as they are; false when it has a header already.
 type headerTaker interface {
-	takeHeader(h http.Header, vh verbatimHead) bool
+	TakeHeader(h http.Header, vh h1.VerbatimHead) bool
 }
 
 // takenBy has ht take res's header, if it has no hop-by-hop field.
 func (x *exchange) takenBy(ht headerTaker, res *http.Response) bool {
 	vh := x.verbatimHead(res)
-	if vh.fields == "" && hasHopHeader(res.Header) { // a verbatim head has none
+	if vh.Fields == "" && hasHopHeader(res.Header) { // a verbatim head has none
 		return false
 	}
-	return ht.takeHeader(res.Header, vh)
+	return ht.TakeHeader(res.Header, vh)
 }
 
 // verbatimHead returns the fields of res as received, when they can be
-// sent on as they are: res was read whole by parsePlainResponse, and
+// sent on as they are: res was read whole by h1.ParsePlainResponse, and
 // neither a rewrite of the response (an LLM call's) nor trailers can
 // change them.
-func (x *exchange) verbatimHead(res *http.Response) verbatimHead {
+func (x *exchange) verbatimHead(res *http.Response) h1.VerbatimHead {
 	if x.llm != nil || len(res.Trailer) > 0 {
-		return verbatimHead{}
+		return h1.VerbatimHead{}
 	}
-	if b, ok := res.Body.(*h1Body); ok {
-		if lb, ok := b.rc.(*lengthBody); ok {
-			return lb.head
-		}
-	}
-	return verbatimHead{}
+	return h1.Verbatim(res)
 }
 
 // hasHopHeader reports whether h has a hop-by-hop header (any header that
 // a Connection header names is one only if Connection is there).
 func hasHopHeader(h http.Header) bool {
 	for k := range h {
-		if isHopHeader(k) {
+		if h1.IsHopHeader(k) {
 			return true
 		}
 	}
@@ -562,7 +559,7 @@ func hasHopHeader(h http.Header) bool {
 // removeHopByHop and a copy in one pass. The value slices are shared.
 func copyEndToEnd(dst, src http.Header) {
 	for k, vv := range src {
-		if !isHopHeader(k) {
+		if !h1.IsHopHeader(k) {
 			dst[k] = vv
 		}
 	}
@@ -586,21 +583,10 @@ func removeHopByHop(h http.Header) {
 		}
 	}
 	for k := range h {
-		if isHopHeader(k) {
+		if h1.IsHopHeader(k) {
 			delete(h, k)
 		}
 	}
-}
-
-// isHopHeader reports whether a canonical header name is one of the
-// hop-by-hop headers removed whatever Connection says.
-func isHopHeader(k string) bool {
-	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return false
 }
 
 // isForwardedHeader reports whether a canonical header name is one of the
@@ -619,19 +605,6 @@ func copyHeader(dst, src http.Header) {
 			dst.Add(k, v)
 		}
 	}
-}
-
-// hasToken reports whether a comma-separated header value lists token,
-// ignoring ASCII case.
-func hasToken(values []string, token string) bool {
-	for _, v := range values {
-		for t := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.Trim(t, " \t"), token) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream

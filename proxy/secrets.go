@@ -682,3 +682,12 @@ func (x *exchange) settleStream() {
 		}
 	}
 }
+
+func isDigits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

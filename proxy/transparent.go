@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/h1"
+
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -116,7 +118,7 @@ func (p *Proxy) transparentTunnel(origins OriginFinder, client netip.AddrPort, t
 	}
 	e := &event.Event{
 		Time: p.now(), Kind: event.KindConnect, Session: o.Session, Process: o.Process,
-		Connect: &event.Connect{Dst: o.Dst, Host: normalizeHost(o.Host), Port: port, Transport: transport, Via: "transparent"},
+		Connect: &event.Connect{Dst: o.Dst, Host: netx.NormalizeHost(o.Host), Port: port, Transport: transport, Via: "transparent"},
 	}
 	t := &tunnel{session: o.Session, process: o.Process, port: port, dst: o.Dst, via: "transparent"}
 	if o.Dst.Addr().Unmap().IsUnspecified() {
@@ -142,7 +144,7 @@ func (p *Proxy) decideConnect(ctx context.Context, tc *tunnelConn, proto protoco
 	switch proto {
 	case protoTLS:
 		if hello, err := p.sniffHello(tc); err == nil && hello.ServerName != "" {
-			e.Connect.Host = normalizeHost(hello.ServerName)
+			e.Connect.Host = netx.NormalizeHost(hello.ServerName)
 		}
 	case protoHTTP:
 		if host, ok := p.requestHost(tc); ok {
@@ -179,10 +181,10 @@ func (p *Proxy) requestHost(tc *tunnelConn) (string, bool) {
 			break
 		}
 	}
-	req, _ := parsePlainRequest(r, context.Background())
+	req, _ := h1.ParsePlainRequest(r, context.Background())
 	if req == nil || req.URL.Host != "" || req.Host == "" || !p.hostMatches(tc.t, req.Host) {
 		return "", false
 	}
 	host, _ := splitHostPortLoose(req.Host)
-	return normalizeHost(host), true
+	return netx.NormalizeHost(host), true
 }

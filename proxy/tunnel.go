@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/h1"
+
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 
 	stdtls "crypto/tls"
@@ -147,10 +149,10 @@ func (p *Proxy) classifyMore(tc *tunnelConn, first byte) protocol {
 	}
 	for {
 		b, _ := tc.r.Peek(tc.r.Buffered())
-		switch requestStart(b) {
-		case yes:
+		switch h1.RequestStart(b) {
+		case h1.Yes:
 			return requestKind(b)
-		case no:
+		case h1.No:
 			return protoOther
 		}
 		if _, err := tc.r.Peek(len(b) + 1); err != nil {
@@ -187,28 +189,20 @@ func classifySOCKS(r *bufio.Reader) protocol {
 // decides: what follows may yet make net/http refuse it, which is safe.
 func requestKind(b []byte) protocol {
 	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		if rl, err := parseRequestLine(b[:i+1]); err == nil && rl.canonical {
+		if rl, err := h1.ParseRequestLine(b[:i+1]); err == nil && rl.Canonical {
 			return protoHTTP
 		}
 		return protoRequestLine
 	}
 	m := 0
-	for m < len(b) && isTchar(b[m]) {
+	for m < len(b) && h1.IsTchar(b[m]) {
 		m++
 	}
-	if m == 0 || m+1 >= len(b) || b[m] != ' ' || isLeadSpace(b[m+1]) || isConnectMethod(b[:m]) {
+	if m == 0 || m+1 >= len(b) || b[m] != ' ' || h1.IsLeadSpace(b[m+1]) || h1.IsConnectMethod(b[:m]) {
 		return protoRequestLine
 	}
 	return protoHTTP
 }
-
-type tristate int
-
-const (
-	maybe tristate = iota
-	yes
-	no
-)
 
 // intercept sniffs the ClientHello, decides the tls event and, if allowed,
 // terminates TLS and hands the connection to an HTTP server.
@@ -227,7 +221,7 @@ func (p *Proxy) intercept(ctx context.Context, tc *tunnelConn) (handedOff bool) 
 	e.TLS.ALPN = hello.ALPN
 	e.TLS.Version = hello.MaxVersion()
 	if t.host == "" {
-		t.host = normalizeHost(hello.ServerName)
+		t.host = netx.NormalizeHost(hello.ServerName)
 	}
 	if t.denied != nil {
 		// Terminate TLS only to answer with the connect's 403.
@@ -443,7 +437,7 @@ func (p *Proxy) dialUpstream(ctx context.Context, network, addr string) (net.Con
 	if err != nil {
 		return nil, err
 	}
-	host = normalizeHost(host)
+	host = netx.NormalizeHost(host)
 	t := tunnelFrom(ctx)
 	switch {
 	case t == nil:
@@ -466,4 +460,26 @@ func (p *Proxy) dial(ctx context.Context, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	return netx.RawIO(c), nil
+}
+
+// serveH1 serves c, an HTTP/1 connection of tc's tunnel, until it closes.
+func (p *Proxy) serveH1(c net.Conn, tc *tunnelConn) {
+	p.h1.ServeConn(p.clientConn(c, tc, "HTTP/1.1"))
+}
+
+// clientConn is c, a connection of tc's tunnel (tc, or TLS over it), as
+// the HTTP servers take it: requests carry the tunnel, and a fault is an
+// event of the tunnel's session and process.
+func (p *Proxy) clientConn(c net.Conn, tc *tunnelConn, proto string) netx.ClientConn {
+	t := tc.t
+	return netx.ClientConn{
+		C: c, Raw: tc.Conn, Gatherer: tc,
+		Context: context.WithValue(context.Background(), tunnelKey{}, t),
+		Fault:   func(f netx.Fault) { p.publishConnFault(f, t.session, t.process, t.authority, proto) },
+	}
+}
+
+// serveH2 serves c, an HTTP/2 connection of tc's tunnel, until it closes.
+func (p *Proxy) serveH2(c net.Conn, tc *tunnelConn) {
+	p.h2.ServeConn(p.clientConn(c, tc, "HTTP/2.0"))
 }

@@ -318,24 +318,3 @@ func TestBodyError(t *testing.T) {
 		})
 	}
 }
-
-// TestCanonicalAddr: the shortcut for a Host that already has a port gives
-// what the long way (Hostname, Port, JoinHostPort) gives.
-func TestCanonicalAddr(t *testing.T) {
-	long := func(u *url.URL) string {
-		port := u.Port()
-		if port == "" {
-			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
-		}
-		return net.JoinHostPort(u.Hostname(), port)
-	}
-	for _, host := range []string{"a.test:443", "a.test", "A.Test:8443", "127.0.0.1:1", "[::1]:443", "[::1]",
-		"a.test:", "a.test:4x3", ":443", "[fe80::1%en0]:443", "a:b:443", "[::1]:", "a.test:0443"} {
-		for _, scheme := range []string{"http", "https"} {
-			u := &url.URL{Scheme: scheme, Host: host}
-			if got, want := canonicalAddr(u), long(u); got != want {
-				t.Errorf("%s://%s: %q, want %q", scheme, host, got, want)
-			}
-		}
-	}
-}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/h1"
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 
 	"github.com/chaperone-dev/chaperone/event"
@@ -24,7 +25,7 @@ import (
 type watchedConn struct {
 	net.Conn
 	phase atomic.Uint32 // a connPhase
-	fault atomic.Uint32 // a connFault, the first seen
+	fault atomic.Uint32 // a netx.Fault, the first seen
 }
 
 // connPhase is where a connection is in its current request. Only a
@@ -49,34 +50,20 @@ func (c *watchedConn) served() {
 // idle marks c as waiting for its next request: net/http's StateIdle.
 func (c *watchedConn) idle() { c.phase.Store(uint32(phaseIdle)) }
 
-// connFault is what went wrong on a connection before a handler ran.
-type connFault uint32
-
-const (
-	faultNone           connFault = iota
-	faultHeaderTimeout            // no whole request header within ReadHeaderTimeout
-	faultHeaderTooLarge           // a request header over the server's limit
-)
-
 func (c *watchedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 && connPhase(c.phase.Load()) == phaseIdle {
 		c.phase.CompareAndSwap(uint32(phaseIdle), uint32(phasePending))
 	}
 	if err != nil && connPhase(c.phase.Load()) == phasePending && netx.IsTimeout(err) {
-		c.fault.CompareAndSwap(uint32(faultNone), uint32(faultHeaderTimeout))
+		c.fault.CompareAndSwap(uint32(netx.FaultNone), uint32(netx.FaultHeaderTimeout))
 	}
 	return n, err
 }
 
-// tooLargeReply is what net/http writes, in one write, to a connection
-// whose request header is over its limit, before closing it. A handler's
-// response never looks like it: net/http adds a Date header.
-const tooLargeReply = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large"
-
 func (c *watchedConn) Write(b []byte) (int, error) {
-	if len(b) == len(tooLargeReply) && string(b) == tooLargeReply {
-		c.fault.CompareAndSwap(uint32(faultNone), uint32(faultHeaderTooLarge))
+	if len(b) == len(h1.TooLargeReply) && string(b) == h1.TooLargeReply {
+		c.fault.CompareAndSwap(uint32(netx.FaultNone), uint32(netx.FaultHeaderTooLarge))
 	}
 	return c.Conn.Write(b)
 }
@@ -96,7 +83,7 @@ func (p *Proxy) frontConnState(c net.Conn, s http.ConnState) {
 	case http.StateIdle:
 		fc.idle()
 	case http.StateClosed:
-		if f := connFault(fc.fault.Load()); f != faultNone {
+		if f := netx.Fault(fc.fault.Load()); f != netx.FaultNone {
 			// The session is known if an earlier request on the
 			// connection authenticated.
 			p.publishConnFault(f, fc.procSession, fc.proc, "", "HTTP/1.1")
@@ -107,17 +94,17 @@ func (p *Proxy) frontConnState(c net.Conn, s http.ConnState) {
 // publishConnFault publishes the http event of a connection closed
 // before a handler ran: no request was read, so the event has no
 // method or URL; host is the tunnel's destination, if any.
-func (p *Proxy) publishConnFault(f connFault, session string, proc *event.Process, host, proto string) {
+func (p *Proxy) publishConnFault(f netx.Fault, session string, proc *event.Process, host, proto string) {
 	e := &event.Event{
 		Time: p.now(), Kind: event.KindHTTP, Session: session, Process: proc,
 		HTTP: &event.HTTP{Host: host, Proto: proto},
 	}
 	switch f {
-	case faultHeaderTimeout:
+	case netx.FaultHeaderTimeout:
 		msg := "client sent no complete request header within " + p.readHeaderTimeout.String()
 		e.Verdict = proxyVerdict(ruleHeaderTimeout, msg)
 		e.HTTP.Error = msg
-	case faultHeaderTooLarge:
+	case netx.FaultHeaderTooLarge:
 		e.Verdict = proxyVerdict(ruleHeaderTooLarge, "request header too large to read, far over MaxHeaderBytes "+strconv.Itoa(p.maxHeaderBytes))
 		e.HTTP.Status = http.StatusRequestHeaderFieldsTooLarge
 	}

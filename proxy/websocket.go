@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -114,26 +112,6 @@ func (p *Proxy) serveSocket(x *exchange, r *http.Request, h socketHandler) (abor
 // reason to the client (1001 to the server).
 func policyClose(v event.Verdict) ws.Action {
 	return ws.Action{Close: true, CloseCode: ws.ClosePolicy, CloseReason: strings.TrimSuffix(denyMessage(v), "\n")}
-}
-
-// asWebSocketUpgrade makes the header of an extended CONNECT for
-// websocket (RFC 8441) that of an HTTP/1.1 upgrade, which serveSocket
-// checks and sends upstream: Upgrade and Connection, and a key of its
-// own (the stream has none). A client's own Upgrade and Connection are
-// refused before this (connection-specific in HTTP/2), and its own key
-// here.
-func asWebSocketUpgrade(h http.Header) error {
-	var key [16]byte
-	if _, err := rand.Read(key[:]); err != nil {
-		return fmt.Errorf("websocket key: %w", err)
-	}
-	if _, ok := h["Sec-Websocket-Key"]; ok {
-		return errors.New("extended CONNECT with a Sec-WebSocket-Key")
-	}
-	h["Upgrade"] = []string{"websocket"}
-	h["Connection"] = []string{"Upgrade"}
-	h["Sec-Websocket-Key"] = []string{base64.StdEncoding.EncodeToString(key[:])}
-	return nil
 }
 
 // serveStreamSocket relays a WebSocket opened on an HTTP/2 stream by an

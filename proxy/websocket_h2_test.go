@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -214,5 +215,29 @@ func TestLLMWebSocketOverHTTP2(t *testing.T) {
 	e := we.rec.wait(t, "llm", func(e *event.Event) bool { return e.Kind == event.KindLLM && e.LLM.OutputTokens == 34 })
 	if !e.LLM.WebSocket || e.LLM.Restored == 0 || e.Verdict.Action != event.Rewrite {
 		t.Errorf("llm event %+v %v", *e.LLM, e.Verdict)
+	}
+}
+
+// h2Client speaks HTTP/2 frame by frame, to watch the frames of a stream.
+type h2Client struct {
+	t   testing.TB
+	c   net.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	buf bytes.Buffer
+}
+
+// next reads frames until one satisfies pred, and returns it; it fails on
+// a read error (the connection closing included).
+func (cl *h2Client) next(what string, pred func(http2.Frame) bool) http2.Frame {
+	cl.t.Helper()
+	for {
+		f, err := cl.fr.ReadFrame()
+		if err != nil {
+			cl.t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if pred(f) {
+			return f
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"crypto/rand"
 	"crypto/sha1"
 	"encoding/base64"
 	"errors"
@@ -81,4 +82,24 @@ func CheckResponse(res *http.Response, key string, offered bool) (*Deflate, erro
 		return nil, errors.New("ws: the server accepted an extension that was not offered")
 	}
 	return AcceptDeflateResponse(exts)
+}
+
+// AsUpgrade makes the header of an extended CONNECT for
+// websocket (RFC 8441) that of an HTTP/1.1 upgrade, which CheckRequest
+// accepts and a proxy sends upstream: Upgrade and Connection, and a key of its
+// own (the stream has none). A client's own Upgrade and Connection are
+// refused before this (connection-specific in HTTP/2), and its own key
+// here.
+func AsUpgrade(h http.Header) error {
+	var key [16]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return fmt.Errorf("websocket key: %w", err)
+	}
+	if _, ok := h["Sec-Websocket-Key"]; ok {
+		return errors.New("extended CONNECT with a Sec-WebSocket-Key")
+	}
+	h["Upgrade"] = []string{"websocket"}
+	h["Connection"] = []string{"Upgrade"}
+	h["Sec-Websocket-Key"] = []string{base64.StdEncoding.EncodeToString(key[:])}
+	return nil
 }

@@ -1,4 +1,4 @@
-package proxy
+package h1
 
 import (
 	"bufio"
@@ -23,7 +23,7 @@ import (
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 )
 
-// h1Upstream sends HTTP/1.1 requests upstream on the caller's goroutine:
+// Transport sends HTTP/1.1 requests upstream on the caller's goroutine:
 // the handler writes the request and reads the response header itself, and
 // whoever reads the body reads it from the connection. http.Transport hands
 // every request to a writer goroutine and every response back from a reader
@@ -34,30 +34,51 @@ import (
 // whole body cannot deadlock the exchange.
 //
 // Connections are pooled by scheme, authority and destination address, at
-// most maxIdlePerKey each, and closed after idleTimeout unused. A pooled
+// most MaxIdlePerKey each, and closed after IdleTimeout unused. A pooled
 // connection that the upstream closed meanwhile is found out before a
 // request that cannot be replayed is sent on it (alive); a request that can
 // be (no body, idempotent) is sent again instead, as http.Transport does.
-// No goroutine watches an idle connection: a sweep every checkEvery closes
+// No goroutine watches an idle connection: a sweep every CheckEvery closes
 // those the upstream closed (servers' keep-alive timeouts are often 5
-// seconds), so that they do not hold a descriptor until idleTimeout.
-type h1Upstream struct {
-	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
-	tls           *stdtls.Config // cloned for each connection, with its ServerName
-	headerTimeout time.Duration  // for the response header, once the request is written
-	maxHeader     int            // bytes of response header, 1xx included
-	idleTimeout   time.Duration
-	checkEvery    time.Duration // how often idle connections are checked for the upstream's close
-	maxIdlePerKey int
-	maxIdle       int
+// seconds), so that they do not hold a descriptor until IdleTimeout.
+type Transport struct {
+	Dial             func(ctx context.Context, network, addr string) (net.Conn, error)
+	TLS              *stdtls.Config // cloned for each connection, with its ServerName
+	HandshakeTimeout time.Duration  // for the TLS handshake; 10 s when zero
+	HeaderTimeout    time.Duration  // for the response header, once the request is written
+	MaxHeader        int            // bytes of response header, 1xx included
+	IdleTimeout      time.Duration
+	CheckEvery       time.Duration // how often idle connections are checked for the upstream's close
+	MaxIdlePerKey    int
+	MaxIdle          int
+	Watch            *netx.Watch // keeps the response header timeouts
+	// Route says where a request's connection goes (the tunnel's
+	// destination and relays); nil for the request's authority alone.
+	Route func(context.Context) Route
 
 	mu     sync.Mutex
 	idle   map[h1Key]*h1Idle // one lookup a get or put (h1Key's hash is not cheap)
 	nIdle  int
 	sweep  *time.Timer // closes connections idle for idleTimeout or closed upstream; nil when none are idle
 	closed bool
+}
 
-	watch *netx.Watch // of response headers
+// Route is where a request's connection goes beyond its authority.
+type Route struct {
+	Dst   netip.AddrPort // the tunnel's destination; pooled connections are kept apart by it
+	Relay string         // the relays the tunnel goes through, as a pool key; "" for none
+	// Forward: the relay is a forward proxy, sent requests in absolute
+	// form with ProxyAuth as Proxy-Authorization.
+	Forward   bool
+	ProxyAuth []string
+}
+
+// handshakeTimeout is HandshakeTimeout or its default.
+func (h *Transport) handshakeTimeout() time.Duration {
+	if h.HandshakeTimeout > 0 {
+		return h.HandshakeTimeout
+	}
+	return 10 * time.Second
 }
 
 // h1Idle is the idle connections of a key, most recently used last.
@@ -66,7 +87,7 @@ type h1Idle struct{ conns []*h1Conn }
 // h1Key says which pooled connections a request may use: same scheme and
 // authority, and same destination address for a tunnel that has one; for a
 // relayed tunnel, the same relays reached the same way with the same
-// credentials (relayHop.key), and never a connection made without them,
+// credentials (Route.Relay), and never a connection made without them,
 // nor theirs for a tunnel without: either would change where the bytes
 // go.
 type h1Key struct {
@@ -118,15 +139,16 @@ type h1Conn struct {
 	// proxy is set on a connection to a relay that is a forward proxy:
 	// requests are written in absolute form, with the client's
 	// credentials for the relay.
-	proxy *relayHop
+	proxy     bool
+	proxyAuth []string
 }
 
 // writeRequest writes req on the connection (see writeRequest).
-func (pc *h1Conn) writeRequest(req *http.Request, flushHead bool) error {
-	if pc.proxy != nil {
-		return writeProxyRequest(pc.bw, req, pc.proxy.proxyAuth)
+func (pc *h1Conn) WriteRequest(req *http.Request, flushHead bool) error {
+	if pc.proxy {
+		return writeProxyRequest(pc.bw, req, pc.proxyAuth)
 	}
-	return writeRequest(pc.bw, req, flushHead)
+	return WriteRequest(pc.bw, req, flushHead)
 }
 
 // writeProxyRequest writes req in absolute form, as a forward proxy takes
@@ -184,28 +206,27 @@ func (pc *h1Conn) close() {
 // RoundTrip sends req and returns the response, whose body must be read to
 // its end or closed: a body read to its end gives the connection back to
 // the pool. Informational responses go to the request's client trace.
-func (h *h1Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+func (h *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var got1xx func(int, textproto.MIMEHeader) error
 	if trace := httptrace.ContextClientTrace(req.Context()); trace != nil {
 		got1xx = trace.Got1xxResponse
 	}
-	return h.send(req, got1xx)
+	return h.Send(req, got1xx)
 }
 
-// send is RoundTrip with got1xx, when not nil, called for each
+// Send is RoundTrip with got1xx, when not nil, called for each
 // informational response.
-func (h *h1Upstream) send(req *http.Request, got1xx func(int, textproto.MIMEHeader) error) (*http.Response, error) {
+func (h *Transport) Send(req *http.Request, got1xx func(int, textproto.MIMEHeader) error) (*http.Response, error) {
 	ctx := req.Context()
 	key := h1Key{https: req.URL.Scheme == "https", authority: canonicalAddr(req.URL)}
-	if t := tunnelFrom(ctx); t != nil {
-		key.dst = t.dst
-		if t.relay != nil {
-			key.relay = t.relay.key
-		}
+	var rt Route
+	if h.Route != nil {
+		rt = h.Route(ctx)
+		key.dst, key.relay = rt.Dst, rt.Relay
 	}
 	replayable := req.Body == nil && isIdempotent(req)
 	for try := 0; ; try++ {
-		pc, reused, err := h.get(ctx, key, replayable)
+		pc, reused, err := h.get(ctx, key, rt, replayable)
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +240,7 @@ func (h *h1Upstream) send(req *http.Request, got1xx func(int, textproto.MIMEHead
 		// connection (the upstream may have closed several at once) or a
 		// new one, whose failure is final. Each try uses up a pooled
 		// connection, so this ends.
-		if !reused || !replayable || pc.nread > 0 || ctx.Err() != nil || try > h.maxIdle {
+		if !reused || !replayable || pc.nread > 0 || ctx.Err() != nil || try > h.MaxIdle {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -229,13 +250,13 @@ func (h *h1Upstream) send(req *http.Request, got1xx func(int, textproto.MIMEHead
 }
 
 // exchange writes req on pc and reads the response header.
-func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request,
+func (h *Transport) exchange(ctx context.Context, pc *h1Conn, req *http.Request,
 	got1xx func(int, textproto.MIMEHeader) error) (*http.Response, error) {
 	pc.nread = 0
 	stop := reqctx.OnCancel(ctx, pc)
 	var written chan error
 	if req.Body == nil || (req.ContentLength > 0 && req.ContentLength <= inlineBodyMax) {
-		err := pc.writeRequest(req, false)
+		err := pc.WriteRequest(req, false)
 		if err == nil {
 			err = pc.bw.Flush()
 		}
@@ -243,7 +264,7 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 			stop.Stop()
 			return nil, err
 		}
-		h.watch.Arm(&pc.header, h.headerTimeout)
+		h.Watch.Arm(&pc.header, h.HeaderTimeout)
 	} else {
 		pc.header.Due.Store(headerAfterBody)
 		written = make(chan error, 1)
@@ -275,25 +296,25 @@ func (h *h1Upstream) exchange(ctx context.Context, pc *h1Conn, req *http.Request
 
 // writeBody writes a request with a large or streamed body, then starts
 // the wait for the response header, unless it already came.
-func (h *h1Upstream) writeBody(pc *h1Conn, req *http.Request, written chan<- error) {
-	err := pc.writeRequest(req, true)
+func (h *Transport) writeBody(pc *h1Conn, req *http.Request, written chan<- error) {
+	err := pc.WriteRequest(req, true)
 	if err == nil {
 		err = pc.bw.Flush()
 	}
 	if err == nil {
-		pc.header.Due.CompareAndSwap(headerAfterBody, h.watch.At(h.headerTimeout))
+		pc.header.Due.CompareAndSwap(headerAfterBody, h.Watch.At(h.HeaderTimeout))
 	}
 	written <- err
 }
 
 // readHeader reads the response header, passing 1xx responses to got1xx,
 // within maxHeader bytes.
-func (h *h1Upstream) readHeader(ctx context.Context, pc *h1Conn, req *http.Request,
+func (h *Transport) readHeader(ctx context.Context, pc *h1Conn, req *http.Request,
 	got1xx func(int, textproto.MIMEHeader) error) (*http.Response, error) {
-	pc.limit = h.maxHeader
+	pc.limit = h.MaxHeader
 	defer func() { pc.limit = -1 }()
 	for n := 0; ; n++ {
-		res, err := readResponse(pc.br, req)
+		res, err := ReadResponse(pc.br, req)
 		if err == nil && res.StatusCode >= 200 && pc.header.Disarm() {
 			err = os.ErrDeadlineExceeded // the header came as the wait expired
 		}
@@ -302,9 +323,9 @@ func (h *h1Upstream) readHeader(ctx context.Context, pc *h1Conn, req *http.Reque
 			case ctx.Err() != nil:
 				return nil, ctx.Err()
 			case netx.IsTimeout(err):
-				return nil, headerTimeoutError(h.headerTimeout)
+				return nil, headerTimeoutError(h.HeaderTimeout)
 			case pc.limit == 0:
-				return nil, errHeaderTooLarge(h.maxHeader)
+				return nil, errHeaderTooLarge(h.MaxHeader)
 			}
 			return nil, err
 		}
@@ -328,7 +349,7 @@ func (h *h1Upstream) readHeader(ctx context.Context, pc *h1Conn, req *http.Reque
 
 // h1Body is a response body read from a pooled connection.
 type h1Body struct {
-	h       *h1Upstream
+	h       *Transport
 	pc      *h1Conn
 	rc      io.ReadCloser
 	stop    reqctx.Watch // of the request's context
@@ -348,9 +369,9 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// ready reports whether bytes of the body are already here: buffered, or
+// Ready reports whether bytes of the body are already here: buffered, or
 // a whole TLS record of them beneath.
-func (b *h1Body) ready() bool {
+func (b *h1Body) Ready() bool {
 	return !b.done && (b.pc.br.Buffered() > 0 || b.pc.batch != nil && b.pc.batch.RecordReady())
 }
 
@@ -385,7 +406,7 @@ func (b *h1Body) end(keep bool) {
 }
 
 // get returns a pooled connection for key, or a new one.
-func (h *h1Upstream) get(ctx context.Context, key h1Key, replayable bool) (pc *h1Conn, reused bool, err error) {
+func (h *Transport) get(ctx context.Context, key h1Key, rt Route, replayable bool) (pc *h1Conn, reused bool, err error) {
 	now := time.Now()
 	h.mu.Lock()
 	for {
@@ -399,35 +420,35 @@ func (h *h1Upstream) get(ctx context.Context, key h1Key, replayable bool) (pc *h
 		il.conns = l[:len(l)-1]
 		h.nIdle--
 		h.mu.Unlock()
-		if now.Sub(pc.idleAt) < h.idleTimeout && (replayable || pc.alive()) {
+		if now.Sub(pc.idleAt) < h.IdleTimeout && (replayable || pc.alive()) {
 			return pc, true, nil
 		}
 		pc.close()
 		h.mu.Lock()
 	}
 	h.mu.Unlock()
-	pc, err = h.dialConn(ctx, key)
+	pc, err = h.dialConn(ctx, key, rt)
 	return pc, false, err
 }
 
-func (h *h1Upstream) dialConn(ctx context.Context, key h1Key) (*h1Conn, error) {
-	raw, err := h.dial(ctx, "tcp", key.authority)
+func (h *Transport) dialConn(ctx context.Context, key h1Key, rt Route) (*h1Conn, error) {
+	raw, err := h.Dial(ctx, "tcp", key.authority)
 	if err != nil {
 		return nil, err
 	}
-	pc := &h1Conn{raw: raw, c: raw, key: key, limit: -1, watch: h.watch}
-	if t := tunnelFrom(ctx); key.relay != "" && t != nil && t.relay != nil && t.relay.forward {
-		pc.proxy = t.relay
+	pc := &h1Conn{raw: raw, c: raw, key: key, limit: -1, watch: h.Watch}
+	if key.relay != "" && rt.Forward {
+		pc.proxy, pc.proxyAuth = true, rt.ProxyAuth
 	}
 	pc.header.Conn = raw
-	h.watch.Add(&pc.header)
+	h.Watch.Add(&pc.header)
 	if key.https {
-		conf := h.tls.Clone()
+		conf := h.TLS.Clone()
 		conf.ServerName, _, _ = net.SplitHostPort(key.authority)
-		conf.ServerName = normalizeHost(conf.ServerName)
+		conf.ServerName = netx.NormalizeHost(conf.ServerName)
 		pc.batch = &netx.BatchConn{Conn: raw}
 		tc := stdtls.Client(pc.batch, conf)
-		hctx, cancel := context.WithTimeout(ctx, upstreamHandshakeTimeout)
+		hctx, cancel := context.WithTimeout(ctx, h.handshakeTimeout())
 		err := tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
@@ -443,11 +464,11 @@ func (h *h1Upstream) dialConn(ctx context.Context, key h1Key) (*h1Conn, error) {
 
 // put returns pc to the pool, or closes it when the pool is full or
 // closed.
-func (h *h1Upstream) put(pc *h1Conn) {
+func (h *Transport) put(pc *h1Conn) {
 	pc.idleAt = time.Now()
 	h.mu.Lock()
 	il := h.idle[pc.key]
-	if h.closed || il != nil && len(il.conns) >= h.maxIdlePerKey || h.nIdle >= h.maxIdle {
+	if h.closed || il != nil && len(il.conns) >= h.MaxIdlePerKey || h.nIdle >= h.MaxIdle {
 		h.mu.Unlock()
 		pc.close()
 		return
@@ -468,18 +489,18 @@ func (h *h1Upstream) put(pc *h1Conn) {
 }
 
 // sweepAfter is the longest wait before the next sweep.
-func (h *h1Upstream) sweepAfter() time.Duration {
-	if h.checkEvery > 0 {
-		return min(h.idleTimeout, h.checkEvery)
+func (h *Transport) sweepAfter() time.Duration {
+	if h.CheckEvery > 0 {
+		return min(h.IdleTimeout, h.CheckEvery)
 	}
-	return h.idleTimeout
+	return h.IdleTimeout
 }
 
 // prune closes the connections idle for idleTimeout or closed by the
 // upstream, and comes back while any remain. The liveness check is one
 // non-blocking peek per idle connection, under the pool's lock so that no
 // request takes a connection while it is checked.
-func (h *h1Upstream) prune() {
+func (h *Transport) prune() {
 	now := time.Now()
 	var doomed []*h1Conn
 	h.mu.Lock()
@@ -488,11 +509,11 @@ func (h *h1Upstream) prune() {
 		l := il.conns
 		kept := l[:0]
 		for _, pc := range l {
-			if age := now.Sub(pc.idleAt); age >= h.idleTimeout || !pc.alive() {
+			if age := now.Sub(pc.idleAt); age >= h.IdleTimeout || !pc.alive() {
 				doomed = append(doomed, pc)
 			} else {
 				kept = append(kept, pc)
-				next = min(next, h.idleTimeout-age)
+				next = min(next, h.IdleTimeout-age)
 			}
 		}
 		clear(l[len(kept):])
@@ -514,7 +535,7 @@ func (h *h1Upstream) prune() {
 }
 
 // CloseIdleConnections closes every pooled connection.
-func (h *h1Upstream) CloseIdleConnections() {
+func (h *Transport) CloseIdleConnections() {
 	h.mu.Lock()
 	idle := h.idle
 	h.idle = nil
@@ -532,7 +553,7 @@ func (h *h1Upstream) CloseIdleConnections() {
 }
 
 // close closes the pool: connections given back later are closed.
-func (h *h1Upstream) close() {
+func (h *Transport) Close() {
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()

@@ -1,4 +1,4 @@
-package proxy
+package h1
 
 import (
 	"bufio"
@@ -16,8 +16,8 @@ import (
 // up or refuse, a 1xx, 204 or 304, a response to HEAD, a header still
 // arriving) goes to http.ReadResponse, with nothing consumed.
 // TestReadResponse and FuzzReadResponse compare the two.
-func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
-	if res, n := parsePlainResponse(br, req); res != nil {
+func ReadResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	if res, n := ParsePlainResponse(br, req); res != nil {
 		br.Discard(n)
 		return res, nil
 	}
@@ -35,7 +35,7 @@ type plainResponse struct {
 // parsePlainResponse parses the response at the head of br's buffer, if
 // it is a plain one, and returns it with the length of its header; nil
 // when http.ReadResponse must read it.
-func parsePlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, int) {
+func ParsePlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, int) {
 	if req != nil && req.Method == http.MethodHead {
 		return nil, 0
 	}
@@ -95,9 +95,21 @@ func parsePlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, in
 		b := &pr.body
 		*b = lengthBody{r: br, n: f.contentLength, wrap: &pr.wrap}
 		if f.verbatim {
-			b.head = verbatimHead{fields: all[eol-len(proto)+2:], length: f.contentLength, date: f.date}
+			b.head = VerbatimHead{Fields: all[eol-len(proto)+2:], Length: f.contentLength, Date: f.date}
 		}
 		res.Body = b
 	}
 	return res, end + 4
+}
+
+// Verbatim returns res's header fields as received, when res came from a
+// Transport and its header was read whole by ParsePlainResponse; the zero
+// VerbatimHead otherwise.
+func Verbatim(res *http.Response) VerbatimHead {
+	if b, ok := res.Body.(*h1Body); ok {
+		if lb, ok := b.rc.(*lengthBody); ok {
+			return lb.head
+		}
+	}
+	return VerbatimHead{}
 }

@@ -1,4 +1,4 @@
-package proxy
+package h2
 
 import (
 	"bytes"
@@ -28,31 +28,31 @@ import (
 // listener: what the proxy's tunnels give it, without the proxy.
 type h2Env struct {
 	addr   string
-	srv    *h2Server
+	srv    *Server
 	mu     sync.Mutex
-	faults []connFault
+	faults []netx.Fault
 	served []*h2Conn
 	conns  sync.WaitGroup // serve loops running
 }
 
 // startH2 serves h on 127.0.0.1 over h2c until the test ends; tune, if not
 // nil, changes the server before it starts.
-func startH2(t testing.TB, h http.Handler, tune func(*h2Server)) *h2Env {
+func startH2(t testing.TB, h http.Handler, tune func(*Server)) *h2Env {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &h2Env{addr: ln.Addr().String()}
-	e.srv = &h2Server{
-		handler:   h,
-		maxHeader: 64 << 10,
-		idle:      time.Minute,
-		stall:     time.Minute,
-		preface:   10 * time.Second,
-		watch:     netx.NewWatch(100 * time.Millisecond),
-		spawn:     func(f func()) { go f() },
-		log:       slog.New(slog.DiscardHandler),
+	e.srv = &Server{
+		Handler:   h,
+		MaxHeader: 64 << 10,
+		Idle:      time.Minute,
+		Stall:     time.Minute,
+		Preface:   10 * time.Second,
+		Watch:     netx.NewWatch(100 * time.Millisecond),
+		Spawn:     func(f func()) { go f() },
+		Log:       slog.New(slog.DiscardHandler),
 	}
 	if tune != nil {
 		tune(e.srv)
@@ -71,7 +71,7 @@ func startH2(t testing.TB, h http.Handler, tune func(*h2Server)) *h2Env {
 				e.mu.Lock()
 				e.served = append(e.served, sc)
 				e.mu.Unlock()
-				sc.fault = func(f connFault) {
+				sc.fault = func(f netx.Fault) {
 					e.mu.Lock()
 					e.faults = append(e.faults, f)
 					e.mu.Unlock()
@@ -92,10 +92,10 @@ func startH2(t testing.TB, h http.Handler, tune func(*h2Server)) *h2Env {
 }
 
 // faultList returns the faults the connections reported so far.
-func (e *h2Env) faultList() []connFault {
+func (e *h2Env) faultList() []netx.Fault {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]connFault(nil), e.faults...)
+	return append([]netx.Fault(nil), e.faults...)
 }
 
 // h2Client speaks HTTP/2 frame by frame to an h2Env, for what real
@@ -618,7 +618,7 @@ func TestH2Streams(t *testing.T) {
 func TestH2Limits(t *testing.T) {
 	const limit = 4096
 	t.Run("header list over the limit", func(t *testing.T) {
-		e := startH2(t, newH2TestHandler(), func(s *h2Server) { s.maxHeader = limit })
+		e := startH2(t, newH2TestHandler(), func(s *Server) { s.MaxHeader = limit })
 		cl := dialH2(t, e.addr)
 		cl.headers(1, "/", true, "x-a", strings.Repeat("a", limit/2), "x-b", strings.Repeat("b", limit/2))
 		if status, _ := cl.response(1); status != "431" {
@@ -628,24 +628,24 @@ func TestH2Limits(t *testing.T) {
 		if status, _ := cl.response(3); status != "200" {
 			t.Errorf("the next request: %s, want 200", status)
 		}
-		if f := e.faultList(); len(f) != 1 || f[0] != faultHeaderTooLarge {
+		if f := e.faultList(); len(f) != 1 || f[0] != netx.FaultHeaderTooLarge {
 			t.Errorf("faults %v, want one header-too-large", f)
 		}
 	})
 	t.Run("header list far over the limit", func(t *testing.T) {
-		e := startH2(t, newH2TestHandler(), func(s *h2Server) { s.maxHeader = limit })
+		e := startH2(t, newH2TestHandler(), func(s *Server) { s.MaxHeader = limit })
 		cl := dialH2(t, e.addr)
 		cl.headers(1, "/", true, "x-a", strings.Repeat("a", 3*limit))
 		if code := cl.goAway(); code != http2.ErrCodeCompression {
 			t.Errorf("GOAWAY %v, want COMPRESSION_ERROR (a field longer than the limit)", code)
 		}
 		cl.closed()
-		if f := e.faultList(); len(f) != 1 || f[0] != faultHeaderTooLarge {
+		if f := e.faultList(); len(f) != 1 || f[0] != netx.FaultHeaderTooLarge {
 			t.Errorf("faults %v, want one header-too-large", f)
 		}
 	})
 	t.Run("header block far over the limit", func(t *testing.T) {
-		e := startH2(t, newH2TestHandler(), func(s *h2Server) { s.maxHeader = limit })
+		e := startH2(t, newH2TestHandler(), func(s *Server) { s.MaxHeader = limit })
 		cl := dialH2(t, e.addr)
 		var fields []string
 		for i := range 40 { // 50 KB with Huffman coding: four frames
@@ -656,7 +656,7 @@ func TestH2Limits(t *testing.T) {
 			t.Errorf("GOAWAY %v, want PROTOCOL_ERROR", code)
 		}
 		cl.closed()
-		if f := e.faultList(); len(f) != 1 || f[0] != faultHeaderTooLarge {
+		if f := e.faultList(); len(f) != 1 || f[0] != netx.FaultHeaderTooLarge {
 			t.Errorf("faults %v, want one header-too-large", f)
 		}
 	})
@@ -700,7 +700,7 @@ func TestH2Limits(t *testing.T) {
 		}
 	})
 	t.Run("no preface", func(t *testing.T) {
-		e := startH2(t, newH2TestHandler(), func(s *h2Server) { s.preface = 100 * time.Millisecond })
+		e := startH2(t, newH2TestHandler(), func(s *Server) { s.Preface = 100 * time.Millisecond })
 		c, err := net.Dial("tcp", e.addr)
 		if err != nil {
 			t.Fatal(err)
@@ -713,7 +713,7 @@ func TestH2Limits(t *testing.T) {
 		for deadline := time.Now().Add(faultWait); len(e.faultList()) == 0 && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
 		}
-		if f := e.faultList(); len(f) != 1 || f[0] != faultHeaderTimeout {
+		if f := e.faultList(); len(f) != 1 || f[0] != netx.FaultHeaderTimeout {
 			t.Errorf("faults %v, want one header timeout", f)
 		}
 	})
@@ -734,7 +734,7 @@ func TestH2Limits(t *testing.T) {
 		}
 	})
 	t.Run("idle", func(t *testing.T) {
-		e := startH2(t, newH2TestHandler(), func(s *h2Server) { s.idle = 200 * time.Millisecond })
+		e := startH2(t, newH2TestHandler(), func(s *Server) { s.Idle = 200 * time.Millisecond })
 		cl := dialH2(t, e.addr)
 		cl.headers(1, "/", true)
 		cl.response(1)
@@ -825,11 +825,11 @@ func FuzzH2Server(f *testing.F) {
 	h := newH2TestHandler()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var handlers sync.WaitGroup
-		srv := &h2Server{
-			handler: h, maxHeader: 8 << 10, idle: time.Minute, stall: time.Minute, preface: time.Minute,
-			watch: netx.NewWatch(time.Second),
-			spawn: func(f func()) { handlers.Go(f) },
-			log:   slog.New(slog.DiscardHandler),
+		srv := &Server{
+			Handler: h, MaxHeader: 8 << 10, Idle: time.Minute, Stall: time.Minute, Preface: time.Minute,
+			Watch: netx.NewWatch(time.Second),
+			Spawn: func(f func()) { handlers.Go(f) },
+			Log:   slog.New(slog.DiscardHandler),
 		}
 		server, client := net.Pipe()
 		sc := srv.newConn(server, server, context.Background())
@@ -891,7 +891,7 @@ func TestH2IdleBuffers(t *testing.T) {
 		server, client := net.Pipe()
 		defer client.Close()
 		go io.Copy(io.Discard, client) // the window updates
-		sc := (&h2Server{maxHeader: 4096, watch: netx.NewWatch(time.Second), stall: time.Minute}).newConn(server, server, context.Background())
+		sc := (&Server{MaxHeader: 4096, Watch: netx.NewWatch(time.Second), Stall: time.Minute}).newConn(server, server, context.Background())
 		b := &h2Body{st: &h2Stream{sc: sc, id: 1}}
 		b.cond.L = &b.mu
 		chunk := make([]byte, 16384)
@@ -919,7 +919,7 @@ func TestH2IdleBuffers(t *testing.T) {
 // stall time; the handler's write fails and it ends.
 func TestH2WriteStall(t *testing.T) {
 	h := newH2TestHandler()
-	e := startH2(t, h, func(s *h2Server) { s.stall = 300 * time.Millisecond })
+	e := startH2(t, h, func(s *Server) { s.Stall = 300 * time.Millisecond })
 	cl := dialH2(t, e.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
 	cl.fr.WriteWindowUpdate(0, 1<<31-1-65535)
 	cl.headers(1, "/flood", true)
@@ -937,3 +937,7 @@ func TestH2WriteStall(t *testing.T) {
 		t.Error("the connection's writes did not fail")
 	}
 }
+
+// faultWait bounds how long a test waits for a fault to be dealt with: a
+// guard against a hang, not a measurement.
+const faultWait = 20 * time.Second

@@ -1,4 +1,4 @@
-package proxy
+package h1
 
 import (
 	"bufio"
@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
-	"net/textproto"
 	"runtime"
 	"strconv"
 	"strings"
@@ -35,16 +35,9 @@ import (
 // deadlineWatch, which keeps HTTP/2 connections' too.
 
 const (
-	// innerIdleTimeout closes a tunnel's connection that has sent no new
-	// request for this long.
-	innerIdleTimeout = 2 * time.Minute
 	// headerSlack is read beyond the header limit before a header counts
 	// as too large: it is read along with the first body bytes.
 	headerSlack = 4096
-	// closeLinger bounds how long a connection closed with its request
-	// unread is drained first, so that the client reads the answer
-	// rather than a reset.
-	closeLinger = 500 * time.Millisecond
 )
 
 // errHeaderLimit ends a read of a request header over the hard limit.
@@ -53,12 +46,12 @@ var errHeaderLimit = errors.New("request header over the limit")
 // clientConn is one tunnel's HTTP/1 connection (plain, or TLS over the
 // tunnel) as the loop serves it.
 type clientConn struct {
-	p   *Proxy
-	t   *tunnel
-	tc  *tunnelConn
-	c   net.Conn // tc, or TLS over it
-	tls *stdtls.ConnectionState
-	ctx context.Context // carries the tunnel
+	srv   *Server
+	raw   net.Conn // the socket
+	c     net.Conn // raw, or TLS over it
+	tls   *stdtls.ConnectionState
+	ctx   context.Context // the requests' parent
+	fault func(netx.Fault)
 
 	br    *bufio.Reader // nil while idle
 	bw    *bufio.Writer // nil while idle
@@ -99,23 +92,41 @@ func (b *h1Bufs) writer(w io.Writer) *bufio.Writer {
 	return bufio.NewWriterSize(w, 4096)
 }
 
-// serveH1 serves c, an HTTP/1 connection of tc's tunnel, until it closes.
-func (p *Proxy) serveH1(c net.Conn, tc *tunnelConn) {
-	cc := &clientConn{p: p, t: tc.t, tc: tc, c: c, limit: -1}
-	cc.ctx = context.WithValue(context.Background(), tunnelKey{}, tc.t)
-	if tlsc, ok := c.(*stdtls.Conn); ok {
+// Server serves HTTP/1 connections with one loop each: see the top of
+// this file. Its fields are set before the first ServeConn.
+type Server struct {
+	Handler           http.Handler
+	Watch             *netx.Watch // keeps the header, idle and stall waits
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration // between requests
+	StallTimeout      time.Duration // a write that makes no progress for this long fails
+	// MaxHeaderBytes is the hard limit of a request header: one over it
+	// is answered TooLargeReply and reported as FaultHeaderTooLarge.
+	MaxHeaderBytes int
+	Log            *slog.Logger // a handler's panic; nil for none
+
+	bufs h1Bufs
+}
+
+// ServeConn serves c until it closes or a handler hijacks it.
+func (s *Server) ServeConn(c netx.ClientConn) {
+	cc := &clientConn{srv: s, raw: c.Raw, c: c.C, ctx: c.Context, fault: c.Fault, limit: -1}
+	if cc.fault == nil {
+		cc.fault = func(netx.Fault) {}
+	}
+	if tlsc, ok := c.C.(*stdtls.Conn); ok {
 		st := tlsc.ConnectionState()
 		cc.tls = &st
 	}
-	cc.wait.Conn = tc.Conn
-	p.clientWatch.Add(&cc.wait)
-	defer p.clientWatch.Remove(&cc.wait)
-	cc.out = netx.NewStallWriter(c, tc.Conn, p.clientWatch, p.stallTimeout)
-	if cc.tls != nil {
-		cc.out.Gatherer = tc
+	cc.wait.Conn = c.Raw
+	s.Watch.Add(&cc.wait)
+	defer s.Watch.Remove(&cc.wait)
+	cc.out = netx.NewStallWriter(c.C, c.Raw, s.Watch, s.StallTimeout)
+	if cc.tls != nil && c.Gatherer != nil {
+		cc.out.Gatherer = c.Gatherer
 	}
-	p.clientWatch.Add(&cc.out.Deadline)
-	defer p.clientWatch.Remove(&cc.out.Deadline)
+	s.Watch.Add(&cc.out.Deadline)
+	defer s.Watch.Remove(&cc.out.Deadline)
 	for cc.next() && cc.serve() {
 	}
 	if !cc.w.hijacked {
@@ -166,7 +177,7 @@ func (cc *clientConn) next() bool {
 	cc.release()
 	cc.w, cc.body = h1Writer{}, nil // nothing of the last request stays while idle
 	if !cc.has1 {
-		cc.p.clientWatch.Arm(&cc.wait, cc.p.idleTimeout)
+		cc.srv.Watch.Arm(&cc.wait, cc.srv.IdleTimeout)
 		n, err := cc.c.Read(cc.first[:])
 		cc.wait.Disarm()
 		if n == 0 || err != nil && !errors.Is(err, io.EOF) {
@@ -175,8 +186,8 @@ func (cc *clientConn) next() bool {
 		}
 		cc.has1 = true
 	}
-	cc.br = cc.p.h1Bufs.reader(cc)
-	cc.bw = cc.p.h1Bufs.writer(&cc.out)
+	cc.br = cc.srv.bufs.reader(cc)
+	cc.bw = cc.srv.bufs.writer(&cc.out)
 	return true
 }
 
@@ -184,12 +195,12 @@ func (cc *clientConn) next() bool {
 func (cc *clientConn) release() {
 	if cc.br != nil {
 		cc.br.Reset(nil)
-		cc.p.h1Bufs.readers.Put(cc.br)
+		cc.srv.bufs.readers.Put(cc.br)
 		cc.br = nil
 	}
 	if cc.bw != nil {
 		cc.bw.Reset(nil)
-		cc.p.h1Bufs.writers.Put(cc.bw)
+		cc.srv.bufs.writers.Put(cc.bw)
 		cc.bw = nil
 	}
 }
@@ -197,11 +208,11 @@ func (cc *clientConn) release() {
 // serve reads one request and answers it; false means the connection is
 // over: closed, or hijacked by a protocol switch.
 func (cc *clientConn) serve() bool {
-	p := cc.p
-	p.clientWatch.Arm(&cc.wait, p.readHeaderTimeout)
-	cc.limit = headerHardLimit(p.maxHeaderBytes) + headerSlack
+	s := cc.srv
+	s.Watch.Arm(&cc.wait, s.ReadHeaderTimeout)
+	cc.limit = s.MaxHeaderBytes + headerSlack
 	ctx := reqctx.New(cc.ctx)
-	req, plain, err := readRequest(cc.br, ctx)
+	req, plain, err := ReadRequest(cc.br, ctx)
 	overLimit := cc.limit == 0
 	cc.limit = -1
 	// A read cut short by the timeout or the limit may end a line early:
@@ -216,7 +227,7 @@ func (cc *clientConn) serve() bool {
 		cc.refuseRead(err)
 		return false
 	}
-	if status, msg := checkRequest(req, !plain); status != 0 {
+	if status, msg := CheckRequest(req, !plain); status != 0 {
 		cc.closeWith(status, msg)
 		return false
 	}
@@ -277,11 +288,13 @@ func (cc *clientConn) run(w *h1Writer, req *http.Request) (aborted bool) {
 			if v != http.ErrAbortHandler {
 				buf := make([]byte, 64<<10)
 				buf = buf[:runtime.Stack(buf, false)]
-				cc.p.log.Error("proxy: handler panicked", "panic", v, "stack", string(buf))
+				if cc.srv.Log != nil {
+					cc.srv.Log.Error("proxy: handler panicked", "panic", v, "stack", string(buf))
+				}
 			}
 		}
 	}()
-	cc.p.serveInner(w, req)
+	cc.srv.Handler.ServeHTTP(w, req)
 	return false
 }
 
@@ -295,50 +308,20 @@ func (errTimeout) Temporary() bool { return true }
 // refuseRead answers a request that could not be read, publishing the
 // faults that net/http would have kept quiet about, and closes.
 func (cc *clientConn) refuseRead(err error) {
-	t := cc.t
 	switch {
 	case errors.Is(err, errHeaderLimit):
-		cc.p.publishConnFault(faultHeaderTooLarge, t.session, t.process, t.authority, "HTTP/1.1")
-		cc.bw.WriteString(tooLargeReply)
+		cc.fault(netx.FaultHeaderTooLarge)
+		cc.bw.WriteString(TooLargeReply)
 		cc.bw.Flush()
 		cc.closeGracefully()
 	case netx.IsTimeout(err):
-		cc.p.publishConnFault(faultHeaderTimeout, t.session, t.process, t.authority, "HTTP/1.1")
+		cc.fault(netx.FaultHeaderTimeout)
 		cc.c.Close()
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed):
 		cc.c.Close()
 	default:
 		cc.closeWith(http.StatusBadRequest, "")
 	}
-}
-
-// checkRequest is net/http's server's check of a request it has read
-// (http.ReadRequest has moved Host out of the header, and refused a
-// repeated one): an HTTP/1.1 request names its host, validly, and every
-// header field is well formed. It returns the status to refuse it with,
-// or 0. fields false skips the fields, checked already by the reader.
-func checkRequest(req *http.Request, fields bool) (int, string) {
-	switch {
-	case req.ProtoMajor != 1:
-		return http.StatusHTTPVersionNotSupported, ""
-	case req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect:
-		return http.StatusBadRequest, "missing required Host header"
-	case req.Host != "" && !httpguts.ValidHostHeader(req.Host):
-		return http.StatusBadRequest, "malformed Host header"
-	case !fields:
-		return 0, ""
-	}
-	for k, vv := range req.Header {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return http.StatusBadRequest, "invalid header name"
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return http.StatusBadRequest, "invalid header value"
-			}
-		}
-	}
-	return 0, ""
 }
 
 // closeWith answers status in plain text and closes.
@@ -359,9 +342,9 @@ func (cc *clientConn) closeGracefully() {
 	if tlsc, ok := cc.c.(*stdtls.Conn); ok {
 		tlsc.CloseWrite() // close_notify, so the client sees the end
 	}
-	cc.tc.CloseWrite()
-	cc.tc.SetReadDeadline(time.Now().Add(closeLinger))
-	io.CopyN(io.Discard, cc.tc.Conn, 1<<20)
+	netx.CloseWrite(cc.raw)
+	cc.raw.SetReadDeadline(time.Now().Add(netx.CloseLinger))
+	io.CopyN(io.Discard, cc.raw, 1<<20)
 	cc.c.Close()
 }
 
@@ -394,9 +377,9 @@ func (cc *clientConn) stopWatch() {
 		return
 	}
 	cc.stopping.Store(true)
-	cc.tc.SetReadDeadline(time.Unix(1, 0))
+	cc.raw.SetReadDeadline(time.Unix(1, 0))
 	<-cc.watchDone
-	cc.tc.SetReadDeadline(time.Time{})
+	cc.raw.SetReadDeadline(time.Time{})
 	cc.watching = false
 	cc.stopping.Store(false)
 	if cc.watchGot {
@@ -450,7 +433,7 @@ type h1Writer struct {
 
 	// The header's fields as received, when takeHeader was given them,
 	// and how many keys the header had then.
-	verbatim     verbatimHead
+	verbatim     VerbatimHead
 	verbatimKeys int
 }
 
@@ -466,7 +449,7 @@ func (w *h1Writer) reset(cc *clientConn, req *http.Request, ctx *reqctx.Context)
 
 // SetReadDeadline bounds the reads of the request's body from the
 // connection (for http.ResponseController).
-func (w *h1Writer) SetReadDeadline(t time.Time) error { return w.cc.tc.SetReadDeadline(t) }
+func (w *h1Writer) SetReadDeadline(t time.Time) error { return w.cc.raw.SetReadDeadline(t) }
 
 func (w *h1Writer) Header() http.Header {
 	if w.header == nil {
@@ -479,12 +462,12 @@ func (w *h1Writer) Header() http.Header {
 // anything is written: the handler gives h up, to be changed and reused.
 // vh, when not empty, is h's fields as received: they are sent as they
 // are, unless h changes meanwhile.
-func (w *h1Writer) takeHeader(h http.Header, vh verbatimHead) bool {
+func (w *h1Writer) TakeHeader(h http.Header, vh VerbatimHead) bool {
 	if len(w.header) > 0 || w.status != 0 || w.sent || w.hijacked || w.done {
 		return false
 	}
 	w.header = h
-	if vh.fields != "" {
+	if vh.Fields != "" {
 		w.verbatim, w.verbatimKeys = vh, len(h)
 	}
 	return true
@@ -506,7 +489,7 @@ func (w *h1Writer) writeInformational(code int) {
 	bw := w.cc.bw
 	writeStatusLine(bw, code)
 	for k, vv := range w.header {
-		writeField(bw, k, vv)
+		WriteField(bw, k, vv)
 	}
 	bw.WriteString("\r\n")
 	w.noteErr(bw.Flush())
@@ -580,7 +563,7 @@ func (w *h1Writer) Flush() {
 // upstream connection back to its pool, the request's event) then no
 // longer delays the client. Unlike Flush, it starts no watch: the handler
 // is about to return.
-func (w *h1Writer) bodyComplete() {
+func (w *h1Writer) BodyComplete() {
 	if w.sent && !w.chunked && w.clen >= 0 && w.written == w.clen && !w.done && !w.hijacked && w.err == nil {
 		w.noteErr(w.cc.bw.Flush())
 	}
@@ -639,13 +622,13 @@ func (w *h1Writer) writeTrailers() {
 	bw := w.cc.bw
 	for _, k := range w.trailers {
 		if vv := w.header[k]; len(vv) > 0 {
-			writeField(bw, k, vv)
+			WriteField(bw, k, vv)
 		}
 	}
 	for k, vv := range w.header {
 		if strings.HasPrefix(k, http.TrailerPrefix) {
 			if k = strings.TrimPrefix(k, http.TrailerPrefix); httpguts.ValidTrailerHeader(k) {
-				writeField(bw, k, vv)
+				WriteField(bw, k, vv)
 			}
 		}
 	}
@@ -657,14 +640,14 @@ func (w *h1Writer) sendHeader(final bool) {
 	w.sent = true
 	h, code, req := w.Header(), w.status, w.req
 	w.noBody = req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
-	if vh := w.verbatim; vh.fields != "" && len(h) == w.verbatimKeys && !w.noBody && code >= 200 {
+	if vh := w.verbatim; vh.Fields != "" && len(h) == w.verbatimKeys && !w.noBody && code >= 200 {
 		// The fields as received: framed by their Content-Length, with no
 		// trailer, hop-by-hop field or Transfer-Encoding to take out.
-		w.clen = vh.length
+		w.clen = vh.Length
 		bw := w.cc.bw
 		writeStatusLine(bw, code)
-		bw.WriteString(vh.fields)
-		if !vh.date {
+		bw.WriteString(vh.Fields)
+		if !vh.Date {
 			writeDate(bw)
 		}
 		if w.closeAfter {
@@ -703,7 +686,7 @@ func (w *h1Writer) sendHeader(final bool) {
 	default:
 		w.closeAfter = true // an HTTP/1.0 body of unknown length ends with the connection
 	}
-	if hasToken(h["Connection"], "close") {
+	if HasToken(h["Connection"], "close") {
 		w.closeAfter = true
 	}
 	delete(h, "Connection")
@@ -713,7 +696,7 @@ func (w *h1Writer) sendHeader(final bool) {
 		if k == "Trailer" && !w.chunked || strings.HasPrefix(k, http.TrailerPrefix) {
 			continue
 		}
-		writeField(bw, k, vv)
+		WriteField(bw, k, vv)
 	}
 	if _, ok := h["Date"]; !ok {
 		writeDate(bw)
@@ -757,19 +740,7 @@ func writeStatusLine(bw *bufio.Writer, code int) {
 	bw.WriteString("\r\n")
 }
 
-// writeField writes a header field as net/http does: each CR or LF of a
-// value as a space, so that no value can start a field of its own, and the
-// value trimmed of ASCII white space.
-func writeField(bw *bufio.Writer, k string, vv []string) {
-	for _, v := range vv {
-		bw.WriteString(k)
-		bw.WriteString(": ")
-		if strings.ContainsAny(v, "\r\n") {
-			v = newlineToSpace.Replace(v)
-		}
-		bw.WriteString(textproto.TrimString(v))
-		bw.WriteString("\r\n")
-	}
-}
-
-var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
+// TooLargeReply is what net/http writes, in one write, to a connection
+// whose request header is over its limit, before closing it. A handler's
+// response never looks like it: net/http adds a Date header.
+const TooLargeReply = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large"

@@ -1,4 +1,4 @@
-package proxy
+package h1
 
 import (
 	"bufio"
@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"net/netip"
 	"net/textproto"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,21 +21,20 @@ import (
 	"time"
 
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-func newTestH1(headerTimeout, idleTimeout time.Duration) *h1Upstream {
+func newTestH1(headerTimeout, idleTimeout time.Duration) *Transport {
 	var d net.Dialer
-	h := &h1Upstream{
-		dial:          d.DialContext,
-		headerTimeout: headerTimeout,
-		maxHeader:     4096,
-		idleTimeout:   idleTimeout,
-		maxIdlePerKey: 4,
-		maxIdle:       16,
-		watch:         netx.NewWatch(headerTimeout),
+	h := &Transport{
+		Dial:          d.DialContext,
+		HeaderTimeout: headerTimeout,
+		MaxHeader:     4096,
+		IdleTimeout:   idleTimeout,
+		MaxIdlePerKey: 4,
+		MaxIdle:       16,
+		Watch:         netx.NewWatch(headerTimeout),
 	}
 	return h
 }
@@ -57,7 +58,7 @@ func countingServer(t *testing.T, h http.Handler, onState func(net.Conn, http.Co
 	return s, &n
 }
 
-func h1Do(t *testing.T, h *h1Upstream, req *http.Request) (*http.Response, string) {
+func h1Do(t *testing.T, h *Transport, req *http.Request) (*http.Response, string) {
 	t.Helper()
 	res, err := h.RoundTrip(req)
 	if err != nil {
@@ -95,7 +96,7 @@ func TestH1UpstreamReuse(t *testing.T) {
 				io.WriteString(w, strings.Repeat("x", 64<<10))
 			}), nil)
 			h := newTestH1(time.Second, time.Minute)
-			defer h.close()
+			defer h.Close()
 			for range 5 {
 				req, _ := http.NewRequest(http.MethodGet, s.URL+"/", nil)
 				for k, v := range tt.header {
@@ -150,7 +151,7 @@ func TestH1UpstreamClosedWhileIdle(t *testing.T) {
 		}
 	})
 	h := newTestH1(time.Second, time.Minute)
-	defer h.close()
+	defer h.Close()
 	send := func(method, body string) {
 		t.Helper()
 		var rd io.Reader
@@ -249,7 +250,7 @@ func TestH1UpstreamResponseHeader(t *testing.T) {
 				}
 			})
 			h := newTestH1(timeout, time.Minute)
-			defer h.close()
+			defer h.Close()
 			var got1xx []int
 			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
 				Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
@@ -292,7 +293,7 @@ func TestH1UpstreamFullDuplex(t *testing.T) {
 		io.Copy(w, r.Body)
 	}), nil)
 	h := newTestH1(5*time.Second, time.Minute)
-	defer h.close()
+	defer h.Close()
 	payload := make([]byte, 4<<20)
 	rand.Read(payload)
 	pr, pw := io.Pipe()
@@ -331,7 +332,7 @@ func TestH1UpstreamCancel(t *testing.T) {
 		}
 	})
 	h := newTestH1(time.Second, time.Minute)
-	defer h.close()
+	defer h.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/", nil)
 	res, err := h.RoundTrip(req)
@@ -369,7 +370,7 @@ func TestH1UpstreamIdleTimeout(t *testing.T) {
 			}
 		})
 	h := newTestH1(time.Second, 50*time.Millisecond)
-	defer h.close()
+	defer h.Close()
 	req, _ := http.NewRequest(http.MethodGet, s.URL+"/", nil)
 	h1Do(t, h, req)
 	select {
@@ -396,8 +397,8 @@ func TestH1UpstreamSweepsClosed(t *testing.T) {
 		})
 	keeping, accepted := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), nil)
 	h := newTestH1(time.Second, time.Minute)
-	h.checkEvery = 10 * time.Millisecond
-	defer h.close()
+	h.CheckEvery = 10 * time.Millisecond
+	defer h.Close()
 	idle := func(s *httptest.Server) int {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -452,7 +453,7 @@ func TestH1BodyReady(t *testing.T) {
 		}
 	})
 	h := newTestH1(time.Second, time.Minute)
-	defer h.close()
+	defer h.Close()
 	for _, tt := range []struct {
 		path string
 		want bool
@@ -464,11 +465,11 @@ func TestH1BodyReady(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer res.Body.Close()
-			rb, ok := res.Body.(readyBody)
+			rb, ok := res.Body.(interface{ Ready() bool })
 			if !ok {
 				t.Fatalf("body %T cannot tell whether it is ready", res.Body)
 			}
-			if got := rb.ready(); got != tt.want {
+			if got := rb.Ready(); got != tt.want {
 				t.Errorf("ready before the first read = %v, want %v", got, tt.want)
 			}
 			if !tt.want {
@@ -477,9 +478,54 @@ func TestH1BodyReady(t *testing.T) {
 			if b, err := io.ReadAll(res.Body); err != nil || string(b) != "body" {
 				t.Fatalf("body %q, %v", b, err)
 			}
-			if rb.ready() {
+			if rb.Ready() {
 				t.Error("ready after the body ended")
 			}
 		})
+	}
+}
+
+// serveTCP runs fn on each connection accepted at addr, until the test
+// ends, and returns the address it listens at.
+func serveTCP(t testing.TB, addr string, fn func(c net.Conn)) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				fn(c)
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+// TestCanonicalAddr: the shortcut for a Host that already has a port gives
+// what the long way (Hostname, Port, JoinHostPort) gives.
+func TestCanonicalAddr(t *testing.T) {
+	long := func(u *url.URL) string {
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		return net.JoinHostPort(u.Hostname(), port)
+	}
+	for _, host := range []string{"a.test:443", "a.test", "A.Test:8443", "127.0.0.1:1", "[::1]:443", "[::1]",
+		"a.test:", "a.test:4x3", ":443", "[fe80::1%en0]:443", "a:b:443", "[::1]:", "a.test:0443"} {
+		for _, scheme := range []string{"http", "https"} {
+			u := &url.URL{Scheme: scheme, Host: host}
+			if got, want := canonicalAddr(u), long(u); got != want {
+				t.Errorf("%s://%s: %q, want %q", scheme, host, got, want)
+			}
+		}
 	}
 }

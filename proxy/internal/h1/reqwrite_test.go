@@ -1,4 +1,4 @@
-package proxy
+package h1
 
 import (
 	"bufio"
@@ -50,7 +50,7 @@ func writeBoth(t testing.TB, s reqSpec) (want, got []byte, wantErr, gotErr error
 	wantErr = s.build(t).Write(bwA)
 	bwA.Flush()
 	bwB := bufio.NewWriter(&b)
-	gotErr = writeRequest(bwB, s.build(t), true)
+	gotErr = WriteRequest(bwB, s.build(t), true)
 	bwB.Flush()
 	return a.Bytes(), b.Bytes(), wantErr, gotErr
 }
@@ -141,7 +141,7 @@ func TestWriteRequestBodyClosed(t *testing.T) {
 		cb := &closeCounter{Reader: strings.NewReader(tt.body)}
 		req, _ := http.NewRequest("POST", "https://example.com/", cb)
 		req.ContentLength = tt.cl
-		writeRequest(bufio.NewWriter(io.Discard), req, false)
+		WriteRequest(bufio.NewWriter(io.Discard), req, false)
 		if cb.closed != 1 {
 			t.Errorf("body %q of length %d: closed %d times, want once", tt.body, tt.cl, cb.closed)
 		}
@@ -164,7 +164,7 @@ func TestWriteRequestAllocs(t *testing.T) {
 		"Cache-Control": {"no-cache"}, "Accept-Language": {"en"}, "Referer": {"https://example.com/"}, "Origin": {"https://example.com"},
 	}}.build(t)
 	bw := bufio.NewWriter(io.Discard)
-	if n := testing.AllocsPerRun(100, func() { writeRequest(bw, req, false) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { WriteRequest(bw, req, false) }); n != 0 {
 		t.Errorf("%v allocations per request, want 0", n)
 	}
 }
@@ -184,7 +184,7 @@ func BenchmarkWriteRequest(b *testing.B) {
 	b.Run("chaperone", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			writeRequest(bw, req, false)
+			WriteRequest(bw, req, false)
 		}
 	})
 }

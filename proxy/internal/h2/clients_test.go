@@ -1,4 +1,4 @@
-package proxy
+package h2
 
 import (
 	"bytes"

@@ -1,16 +1,14 @@
-package proxy
+package h1
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 )
 
 // compareRequest parses raw with parsePlainRequest and, when it takes the
@@ -23,8 +21,8 @@ func compareRequest(t testing.TB, raw []byte) bool {
 	if _, err := brFast.Peek(1); err != nil {
 		return false
 	}
-	ctx := context.WithValue(context.Background(), tunnelKey{}, "t")
-	fast, n := parsePlainRequest(brFast, ctx)
+	ctx := context.WithValue(context.Background(), testKey{}, "t")
+	fast, n := ParsePlainRequest(brFast, ctx)
 	if fast == nil {
 		return false
 	}
@@ -38,11 +36,11 @@ func compareRequest(t testing.TB, raw []byte) bool {
 		t.Fatalf("took a request that http.ReadRequest refuses (%v):\n%q", err, raw)
 	}
 	std = std.WithContext(ctx)
-	// The proxy's loop skips checkRequest's field checks for what the fast
+	// The proxy's loop skips CheckRequest's field checks for what the fast
 	// path took: they must find nothing.
-	if status, msg := checkRequest(fast, true); status != 0 {
-		if s2, _ := checkRequest(fast, false); s2 != status {
-			t.Fatalf("took a request that checkRequest refuses (%d %s) only for its fields:\n%q", status, msg, raw)
+	if status, msg := CheckRequest(fast, true); status != 0 {
+		if s2, _ := CheckRequest(fast, false); s2 != status {
+			t.Fatalf("took a request that CheckRequest refuses (%d %s) only for its fields:\n%q", status, msg, raw)
 		}
 	}
 	got, want := *fast, *std
@@ -134,8 +132,8 @@ func TestReadRequest(t *testing.T) {
 				t.Errorf("fast path took it: %v, want %v", got, tt.fast)
 			}
 			// Either way, readRequest reads what http.ReadRequest reads.
-			ctx := context.WithValue(context.Background(), tunnelKey{}, "t")
-			req, plain, err := readRequest(bufio.NewReader(strings.NewReader(tt.raw)), ctx)
+			ctx := context.WithValue(context.Background(), testKey{}, "t")
+			req, plain, err := ReadRequest(bufio.NewReader(strings.NewReader(tt.raw)), ctx)
 			if plain != tt.fast || err == nil && req.Context() != ctx {
 				t.Errorf("readRequest: plain %v, want %v; context %v, want %v", plain, tt.fast, req.Context(), ctx)
 			}
@@ -153,7 +151,7 @@ func TestReadRequest(t *testing.T) {
 // byte fails readRequest with its error, as it fails http.ReadRequest.
 func TestReadRequestNothingBuffered(t *testing.T) {
 	for _, src := range []io.Reader{strings.NewReader(""), io.MultiReader(), errReader{io.ErrClosedPipe}} {
-		_, _, err := readRequest(bufio.NewReader(src), context.Background())
+		_, _, err := ReadRequest(bufio.NewReader(src), context.Background())
 		_, stdErr := http.ReadRequest(bufio.NewReader(src))
 		if err == nil || err.Error() != stdErr.Error() {
 			t.Errorf("readRequest: %v; http.ReadRequest: %v", err, stdErr)
@@ -164,30 +162,6 @@ func TestReadRequestNothingBuffered(t *testing.T) {
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
-
-// TestClientConnReadFirstByte: the byte that ended the idle wait comes
-// back with what followed it in one read, so that the fast path sees the
-// whole request.
-func TestClientConnReadFirstByte(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	const req = "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"
-	go b.Write([]byte(req[1:]))
-	cc := &clientConn{c: a, limit: -1, has1: true}
-	cc.first[0] = req[0]
-	a.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 4096)
-	n, err := cc.Read(buf)
-	if err != nil || string(buf[:n]) != req {
-		t.Fatalf("read %q, %v; want %q", buf[:n], err, req)
-	}
-	// A one-byte read still gets the first byte alone.
-	cc.has1, cc.first[0] = true, 'x'
-	if n, err := cc.Read(buf[:1]); n != 1 || err != nil || buf[0] != 'x' {
-		t.Fatalf("one-byte read: %d %v %q", n, err, buf[:1])
-	}
-}
 
 // TestReadRequestAllocs: a plain request, with its context, costs at
 // most half of what http.ReadRequest allocates.
@@ -201,7 +175,7 @@ func TestReadRequestAllocs(t *testing.T) {
 // chaperoneRead and stdRead read a request and give it a context, as the
 // proxy's loop and net/http's server do.
 func chaperoneRead(br *bufio.Reader) (*http.Request, error) {
-	req, _, err := readRequest(br, context.Background())
+	req, _, err := ReadRequest(br, context.Background())
 	return req, err
 }
 
@@ -277,3 +251,6 @@ func FuzzReadRequestFields(f *testing.F) {
 		compareRequest(t, []byte(raw))
 	})
 }
+
+// testKey keys a value of the requests' context.
+type testKey struct{}

@@ -1,4 +1,4 @@
-package proxy
+package h2
 
 import (
 	"bufio"
@@ -21,7 +21,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/proxy/internal/h1"
 	"github.com/chaperone-dev/chaperone/proxy/internal/reqctx"
+	"github.com/chaperone-dev/chaperone/proxy/internal/ws"
 
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 
@@ -65,28 +67,29 @@ var (
 	errH2BodyClosed  = errors.New("proxy: HTTP/2 request body closed")
 )
 
-// h2Server holds what every HTTP/2 connection of the proxy shares.
-type h2Server struct {
-	handler   http.Handler
-	maxHeader int           // header list limit (SETTINGS_MAX_HEADER_LIST_SIZE)
-	idle      time.Duration // a connection without requests for this long is closed
-	stall     time.Duration // and one whose socket takes no bytes for this long
-	preface   time.Duration // the client's preface and SETTINGS are awaited this long
-	watch     *netx.Watch
-	spawn     func(func()) // runs a request's handler; the function recovers its own panics
-	log       *slog.Logger
+// Server holds what every HTTP/2 connection it serves shares. Its fields
+// are set before the first ServeConn.
+type Server struct {
+	Handler   http.Handler
+	MaxHeader int           // header list limit (SETTINGS_MAX_HEADER_LIST_SIZE)
+	Idle      time.Duration // a connection without requests for this long is closed
+	Stall     time.Duration // and one whose socket takes no bytes for this long
+	Preface   time.Duration // the client's preface and SETTINGS are awaited this long
+	Watch     *netx.Watch
+	Spawn     func(func()) // runs a request's handler; the function recovers its own panics
+	Log       *slog.Logger
 
 	writers sync.Pool // *bufio.Writer, lent to connections between flushes
 }
 
 // h2Conn is one client connection.
 type h2Conn struct {
-	srv    *h2Server
+	srv    *Server
 	c      net.Conn // the connection frames are read from and written to
 	ctx    context.Context
 	tls    *stdtls.ConnectionState
 	remote string
-	fault  func(connFault) // publishes what ended the connection before a handler ran
+	fault  func(netx.Fault) // publishes what ended the connection before a handler ran
 	fr     *http2.Framer
 	in     countingReader // what fr reads from
 	wait   netx.Deadline  // preface, then idle waits
@@ -138,22 +141,23 @@ type h2Stream struct {
 	received int64
 }
 
-// serveH2 serves c, an HTTP/2 connection of tc's tunnel, until it closes.
-func (p *Proxy) serveH2(c net.Conn, tc *tunnelConn) {
-	t := tc.t
-	sc := p.h2.newConn(c, tc.Conn, context.WithValue(context.Background(), tunnelKey{}, t))
-	if sc.tls != nil {
-		sc.out.out.Gatherer = tc
+// ServeConn serves c until it closes.
+func (s *Server) ServeConn(c netx.ClientConn) {
+	sc := s.newConn(c.C, c.Raw, c.Context)
+	if sc.tls != nil && c.Gatherer != nil {
+		sc.out.out.Gatherer = c.Gatherer
 	}
-	sc.fault = func(f connFault) { p.publishConnFault(f, t.session, t.process, t.authority, "HTTP/2.0") }
+	if c.Fault != nil {
+		sc.fault = c.Fault
+	}
 	sc.serve()
 }
 
 // newConn returns the connection c, whose deadlines raw keeps.
-func (s *h2Server) newConn(c, raw net.Conn, ctx context.Context) *h2Conn {
+func (s *Server) newConn(c, raw net.Conn, ctx context.Context) *h2Conn {
 	sc := &h2Conn{
 		srv: s, c: c, ctx: ctx, remote: c.RemoteAddr().String(),
-		fault:   func(connFault) {},
+		fault:   func(netx.Fault) {},
 		streams: make(map[uint32]*h2Stream),
 		initWin: 65535, sendWin: 65535, maxFrame: 16384,
 		recvWin: h2ConnWindow,
@@ -164,11 +168,11 @@ func (s *h2Server) newConn(c, raw net.Conn, ctx context.Context) *h2Conn {
 	}
 	sc.wait.Conn = raw
 	sc.winCond.L = &sc.wmu
-	sc.out = pooledWriter{pool: &s.writers, out: netx.NewStallWriter(c, raw, s.watch, s.stall)}
+	sc.out = pooledWriter{pool: &s.writers, out: netx.NewStallWriter(c, raw, s.Watch, s.Stall)}
 	sc.in.r = c
 	sc.fr = http2.NewFramer(&sc.out, &sc.in)
 	sc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	sc.fr.MaxHeaderListSize = uint32(min(s.maxHeader, 1<<30))
+	sc.fr.MaxHeaderListSize = uint32(min(s.MaxHeader, 1<<30))
 	sc.fr.SetMaxReadFrameSize(h2MaxReadFrame)
 	sc.fr.SetReuseFrames()
 	sc.henc = hpack.NewEncoder(&sc.hbuf)
@@ -180,10 +184,10 @@ func (s *h2Server) newConn(c, raw net.Conn, ctx context.Context) *h2Conn {
 // which the panicking code may hold.)
 func (sc *h2Conn) serve() {
 	s := sc.srv
-	s.watch.Add(&sc.wait)
-	defer s.watch.Remove(&sc.wait)
-	s.watch.Add(&sc.out.out.Deadline)
-	defer s.watch.Remove(&sc.out.out.Deadline)
+	s.Watch.Add(&sc.wait)
+	defer s.Watch.Remove(&sc.wait)
+	s.Watch.Add(&sc.out.out.Deadline)
+	defer s.Watch.Remove(&sc.out.out.Deadline)
 	sc.read()
 	if sc.failed {
 		sc.linger()
@@ -200,7 +204,7 @@ func (sc *h2Conn) linger() {
 	}
 	raw := sc.wait.Conn
 	netx.CloseWrite(raw)
-	raw.SetReadDeadline(time.Now().Add(closeLinger))
+	raw.SetReadDeadline(time.Now().Add(netx.CloseLinger))
 	io.CopyN(io.Discard, raw, 1<<20)
 }
 
@@ -219,10 +223,10 @@ func (sc *h2Conn) read() {
 	sc.fr.WriteWindowUpdate(0, h2ConnWindow-65535)
 	sc.unlockW(true)
 
-	s.watch.Arm(&sc.wait, s.preface)
+	s.Watch.Arm(&sc.wait, s.Preface)
 	if err := sc.readPreface(); err != nil {
 		if sc.wait.Disarm() || netx.IsTimeout(err) {
-			sc.fault(faultHeaderTimeout)
+			sc.fault(netx.FaultHeaderTimeout)
 		}
 		return
 	}
@@ -287,11 +291,11 @@ func (sc *h2Conn) readFailed(f http2.Frame, err error) bool {
 		sc.goAwayWith(http2.ErrCodeFrameSize)
 		return false
 	case errors.As(err, &ce):
-		if _, ok := f.(*http2.MetaHeadersFrame); ok && sc.in.n >= int64(sc.srv.maxHeader)/2 {
+		if _, ok := f.(*http2.MetaHeadersFrame); ok && sc.in.n >= int64(sc.srv.MaxHeader)/2 {
 			// The framer stopped decoding a header block far over the
 			// limit (its fragments, or a field alone, too large); a corrupt
 			// block of that size is one too.
-			sc.fault(faultHeaderTooLarge)
+			sc.fault(netx.FaultHeaderTooLarge)
 		}
 		sc.goAwayWith(http2.ErrCode(ce))
 		return false
@@ -467,7 +471,7 @@ func (sc *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	if f.Truncated {
-		sc.fault(faultHeaderTooLarge)
+		sc.fault(netx.FaultHeaderTooLarge)
 		sc.answer(id, http.StatusRequestHeaderFieldsTooLarge)
 		return nil
 	}
@@ -490,7 +494,7 @@ func (sc *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 			return nil
 		}
 	} else {
-		st.body = &h2Body{st: st, cont: hasToken(req.Header["Expect"], "100-continue")}
+		st.body = &h2Body{st: st, cont: h1.HasToken(req.Header["Expect"], "100-continue")}
 		st.body.cond.L = &st.body.mu
 		req.Body = st.body
 	}
@@ -506,7 +510,7 @@ func (sc *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	sc.streams[id] = st
 	sc.mu.Unlock()
-	sc.srv.spawn(st.run)
+	sc.srv.Spawn(st.run)
 	return nil
 }
 
@@ -567,7 +571,7 @@ func (sc *h2Conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, int64, e
 		h["Cookie"] = []string{strings.Join(cookies, "; ")}
 	}
 	if socket {
-		if err := asWebSocketUpgrade(h); err != nil {
+		if err := ws.AsUpgrade(h); err != nil {
 			return nil, 0, err
 		}
 		method = http.MethodGet
@@ -773,7 +777,7 @@ func (sc *h2Conn) answer(id uint32, status int) {
 func (sc *h2Conn) idle() {
 	sc.mu.Lock()
 	if len(sc.streams) == 0 {
-		sc.srv.watch.Arm(&sc.wait, sc.srv.idle)
+		sc.srv.Watch.Arm(&sc.wait, sc.srv.Idle)
 	}
 	sc.mu.Unlock()
 }
@@ -948,7 +952,7 @@ func (st *h2Stream) run() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler {
 				buf := make([]byte, 64<<10)
-				sc.srv.log.Error("proxy: handler panicked", "panic", v, "stack", string(buf[:runtime.Stack(buf, false)]))
+				sc.srv.Log.Error("proxy: handler panicked", "panic", v, "stack", string(buf[:runtime.Stack(buf, false)]))
 			}
 			sc.lockW()
 			if !st.reset {
@@ -959,7 +963,7 @@ func (st *h2Stream) run() {
 		}
 		st.end()
 	}()
-	sc.srv.handler.ServeHTTP(&st.w, st.w.req)
+	sc.srv.Handler.ServeHTTP(&st.w, st.w.req)
 	st.w.finish()
 }
 
@@ -974,7 +978,7 @@ func (st *h2Stream) end() {
 	delete(sc.streams, st.id)
 	last := len(sc.streams) == 0 && !sc.finished
 	if last {
-		sc.srv.watch.Arm(&sc.wait, sc.srv.idle)
+		sc.srv.Watch.Arm(&sc.wait, sc.srv.Idle)
 	}
 	closing := last && sc.goAway
 	sc.mu.Unlock()

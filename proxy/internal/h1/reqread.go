@@ -1,4 +1,4 @@
-package proxy
+package h1
 
 import (
 	"bufio"
@@ -26,12 +26,12 @@ import (
 //
 // The request comes with ctx as its context, made with it rather than
 // copied by WithContext. plain says it was parsed here, its header fields
-// already checked as checkRequest would.
-func readRequest(br *bufio.Reader, ctx context.Context) (req *http.Request, plain bool, err error) {
+// already checked as CheckRequest would.
+func ReadRequest(br *bufio.Reader, ctx context.Context) (req *http.Request, plain bool, err error) {
 	if _, err := br.Peek(1); err != nil {
 		return nil, false, err // as http.ReadRequest, which has read nothing either
 	}
-	if req, n := parsePlainRequest(br, ctx); req != nil {
+	if req, n := ParsePlainRequest(br, ctx); req != nil {
 		br.Discard(n)
 		return req, true, nil
 	}
@@ -45,7 +45,7 @@ func readRequest(br *bufio.Reader, ctx context.Context) (req *http.Request, plai
 // parsePlainRequest parses the request at the head of br's buffer, if it
 // is a plain one, and returns it with the length of its header; nil when
 // http.ReadRequest must read it.
-func parsePlainRequest(br *bufio.Reader, ctx context.Context) (*http.Request, int) {
+func ParsePlainRequest(br *bufio.Reader, ctx context.Context) (*http.Request, int) {
 	buf, _ := br.Peek(br.Buffered())
 	end := bytes.Index(buf, []byte("\r\n\r\n"))
 	if end < 0 {
@@ -89,4 +89,33 @@ func parsePlainRequest(br *bufio.Reader, ctx context.Context) (*http.Request, in
 		req.Body = &lengthBody{r: br, n: f.contentLength}
 	}
 	return req.WithContext(ctx), end + 4 // req itself stays on the stack
+}
+
+// CheckRequest is net/http's server's check of a request it has read
+// (http.ReadRequest has moved Host out of the header, and refused a
+// repeated one): an HTTP/1.1 request names its host, validly, and every
+// header field is well formed. It returns the status to refuse it with,
+// or 0. fields false skips the fields, checked already by the reader.
+func CheckRequest(req *http.Request, fields bool) (int, string) {
+	switch {
+	case req.ProtoMajor != 1:
+		return http.StatusHTTPVersionNotSupported, ""
+	case req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect:
+		return http.StatusBadRequest, "missing required Host header"
+	case req.Host != "" && !httpguts.ValidHostHeader(req.Host):
+		return http.StatusBadRequest, "malformed Host header"
+	case !fields:
+		return 0, ""
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return http.StatusBadRequest, "invalid header name"
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return http.StatusBadRequest, "invalid header value"
+			}
+		}
+	}
+	return 0, ""
 }

@@ -1,4 +1,4 @@
-package proxy
+package h2
 
 import (
 	"log/slog"
@@ -11,9 +11,9 @@ import (
 )
 
 // runJob starts f on h and waits for it to end.
-func runJob(h *h2Workers, f func()) {
+func runJob(h *Workers, f func()) {
 	done := make(chan struct{})
-	h.start(func() {
+	h.Start(func() {
 		defer close(done)
 		f()
 	})
@@ -25,7 +25,7 @@ func runJob(h *h2Workers, f func()) {
 // workers end and jobs run on goroutines of their own.
 func TestH2Workers(t *testing.T) {
 	before := runtime.NumGoroutine()
-	h := newH2Workers(3, slog.New(slog.DiscardHandler))
+	h := NewWorkers(3, slog.New(slog.DiscardHandler))
 	var ran atomic.Int32
 	var wg sync.WaitGroup
 	release := make(chan struct{})
@@ -68,7 +68,7 @@ func TestH2Workers(t *testing.T) {
 		t.Errorf("after a panic: %d workers, %d jobs ran; want 3, 26", n, ran.Load())
 	}
 
-	h.stop()
+	h.Stop()
 	runJob(h, func() { ran.Add(1) })
 	if ran.Load() != 27 {
 		t.Errorf("%d jobs ran, want 27", ran.Load())
@@ -86,9 +86,9 @@ func TestH2Workers(t *testing.T) {
 // later job starts one again.
 func TestH2WorkersIdle(t *testing.T) {
 	before := runtime.NumGoroutine()
-	h := newH2Workers(4, slog.New(slog.DiscardHandler))
+	h := NewWorkers(4, slog.New(slog.DiscardHandler))
 	h.idle = 50 * time.Millisecond
-	defer h.stop()
+	defer h.Stop()
 	running := func() int {
 		h.mu.Lock()
 		defer h.mu.Unlock()

@@ -1,9 +1,10 @@
-package proxy
+package h1
 
 import (
 	"bufio"
 	"io"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 
@@ -59,7 +60,7 @@ func parsePlainFields(head string, request bool) (http.Header, plainFields, bool
 		if !isCanonicalKey(name) {
 			key = http.CanonicalHeaderKey(name)
 			f.verbatim = false
-		} else if f.verbatim && (len(field) < colon+2 || field[colon+1] != ' ' || len(field) != colon+2+len(value) || isHopHeader(key)) {
+		} else if f.verbatim && (len(field) < colon+2 || field[colon+1] != ' ' || len(field) != colon+2+len(value) || IsHopHeader(key)) {
 			f.verbatim = false
 		}
 		switch key {
@@ -107,7 +108,7 @@ type lengthBody struct {
 	n int64 // bytes left
 	// head is a response's header as received, when it can be passed on
 	// as it is; empty otherwise.
-	head verbatimHead
+	head VerbatimHead
 	// wrap, for a response's, is where h1Upstream may put the body's
 	// wrapper, allocated with it; nil otherwise.
 	wrap *h1Body
@@ -117,10 +118,10 @@ type lengthBody struct {
 // writeField would write it and none hop-by-hop: an HTTP/1 client can be
 // sent them as they are instead of the header map's fields written out one
 // by one (h1Writer.takeHeader).
-type verbatimHead struct {
-	fields string // the field lines, each ending in CRLF; "" for none
-	length int64  // their Content-Length
-	date   bool   // among them a Date field
+type VerbatimHead struct {
+	Fields string // the field lines, each ending in CRLF; "" for none
+	Length int64  // their Content-Length
+	Date   bool   // among them a Date field
 }
 
 func (b *lengthBody) Read(p []byte) (int, error) {
@@ -166,4 +167,45 @@ func isCanonicalKey(s string) bool {
 		upper = c == '-'
 	}
 	return true
+}
+
+// WriteField writes a header field as net/http does: each CR or LF of a
+// value as a space, so that no value can start a field of its own, and the
+// value trimmed of ASCII white space.
+func WriteField(bw *bufio.Writer, k string, vv []string) {
+	for _, v := range vv {
+		bw.WriteString(k)
+		bw.WriteString(": ")
+		if strings.ContainsAny(v, "\r\n") {
+			v = newlineToSpace.Replace(v)
+		}
+		bw.WriteString(textproto.TrimString(v))
+		bw.WriteString("\r\n")
+	}
+}
+
+var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
+
+// IsHopHeader reports whether a canonical header name is one of the
+// hop-by-hop headers removed whatever Connection says.
+func IsHopHeader(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// HasToken reports whether a comma-separated header value lists token,
+// ignoring ASCII case.
+func HasToken(values []string, token string) bool {
+	for _, v := range values {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.Trim(t, " \t"), token) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package proxy
+package h1
 
 import (
 	"bufio"
@@ -29,7 +29,7 @@ import (
 // flushHead sends the header before the body is read, as req.Write does
 // for a body not in memory, so that the upstream may answer before the
 // body has all come; without it, a small body goes in the header's write.
-func writeRequest(bw *bufio.Writer, req *http.Request, flushHead bool) error {
+func WriteRequest(bw *bufio.Writer, req *http.Request, flushHead bool) error {
 	if !plainRequest(req) {
 		return req.Write(bw)
 	}
@@ -75,7 +75,7 @@ func writeRequest(bw *bufio.Writer, req *http.Request, flushHead bool) error {
 		}
 	}
 	if ua != "" {
-		writeField(bw, "User-Agent", []string{ua})
+		WriteField(bw, "User-Agent", []string{ua})
 	}
 	switch {
 	case req.ContentLength > 0:
@@ -101,7 +101,7 @@ func writeRequest(bw *bufio.Writer, req *http.Request, flushHead bool) error {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		writeField(bw, k, req.Header[k])
+		WriteField(bw, k, req.Header[k])
 	}
 	_, err := bw.WriteString("\r\n")
 	if body == nil {

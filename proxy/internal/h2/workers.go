@@ -1,4 +1,4 @@
-package proxy
+package h2
 
 import (
 	"log/slog"
@@ -13,7 +13,7 @@ import (
 // copied, as the handler goes deeper (measured: a tenth of the proxy's
 // time per HTTP/2 request); a worker's stack has grown once. A worker left
 // without a job for idle ends, so a burst's workers do not outlive it.
-type h2Workers struct {
+type Workers struct {
 	log  *slog.Logger
 	jobs chan func()
 	quit chan struct{}
@@ -26,16 +26,16 @@ type h2Workers struct {
 }
 
 // h2WorkerIdle is how long a worker waits for its next job before it ends.
-const h2WorkerIdle = 10 * time.Second
+const workerIdle = 10 * time.Second
 
-func newH2Workers(max int, log *slog.Logger) *h2Workers {
-	return &h2Workers{log: log, jobs: make(chan func()), quit: make(chan struct{}), max: max, idle: h2WorkerIdle}
+func NewWorkers(max int, log *slog.Logger) *Workers {
+	return &Workers{log: log, jobs: make(chan func()), quit: make(chan struct{}), max: max, idle: workerIdle}
 }
 
 // start runs f on an idle worker, on a new one, or, when all are busy and
 // no more may start (or the pool is stopped), on a goroutine of its own.
 // A panic of f's is logged (but for http.ErrAbortHandler) and ends there.
-func (h *h2Workers) start(f func()) {
+func (h *Workers) Start(f func()) {
 	select {
 	case h.jobs <- f:
 		return
@@ -54,7 +54,7 @@ func (h *h2Workers) start(f func()) {
 	}
 }
 
-func (h *h2Workers) work(f func()) {
+func (h *Workers) work(f func()) {
 	idle := time.NewTimer(h.idle)
 	defer idle.Stop()
 	for {
@@ -75,7 +75,7 @@ func (h *h2Workers) work(f func()) {
 
 // run calls f; the stack of a panic other than http.ErrAbortHandler is
 // logged here, where it happened.
-func (h *h2Workers) run(f func()) {
+func (h *Workers) run(f func()) {
 	defer func() {
 		if v := recover(); v != nil && v != http.ErrAbortHandler {
 			buf := make([]byte, 64<<10)
@@ -86,7 +86,7 @@ func (h *h2Workers) run(f func()) {
 }
 
 // stop ends the workers once they finish their jobs.
-func (h *h2Workers) stop() {
+func (h *Workers) Stop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.stopped {

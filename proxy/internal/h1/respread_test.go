@@ -1,4 +1,4 @@
-package proxy
+package h1
 
 import (
 	"bufio"
@@ -23,7 +23,7 @@ func compareRead(t testing.TB, raw []byte, method string) bool {
 	t.Helper()
 	req := &http.Request{Method: method}
 	brFast := bufio.NewReaderSize(bytes.NewReader(raw), 64<<10)
-	fast, n := parsePlainResponse(brFast, req)
+	fast, n := ParsePlainResponse(brFast, req)
 	if fast == nil {
 		return false
 	}
@@ -55,7 +55,7 @@ func compareRead(t testing.TB, raw []byte, method string) bool {
 	if fast.Request != req {
 		t.Fatal("Request not set")
 	}
-	if lb, ok := fast.Body.(*lengthBody); ok && lb.head.fields != "" {
+	if lb, ok := fast.Body.(*lengthBody); ok && lb.head.Fields != "" {
 		compareVerbatim(t, lb.head, std.Header, raw)
 	}
 	compareTail(t, "http.ReadResponse", fast.Body, std.Body, brFast, brStd, raw)
@@ -66,26 +66,26 @@ func compareRead(t testing.TB, raw []byte, method string) bool {
 // h1Writer would write of the header http.ReadResponse read (field by
 // field, in any order), with no hop-by-hop field, and that it has a Date
 // field when that header does.
-func compareVerbatim(t testing.TB, vh verbatimHead, h http.Header, raw []byte) {
+func compareVerbatim(t testing.TB, vh VerbatimHead, h http.Header, raw []byte) {
 	t.Helper()
 	var b bytes.Buffer
 	bw := bufio.NewWriter(&b)
 	for k, vv := range h {
-		if isHopHeader(k) {
+		if IsHopHeader(k) {
 			t.Fatalf("head with hop-by-hop field %s taken as it is, from %q", k, raw)
 		}
-		writeField(bw, k, vv)
+		WriteField(bw, k, vv)
 	}
 	bw.Flush()
 	lines := func(s string) []string { return slices.Sorted(strings.SplitSeq(s, "\r\n")) }
-	if diff := cmp.Diff(lines(b.String()), lines(vh.fields)); diff != "" {
+	if diff := cmp.Diff(lines(b.String()), lines(vh.Fields)); diff != "" {
 		t.Fatalf("head taken as it is differs from the header written out (-want +got):\n%s\nfrom %q", diff, raw)
 	}
-	if _, date := h["Date"]; date != vh.date {
-		t.Fatalf("Date noted %v, the header has one: %v, from %q", vh.date, date, raw)
+	if _, date := h["Date"]; date != vh.Date {
+		t.Fatalf("Date noted %v, the header has one: %v, from %q", vh.Date, date, raw)
 	}
-	if cl := h["Content-Length"]; len(cl) != 1 || func() bool { n, err := strconv.ParseInt(cl[0], 10, 64); return err != nil || n != vh.length }() {
-		t.Fatalf("Content-Length noted %d, the header's %q, from %q", vh.length, cl, raw)
+	if cl := h["Content-Length"]; len(cl) != 1 || func() bool { n, err := strconv.ParseInt(cl[0], 10, 64); return err != nil || n != vh.Length }() {
+		t.Fatalf("Content-Length noted %d, the header's %q, from %q", vh.Length, cl, raw)
 	}
 }
 
@@ -163,7 +163,7 @@ func TestReadResponse(t *testing.T) {
 			}
 			// Either way, readResponse reads what http.ReadResponse reads.
 			req := &http.Request{Method: tt.method}
-			res, err := readResponse(bufio.NewReader(strings.NewReader(tt.raw)), req)
+			res, err := ReadResponse(bufio.NewReader(strings.NewReader(tt.raw)), req)
 			std, stdErr := http.ReadResponse(bufio.NewReader(strings.NewReader(tt.raw)), req)
 			if (err != nil) != (stdErr != nil) || err == nil && (res.StatusCode != std.StatusCode || !reflect.DeepEqual(res.Header, std.Header)) {
 				t.Errorf("readResponse: %v, %v; http.ReadResponse: %v, %v", res, err, std, stdErr)
@@ -191,7 +191,7 @@ func TestReadResponseAllocs(t *testing.T) {
 			io.Copy(io.Discard, res.Body)
 		})
 	}
-	fast, std := read(readResponse), read(http.ReadResponse)
+	fast, std := read(ReadResponse), read(http.ReadResponse)
 	if fast > std/2 {
 		t.Errorf("%v allocations per response, http.ReadResponse %v: want at most half", fast, std)
 	}
@@ -203,7 +203,7 @@ func BenchmarkReadResponse(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		f    func(*bufio.Reader, *http.Request) (*http.Response, error)
-	}{{"net/http", http.ReadResponse}, {"chaperone", readResponse}} {
+	}{{"net/http", http.ReadResponse}, {"chaperone", ReadResponse}} {
 		b.Run(c.name, func(b *testing.B) {
 			r := bytes.NewReader(raw)
 			br := bufio.NewReader(r)

@@ -1,4 +1,4 @@
-package proxy
+package h1
 
 import (
 	"bufio"
@@ -18,14 +18,14 @@ import (
 // own making.
 
 // requestLine is a request line, as parsed by parseRequestLine.
-type requestLine struct {
-	method  string // as sent
-	target  string // the request target, as sent
-	version string // as sent; "" for an HTTP/0.9 line
+type RequestLine struct {
+	Method  string // as sent
+	Target  string // the request target, as sent
+	Version string // as sent; "" for an HTTP/0.9 line
 	// canonical says net/http reads the same request line from these
 	// bytes: no blank line or space before it, single spaces, a version
 	// "HTTP/d.d", and not a CONNECT (which the proxy always handles).
-	canonical bool
+	Canonical bool
 }
 
 // maxSchemeLen bounds the scheme of an absolute-form target: longer is not
@@ -33,7 +33,7 @@ type requestLine struct {
 const maxSchemeLen = 32
 
 // isTchar reports whether c is an RFC 9110 token character.
-func isTchar(c byte) bool {
+func IsTchar(c byte) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		return true
@@ -53,7 +53,7 @@ func isLineSpace(c byte) bool {
 
 // isLeadSpace reports whether c may come before a request line: blank
 // lines and white space.
-func isLeadSpace(c byte) bool { return isLineSpace(c) || c == '\n' }
+func IsLeadSpace(c byte) bool { return isLineSpace(c) || c == '\n' }
 
 func isAlpha(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
@@ -62,7 +62,7 @@ func isSchemeChar(c byte) bool {
 }
 
 // isConnectMethod reports whether m is CONNECT in any case.
-func isConnectMethod(m []byte) bool {
+func IsConnectMethod(m []byte) bool {
 	return len(m) == 7 && string(bytes.ToUpper(m)) == "CONNECT"
 }
 
@@ -71,38 +71,38 @@ func isConnectMethod(m []byte) bool {
 // a target in origin form ('/'), asterisk form ('*'), absolute form
 // (scheme "://") or, after CONNECT in any case, authority form (anything).
 // It decides from as few bytes as it can: maybe means it needs more.
-func requestStart(b []byte) tristate {
+func RequestStart(b []byte) Tristate {
 	i := 0
-	for i < len(b) && isLeadSpace(b[i]) {
+	for i < len(b) && IsLeadSpace(b[i]) {
 		i++
 	}
 	m := i
-	for i < len(b) && isTchar(b[i]) {
+	for i < len(b) && IsTchar(b[i]) {
 		i++
 	}
 	switch {
 	case i == len(b):
-		return maybe
+		return Maybe
 	case i == m || !isLineSpace(b[i]):
-		return no
+		return No
 	}
 	method := b[m:i]
 	for i < len(b) && isLineSpace(b[i]) {
 		i++
 	}
 	if i == len(b) {
-		return maybe
+		return Maybe
 	}
 	switch c := b[i]; {
 	case c == '/' || c == '*':
-		return yes
-	case isConnectMethod(method):
+		return Yes
+	case IsConnectMethod(method):
 		if c > ' ' && c != 0x7f {
-			return yes
+			return Yes
 		}
-		return no
+		return No
 	case !isAlpha(c):
-		return no
+		return No
 	}
 	// An absolute-form target: scheme "://".
 	s := i
@@ -111,20 +111,20 @@ func requestStart(b []byte) tristate {
 	}
 	switch {
 	case i-s > maxSchemeLen:
-		return no
+		return No
 	case i == len(b):
-		return maybe
+		return Maybe
 	}
 	for _, want := range []byte("://") {
 		switch {
 		case i == len(b):
-			return maybe
+			return Maybe
 		case b[i] != want:
-			return no
+			return No
 		}
 		i++
 	}
-	return yes
+	return Yes
 }
 
 // errBadRequestLine is a line that requestStart accepted but that is not a
@@ -136,13 +136,13 @@ var errBadRequestLine = errors.New("proxy: malformed request line")
 // request line (blank lines before it included), as requestStart reads
 // it: method, white space, target, and optionally white space and a
 // version "HTTP/d.d" in any case.
-func parseRequestLine(line []byte) (requestLine, error) {
-	var rl requestLine
+func ParseRequestLine(line []byte) (RequestLine, error) {
+	var rl RequestLine
 	if len(line) == 0 || line[len(line)-1] != '\n' {
 		return rl, errBadRequestLine
 	}
 	lead := 0
-	for lead < len(line)-1 && isLeadSpace(line[lead]) {
+	for lead < len(line)-1 && IsLeadSpace(line[lead]) {
 		lead++
 	}
 	body := line[lead : len(line)-1]
@@ -181,21 +181,21 @@ func parseRequestLine(line []byte) (requestLine, error) {
 		return rl, errBadRequestLine
 	}
 	for _, c := range parts[0] {
-		if !isTchar(c) {
+		if !IsTchar(c) {
 			return rl, errBadRequestLine
 		}
 	}
-	rl.method, rl.target = string(parts[0]), string(parts[1])
+	rl.Method, rl.Target = string(parts[0]), string(parts[1])
 	if n == 3 {
 		v := parts[2]
 		if len(v) != len("HTTP/1.1") || !bytes.EqualFold(v[:5], []byte("HTTP/")) ||
 			!isDigit(v[5]) || v[6] != '.' || !isDigit(v[7]) {
 			return rl, errBadRequestLine
 		}
-		rl.version = string(v)
+		rl.Version = string(v)
 	}
-	rl.canonical = lead == 0 && single && n == 3 && string(parts[2][:5]) == "HTTP/" &&
-		!isConnectMethod(parts[0])
+	rl.Canonical = lead == 0 && single && n == 3 && string(parts[2][:5]) == "HTTP/" &&
+		!IsConnectMethod(parts[0])
 	return rl, nil
 }
 
@@ -204,29 +204,29 @@ func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 // canonicalLine is the request line net/http reads as rl: single spaces,
 // the version in upper case, CRLF. An HTTP/0.9 line (no version, no
 // header) becomes an HTTP/1.0 request without header fields.
-func (rl requestLine) canonicalLine() []byte {
-	b := make([]byte, 0, len(rl.method)+len(rl.target)+16)
-	b = append(b, rl.method...)
+func (rl RequestLine) CanonicalLine() []byte {
+	b := make([]byte, 0, len(rl.Method)+len(rl.Target)+16)
+	b = append(b, rl.Method...)
 	b = append(b, ' ')
-	b = append(b, rl.target...)
-	if rl.version == "" {
+	b = append(b, rl.Target...)
+	if rl.Version == "" {
 		return append(b, " HTTP/1.0\r\n\r\n"...)
 	}
 	b = append(b, " HTTP/"...)
-	b = append(b, rl.version[5:]...)
+	b = append(b, rl.Version[5:]...)
 	return append(b, "\r\n"...)
 }
 
-// errLineTooLong is a request or header line longer than the limit.
-var errLineTooLong = errors.New("proxy: line too long")
+// ErrLineTooLong is a request or header line longer than the limit.
+var ErrLineTooLong = errors.New("proxy: line too long")
 
 // readLine reads from br through the next LF, at most limit bytes.
-func readLine(br *bufio.Reader, limit int) ([]byte, error) {
+func ReadLine(br *bufio.Reader, limit int) ([]byte, error) {
 	var line []byte
 	for {
 		frag, err := br.ReadSlice('\n')
 		if len(line)+len(frag) > limit {
-			return nil, errLineTooLong
+			return nil, ErrLineTooLong
 		}
 		line = append(line, frag...)
 		switch err {
