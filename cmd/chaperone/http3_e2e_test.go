@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/upstream"
 	"github.com/quic-go/quic-go/http3"
@@ -331,5 +333,62 @@ func TestTransparentHTTP3LLM(t *testing.T) {
 	}
 	if llms != 1 || https != 1 {
 		t.Errorf("%d llm and %d http records of %s, want 1 and 1", llms, https, host)
+	}
+}
+
+// An origin that serves HTTPS over TCP advertising HTTP/3 (Alt-Svc) and
+// HTTP/3 on UDP 443, asked twice by curl over HTTP/2 in one run: the
+// proxy reaches it over TCP first, learns its Alt-Svc, and sends the
+// second request over HTTP/3. curl is told of h3 when the session
+// intercepts QUIC (its QUIC would come to the proxy too), and not when
+// QUIC is refused (it would only meet refusals) or allowed unmediated (it
+// would go around the proxy); the proxy's own upstream is upgraded all
+// the same.
+func TestTransparentHTTP3AltSvcUpgrade(t *testing.T) {
+	needTransparent(t)
+	need(t, "curl")
+	w := newWorld(t)
+	const host, addr, altSvc = "h3up.e2e.test", "127.0.45.2", `h3=":443"; ma=60, h2=":443"`
+	origin := startH3OriginWith(t, w, host, addr, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Alt-Svc", altSvc)
+		fmt.Fprintf(rw, "over %s\n", r.Proto)
+	}))
+	for _, tc := range []struct {
+		quic, clientAltSvc string
+	}{
+		{"intercept", altSvc},
+		{"refuse", `h2=":443"`},
+		{"allow", `h2=":443"`},
+	} {
+		t.Run(tc.quic, func(t *testing.T) {
+			w.log = filepath.Join(t.TempDir(), "audit.jsonl")
+			before := len(origin.requests())
+			r := w.transparent([]string{"--quic", tc.quic, "--resolve", host + ":" + addr},
+				"curl", "-sS", "--http2", "-w", `%{http_version} [%header{alt-svc}]\n`,
+				"https://"+host+"/first", "https://"+host+"/second")
+			mustSucceed(t, r)
+			reqs := origin.requests()[before:]
+			if len(reqs) != 2 {
+				t.Fatalf("the origin got %d requests, want 2", len(reqs))
+			}
+			if reqs[0].Path != "/first" || reqs[0].Proto == "HTTP/3.0" {
+				t.Errorf("first request: %s over %s, want /first over TCP", reqs[0].Path, reqs[0].Proto)
+			}
+			if reqs[1].Path != "/second" || reqs[1].Proto != "HTTP/3.0" {
+				t.Errorf("second request: %s over %s, want /second over HTTP/3.0 (the upstream upgraded)", reqs[1].Path, reqs[1].Proto)
+			}
+			// What curl printed: the body, then its protocol and the Alt-Svc it got.
+			want := fmt.Sprintf("over %s\n2 [%s]\nover HTTP/3.0\n2 [%s]\n", reqs[0].Proto, tc.clientAltSvc, tc.clientAltSvc)
+			if diff := cmp.Diff(want, r.stdout); diff != "" {
+				t.Errorf("curl printed (-want +got):\n%s", diff)
+			}
+			var protos []string
+			for _, rec := range w.httpRecords(host) {
+				protos = append(protos, rec.Proto)
+			}
+			if diff := cmp.Diff([]string{"HTTP/2.0", "HTTP/2.0"}, protos); diff != "" {
+				t.Errorf("http records' protos, the client's (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
