@@ -63,6 +63,7 @@ type exchange struct {
 
 	sharedHeader bool // the request's header map is the event's
 	plain1       bool // sent by roundTrip on an HTTP/1.1 upstream connection
+	headChanged  bool // the upstream's response header was changed: not sent verbatim
 }
 
 // forward decides a request and, if allowed, sends it upstream. Its frame,

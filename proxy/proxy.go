@@ -121,6 +121,13 @@ type Options struct {
 	// a 502). A request header is measured as HTTP/1.1 sends it: request
 	// line and header fields, for HTTP/2 requests too. 1 MiB when zero.
 	MaxHeaderBytes int
+	// QUICClients says that transparent-mode clients' QUIC (UDP to port
+	// 443) comes to the proxy (ServeQUIC): an origin's Alt-Svc then
+	// reaches them as it came, h3 included. Unset (QUIC refused, or let
+	// through unmediated), its h3 alternatives are removed for them as
+	// for explicit-mode clients: a client told of HTTP/3 would try QUIC
+	// that is refused, or that goes around the proxy.
+	QUICClients bool
 }
 
 // Tunnel describes a client connection whose connect event was allowed:
@@ -207,7 +214,10 @@ type Proxy struct {
 	// (altSvc) or that the client reached over QUIC.
 	h3Client *h3.Client
 	altSvc   *h3.AltCache
-	rp       *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
+	// quicClients: transparent clients' QUIC comes to the proxy
+	// (Options.QUICClients), so Alt-Svc's h3 passes to them.
+	quicClients bool
+	rp          *httputil.ReverseProxy // protocol switches only; roundTrip serves the rest
 
 	front *http.Server // explicit-proxy requests; a tunnel's are served by h1 and h2
 	h1    *h1.Server
@@ -255,6 +265,7 @@ func New(opts Options) (*Proxy, error) {
 	maxHeaderBytes := cmp.Or(opts.MaxHeaderBytes, defaultMaxHeaderBytes)
 	upstreamHeaderTimeout := cmp.Or(opts.UpstreamHeaderTimeout, defaultUpstreamHeaderTimeout)
 	p := &Proxy{
+		quicClients:       opts.QUICClients,
 		log:               opts.Logger,
 		decider:           opts.Decider,
 		publishFn:         opts.Publish,

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/upstream"
 	"github.com/chaperone-dev/chaperone/policy"
@@ -287,6 +289,28 @@ func TestQUICAltSvcUpgrade(t *testing.T) {
 	}
 	if got := h3o.seen(); !slices.Equal(got, []string{"HTTP/3.0"}) {
 		t.Errorf("HTTP/3 origin saw %v", got)
+	}
+}
+
+// An explicit-mode HTTP/1.1 client is not told of HTTP/3 either, though
+// its response's header could otherwise be sent on as it was received.
+func TestAltSvcH3RemovedForHTTP1Client(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tcp := e.upstream(upstream.Options{Name: "alt.example.test", Addr: "127.0.45.15:0", CA: e.upCA,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Alt-Svc", `h3=":443"; ma=60, h2=":443"`)
+			io.WriteString(w, "ok")
+		})})
+	c, _ := e.client(false)
+	res, _, err := get(t, c, "https://"+hostPort(tcp)+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ProtoMajor != 1 {
+		t.Fatalf("client spoke %s to the proxy, want HTTP/1.1", res.Proto)
+	}
+	if diff := cmp.Diff([]string{`h2=":443"`}, res.Header.Values("Alt-Svc")); diff != "" {
+		t.Errorf("client's Alt-Svc (-want +got):\n%s", diff)
 	}
 }
 

@@ -113,7 +113,8 @@ func (p *Proxy) roundTrip(x *exchange, r *http.Request) (abort bool) {
 		p.refuseSwitch(&x.sw, out, res)
 		return false
 	}
-	p.altSvcSeen(tunnelFrom(r.Context()), res.Header)
+	// A changed header is not sent on as it was received (verbatimHead).
+	x.headChanged = p.altSvcSeen(tunnelFrom(r.Context()), res.Header)
 	announced := x.writeHeader(r, res)
 	if err := p.copyBody(x, r, res); err != nil {
 		res.Body.Close()
@@ -535,10 +536,10 @@ func (x *exchange) takenBy(ht headerTaker, res *http.Response) bool {
 
 // verbatimHead returns the fields of res as received, when they can be
 // sent on as they are: res was read whole by h1.ParsePlainResponse, and
-// neither a rewrite of the response (an LLM call's) nor trailers can
-// change them.
+// neither a rewrite of the response (an LLM call's), trailers nor the
+// proxy (Alt-Svc's h3 removed: headChanged) change them.
 func (x *exchange) verbatimHead(res *http.Response) h1.VerbatimHead {
-	if x.llm != nil || len(res.Trailer) > 0 {
+	if x.llm != nil || len(res.Trailer) > 0 || x.headChanged {
 		return h1.VerbatimHead{}
 	}
 	return h1.Verbatim(res)

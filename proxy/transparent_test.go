@@ -5,6 +5,7 @@ import (
 	stdtls "crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/internal/upstream"
@@ -314,5 +317,42 @@ func TestTransparentConnectionNamesItself(t *testing.T) {
 		if r.Path == "/fronted" || r.Host != api+":"+itoa(tlsUp.Addr.Port()) && r.Host != api+":"+plainPort && r.Host != plainUp.Addr.String() {
 			t.Errorf("upstream received %s for %s", r.Path, r.Host)
 		}
+	}
+}
+
+// A transparent client over TCP gets an origin's Alt-Svc with its h3
+// alternatives when the session's QUIC comes to the proxy too
+// (QUICClients), and without them when it does not (QUIC refused or let
+// through unmediated), as an explicit-mode client does.
+func TestTransparentAltSvcH3(t *testing.T) {
+	const altSvc = `h3=":443"; ma=60, h2=":443"`
+	for _, tc := range []struct {
+		quicClients bool
+		want        []string
+	}{
+		{true, []string{altSvc}},
+		{false, []string{`h2=":443"`}},
+	} {
+		t.Run(fmt.Sprintf("QUICClients=%v", tc.quicClients), func(t *testing.T) {
+			e := newTransparentEnv(t, envOptions{tune: func(o *Options) { o.QUICClients = tc.quicClients }})
+			up := e.upstream(upstream.Options{Name: "api.example.test", CA: e.upCA, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Alt-Svc", altSvc)
+				io.WriteString(w, "ok")
+			})})
+			c := e.dial(t, up.Addr, true)
+			tc2 := stdtls.Client(c, &stdtls.Config{RootCAs: e.caPool, ServerName: "api.example.test"})
+			req, _ := http.NewRequest("GET", "https://api.example.test:"+itoa(up.Addr.Port())+"/", nil)
+			if err := req.Write(tc2); err != nil {
+				t.Fatal(err)
+			}
+			res, err := http.ReadResponse(bufio.NewReader(tc2), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if diff := cmp.Diff(tc.want, res.Header.Values("Alt-Svc")); diff != "" {
+				t.Errorf("client's Alt-Svc (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -86,20 +86,23 @@ func (p *Proxy) roundTripH3(out *http.Request, origin string, dst netip.AddrPort
 // altSvcSeen learns what an upstream's Alt-Svc says of HTTP/3 and, for a
 // client that reached the proxy as a proxy (explicit mode), removes the
 // HTTP/3 alternatives from it: that client would go around the proxy over
-// UDP. In transparent mode it passes as it came, as the client's QUIC is
-// intercepted too.
-func (p *Proxy) altSvcSeen(t *tunnel, h http.Header) {
+// UDP. To a client that came over QUIC, or in transparent mode when the
+// clients' QUIC is intercepted too (Options.QUICClients), it passes as it
+// came; when their QUIC is refused or let through unmediated, the h3
+// alternatives are removed as in explicit mode. It reports whether it
+// changed h.
+func (p *Proxy) altSvcSeen(t *tunnel, h http.Header) (changed bool) {
 	vs, ok := h["Alt-Svc"]
 	if !ok {
-		return
+		return false
 	}
 	if t != nil && t.scheme == "https" && t.relay == nil {
 		for _, v := range vs {
 			p.altSvc.Learn(t.authorityWithPort(), v)
 		}
 	}
-	if t != nil && t.via == "transparent" {
-		return
+	if t != nil && (t.quic || t.via == "transparent" && p.quicClients) {
+		return false
 	}
 	kept := vs[:0:0]
 	for _, v := range vs {
@@ -112,4 +115,5 @@ func (p *Proxy) altSvcSeen(t *tunnel, h http.Header) {
 	} else {
 		h["Alt-Svc"] = kept
 	}
+	return true
 }

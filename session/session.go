@@ -465,6 +465,8 @@ func (s *Session) startProxy(context.Context) error {
 			return describeProcess(s.procs, pid, root)
 		}),
 		Passthrough: s.passthrough,
+		// Only run sessions intercept QUIC; the daemon refuses it.
+		QUICClients: s.cfg.QUIC == config.QUICIntercept && s.machine == nil,
 		Rewrites: func(id string) *proxy.Rewrites {
 			if id == s.id {
 				return s.rw
