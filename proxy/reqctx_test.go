@@ -23,7 +23,7 @@ func (c *countCancel) Cancelled() { c.n.Add(1) }
 // path.
 func TestOutgoingContextDerived(t *testing.T) {
 	for _, traced := range []bool{false, true} {
-		t.Run(map[bool]string{false: "h1Upstream", true: "http.Transport"}[traced], func(t *testing.T) {
+		t.Run(map[bool]string{false: "h1.Transport", true: "http.Transport"}[traced], func(t *testing.T) {
 			testOutgoingContextDerived(t, traced)
 		})
 	}
@@ -59,6 +59,6 @@ func testOutgoingContextDerived(t *testing.T, traced bool) {
 	case traced && trace != &x.trace:
 		t.Error("the outgoing request's context lost its client trace")
 	case !traced && out.Context() != rc:
-		t.Error("the outgoing request to h1Upstream has a context of its own, not the request's")
+		t.Error("the outgoing request to h1.Transport has a context of its own, not the request's")
 	}
 }
