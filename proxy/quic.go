@@ -24,7 +24,9 @@ const ruleQUICPassthrough = "quic_passthrough"
 
 // ServeQUIC serves QUIC connections that the kernel redirected to pc
 // (transparent mode): each one's origin (session, original destination,
-// process) comes from origins.Origin(client address), as for TCP, and
+// process) comes from origins.Origin(client address), as for TCP, or
+// OriginQUIC(client address, first Initial's destination connection ID)
+// when origins is a QUICOriginFinder, and
 // each is a tunnel to that destination whose connect event (transport
 // udp, via transparent) is decided when its ClientHello names the host
 // (the SNI), then its tls event. Allowed, TLS is terminated with a leaf
@@ -38,8 +40,8 @@ const ruleQUICPassthrough = "quic_passthrough"
 func (p *Proxy) ServeQUIC(pc net.PacketConn, origins OriginFinder) error {
 	srv := &h3.Server{
 		TLS: p.quicTLS,
-		Start: func(ctx context.Context, client netip.AddrPort) (context.Context, error) {
-			return p.startQUIC(ctx, client, origins)
+		Start: func(ctx context.Context, client netip.AddrPort, dcid []byte) (context.Context, error) {
+			return p.startQUIC(ctx, client, dcid, origins)
 		},
 		Admit:            p.admitQUIC,
 		Handler:          http.HandlerFunc(p.serveInner),
@@ -75,10 +77,21 @@ func (p *Proxy) ServeQUIC(pc net.PacketConn, origins OriginFinder) error {
 	return nil
 }
 
+// QUICOriginFinder is an OriginFinder that also tells apart QUIC
+// connections started at once from one client address, by the
+// destination connection ID of each one's first Initial.
+type QUICOriginFinder interface {
+	OriginFinder
+	OriginQUIC(client netip.AddrPort, dcid []byte) (Tunnel, error)
+}
+
 // startQUIC makes the tunnel of a QUIC connection from client, at its
-// first packet, and returns the connection's context carrying it. An
-// error refuses the connection.
-func (p *Proxy) startQUIC(ctx context.Context, client netip.AddrPort, origins OriginFinder) (context.Context, error) {
+// first Initial (whose destination connection ID is dcid), and returns the
+// connection's context carrying it. An error refuses the connection.
+func (p *Proxy) startQUIC(ctx context.Context, client netip.AddrPort, dcid []byte, origins OriginFinder) (context.Context, error) {
+	if q, ok := origins.(QUICOriginFinder); ok {
+		origins = OriginFinderFunc(func(c netip.AddrPort) (Tunnel, error) { return q.OriginQUIC(c, dcid) })
+	}
 	t, err := p.transparentTunnel(origins, client, event.UDP)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: quic: %w", err)

@@ -27,8 +27,9 @@
 // the resolver's replies come from the address the application asked (glibc
 // and dig drop replies from elsewhere); getpeername4/6 do the same for a
 // connected UDP socket. UDP to port 443 (QUIC) goes the same way to
-// Config.QUICV4 or QUICV6, the proxy's QUIC listeners, which call LookupUDP
-// with a connection's source address as its first packet arrives, and
+// Config.QUICV4 or QUICV6, the proxy's QUIC listeners, which call
+// LookupQUIC with a connection's source address and first Initial's
+// destination connection ID as its first packet arrives, and
 // whose replies come from the address the application asked; for a
 // family without a listener, and without listeners at all unless
 // Config.AllowQUIC, it fails with EPERM, so clients fall back to TCP
@@ -115,12 +116,15 @@
 // the common case: quic-go's http3.Transport sends every connection
 // through one socket, so replies are reported from the server it sent to
 // last (QUIC matches packets to connections by connection ID, not by
-// source, so that is harmless), and a connection is attributed to the
-// latest datagram's destination when its first packet is looked up: two
-// handshakes started at the same instant from one socket may both be
-// attributed to one server. Telling them apart needs a record per
-// connection (keyed by the Initial's destination connection ID, which the
-// egress program could read) and a lookup that passes it. The machine-wide mode
+// source, so that is harmless). A connection's origin is not that latest
+// record, though: the egress program also publishes the record of each
+// QUIC Initial (long header, version 1 or 2) under (source address,
+// destination connection ID), and the proxy calls LookupQUIC with the DCID
+// of the connection's first Initial, so handshakes started at the same
+// instant from one socket to two servers are each attributed to their own.
+// LookupQUIC falls back to LookupUDP when no such record exists (an IPv6
+// datagram with extension headers, an unknown QUIC version, an evicted
+// record). The machine-wide mode
 // publishes no UDP records (no egress program), so its callers keep QUIC
 // refused or allowed. MPTCP sockets are
 // redirected but their additional subflows publish no record, so the proxy
@@ -147,5 +151,5 @@
 // import policy, proxy or any other Chaperone package but event.
 package redirect
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -type config -type origin -type local_key -type refusal redirect bpf/redirect.c -- -O2 -g -Wall -Werror -I./bpf
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -type config -type origin -type local_key -type quic_key -type refusal redirect bpf/redirect.c -- -O2 -g -Wall -Werror -I./bpf
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -type mark_event marker bpf/marker.c -- -O2 -g -Wall -Werror -I./bpf

@@ -69,6 +69,14 @@ type redirectOrigin struct {
 	Pad2     uint32
 }
 
+type redirectQuicKey struct {
+	_       structs.HostLayout
+	Local   redirectLocalKey
+	DcidLen uint8
+	Dcid    [20]uint8
+	Pad     [3]uint8
+}
+
 type redirectRefusal struct {
 	_        structs.HostLayout
 	DstIp6   [4]uint32
@@ -92,6 +100,7 @@ type redirectRefusal struct {
 const (
 	redirectMapConfigMap       = "config_map"
 	redirectMapMarks           = "marks"
+	redirectMapOriginByDcid    = "origin_by_dcid"
 	redirectMapOriginByLocal   = "origin_by_local"
 	redirectMapQuicRefused     = "quic_refused"
 	redirectMapRefusals        = "refusals"
@@ -172,6 +181,7 @@ type redirectProgramSpecs struct {
 type redirectMapSpecs struct {
 	ConfigMap       *ebpf.MapSpec `ebpf:"config_map"`
 	Marks           *ebpf.MapSpec `ebpf:"marks"`
+	OriginByDcid    *ebpf.MapSpec `ebpf:"origin_by_dcid"`
 	OriginByLocal   *ebpf.MapSpec `ebpf:"origin_by_local"`
 	QuicRefused     *ebpf.MapSpec `ebpf:"quic_refused"`
 	Refusals        *ebpf.MapSpec `ebpf:"refusals"`
@@ -208,6 +218,7 @@ func (o *redirectObjects) Close() error {
 type redirectMaps struct {
 	ConfigMap       *ebpf.Map `ebpf:"config_map"`
 	Marks           *ebpf.Map `ebpf:"marks"`
+	OriginByDcid    *ebpf.Map `ebpf:"origin_by_dcid"`
 	OriginByLocal   *ebpf.Map `ebpf:"origin_by_local"`
 	QuicRefused     *ebpf.Map `ebpf:"quic_refused"`
 	Refusals        *ebpf.Map `ebpf:"refusals"`
@@ -219,6 +230,7 @@ func (m *redirectMaps) Close() error {
 	return _RedirectClose(
 		m.ConfigMap,
 		m.Marks,
+		m.OriginByDcid,
 		m.OriginByLocal,
 		m.QuicRefused,
 		m.Refusals,

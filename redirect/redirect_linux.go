@@ -367,6 +367,27 @@ func (r *Redirector) LookupUDP(client netip.AddrPort) (Origin, error) {
 	return v.origin(), nil
 }
 
+// LookupQUIC returns the origin of the QUIC connection that client (the
+// datagram's source address) started with an Initial whose destination
+// connection ID is dcid: the record the egress program published for that
+// Initial, so that handshakes started at once from one socket to several
+// servers each find their own destination. When there is no such record
+// (a dcid of no Initial the hooks parsed, or one evicted), it falls back
+// to LookupUDP, the socket's latest redirected datagram.
+func (r *Redirector) LookupQUIC(client netip.AddrPort, dcid []byte) (Origin, error) {
+	if n := len(dcid); n > 0 && n <= 20 {
+		key := redirectQuicKey{Local: localKey(client, ipprotoUDP), DcidLen: uint8(n)}
+		copy(key.Dcid[:], dcid)
+		var v redirectOrigin
+		if err := r.objs.OriginByDcid.Lookup(&key, &v); err == nil {
+			return v.origin(), nil
+		} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return Origin{}, fmt.Errorf("redirect: lookup quic %s: %w", client, err)
+		}
+	}
+	return r.LookupUDP(client)
+}
+
 // QUICRefused counts the UDP sends and connects to port 443 refused since
 // Load, over every cgroup the Redirector is attached to.
 func (r *Redirector) QUICRefused() (uint64, error) {

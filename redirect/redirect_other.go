@@ -32,6 +32,11 @@ func (*Redirector) LookupUDP(netip.AddrPort) (Origin, error) {
 	return Origin{}, fmt.Errorf("redirect: lookup udp: %w", ErrNotSupported)
 }
 
+// LookupQUIC fails with an error wrapping ErrNotSupported.
+func (*Redirector) LookupQUIC(netip.AddrPort, []byte) (Origin, error) {
+	return Origin{}, fmt.Errorf("redirect: lookup quic: %w", ErrNotSupported)
+}
+
 // QUICRefused fails with an error wrapping ErrNotSupported.
 func (*Redirector) QUICRefused() (uint64, error) {
 	return 0, fmt.Errorf("redirect: read quic refusals: %w", ErrNotSupported)

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"os/exec"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -166,5 +169,77 @@ func TestQUICConfig(t *testing.T) {
 				t.Errorf("QUICRefused = %d, %v; want %d", n, err, tt.wantRefused)
 			}
 		})
+	}
+}
+
+// pyInitials sends, from one unconnected socket, a QUIC version 1
+// Handshake packet with DCID dddd to 127.0.46.3:443, a version 2 Initial
+// with DCID bbbb to 127.0.46.2:443, then a version 1 Initial with DCID
+// aaaaaaaa to 127.0.46.1:443, each padded to 1200 bytes as Initials are.
+const pyInitials = `
+import socket
+def pkt(first, version, dcid):
+    b = bytes([first]) + version.to_bytes(4, "big") + bytes([len(dcid)]) + dcid + bytes([0])
+    return b + bytes(1200 - len(b))
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.sendto(pkt(0xe0, 1, b"dddd"), ("127.0.46.3", 443))
+s.sendto(pkt(0xd0, 0x6b3343cf, b"bbbb"), ("127.0.46.2", 443))
+s.sendto(pkt(0xc0, 1, b"aaaaaaaa"), ("127.0.46.1", 443))
+`
+
+// TestQUICByDCID sends three long-header packets from one socket to three
+// servers: LookupQUIC finds each Initial's own destination by its DCID
+// (versions 1 and 2), and falls back to the socket's latest datagram for
+// a DCID of no Initial (the Handshake packet's, an unknown one).
+func TestQUICByDCID(t *testing.T) {
+	python := lookPath(t, "python3")
+	res := newResolverStandIn(t)
+	quic := newResolverStandIn(t)
+	cfg := newStandIn(t).config()
+	cfg.DNSV4, cfg.DNSV6 = res.addrs()
+	cfg.QUICV4, cfg.QUICV6 = quic.addrs()
+	r := loadRedirector(t, cfg)
+	leaf := newTestLeaf(t)
+	closer, err := r.Attach(leaf.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closer.Close() })
+	cmd := exec.Command(python, "-c", pyInitials)
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: leaf.fd}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("client: %v\n%s", err, out)
+	}
+	var from netip.AddrPort
+	buf := make([]byte, 1500)
+	for i := range 3 {
+		if err := quic.v4.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		n, src, err := quic.v4.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			t.Fatalf("datagram %d: %v", i, err)
+		}
+		if n != 1200 || (from.IsValid() && src != from) {
+			t.Fatalf("datagram %d: %d bytes from %s (first from %s)", i, n, src, from)
+		}
+		from = src
+	}
+	got := map[string]string{}
+	for _, dcid := range []string{"aaaaaaaa", "bbbb", "dddd", "unknown"} {
+		o, err := r.LookupQUIC(from, []byte(dcid))
+		if err != nil {
+			t.Fatalf("LookupQUIC(%s, %q): %v", from, dcid, err)
+		}
+		got[dcid] = o.Dst.String()
+	}
+	want := map[string]string{
+		"aaaaaaaa": "127.0.46.1:443",
+		"bbbb":     "127.0.46.2:443",
+		"dddd":     "127.0.46.1:443", // a Handshake packet's: the latest datagram's
+		"unknown":  "127.0.46.1:443",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("LookupQUIC destinations (-want +got):\n%s", diff)
 	}
 }

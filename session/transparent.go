@@ -325,8 +325,16 @@ func (ts *transparentSession) tunnel(o redirect.Origin, who owned) proxy.Tunnel 
 type quicOrigins struct{ ts *transparentSession }
 
 func (q quicOrigins) Origin(client netip.AddrPort) (proxy.Tunnel, error) {
+	return q.OriginQUIC(client, nil)
+}
+
+// OriginQUIC is the record the hooks published for the connection's first
+// Initial, by the client's address and the Initial's destination
+// connection ID, so that handshakes started at once from one socket to
+// different servers each get their own; without one, Origin's.
+func (q quicOrigins) OriginQUIC(client netip.AddrPort, dcid []byte) (proxy.Tunnel, error) {
 	client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
-	o, err := q.ts.red.LookupUDP(client)
+	o, err := q.ts.red.LookupQUIC(client, dcid)
 	if err != nil {
 		return proxy.Tunnel{}, err
 	}

@@ -186,6 +186,26 @@ struct {
 	__type(value, struct origin);
 } origin_by_local SEC(".maps");
 
+/* A QUIC connection's first Initial, by its socket's address and its destination connection ID. */
+struct quic_key {
+	struct local_key local;
+	__u8 dcid_len;
+	__u8 dcid[20]; /* zero past dcid_len */
+	__u8 pad[3];
+};
+
+/*
+ * The origin of each QUIC Initial redirected, by (source address, DCID): one socket may start
+ * handshakes to several servers at once (HTTP/3 clients share one socket), and origin_by_local
+ * only keeps its latest datagram's. LRU and bounded, like origin_by_local.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct quic_key);
+	__type(value, struct origin);
+} origin_by_dcid SEC(".maps");
+
 /* UDP sends to port 443 refused, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -862,6 +882,56 @@ int recvmsg6(struct bpf_sock_addr *ctx)
 	return disguise6(ctx);
 }
 
+#define QUIC_V1 0x00000001
+#define QUIC_V2 0x6b3343cf
+
+/*
+ * Publishes o under (key, DCID) when the datagram is a QUIC Initial (RFC 9000 17.2.2, RFC 9369): a
+ * long header of type Initial (0 in version 1, 1 in version 2), then the version, the DCID length
+ * (at most 20) and the DCID. Other datagrams (short headers, Handshake, unknown versions) publish
+ * nothing here. IPv6 extension headers are not followed: such a datagram has no DCID record, and the
+ * proxy falls back to origin_by_local.
+ */
+static __always_inline void publish_initial(struct __sk_buff *skb, const struct local_key *key, const struct origin *o, int v4)
+{
+	__u32 off;
+	if (v4) {
+		__u8 vihl;
+		if (bpf_skb_load_bytes(skb, 0, &vihl, 1))
+			return;
+		off = (vihl & 0x0f) * 4;
+	} else {
+		__u8 next;
+		if (bpf_skb_load_bytes(skb, 6, &next, 1) || next != IPPROTO_UDP)
+			return;
+		off = 40;
+	}
+	off += 8; /* the UDP header */
+	__u8 hdr[6];
+	if (bpf_skb_load_bytes(skb, off, hdr, sizeof(hdr)))
+		return;
+	if ((hdr[0] & 0xc0) != 0xc0)
+		return; /* not a long header */
+	__u32 version = ((__u32)hdr[1] << 24) | ((__u32)hdr[2] << 16) | ((__u32)hdr[3] << 8) | hdr[4];
+	__u8 type = (hdr[0] >> 4) & 3;
+	if (!((version == QUIC_V1 && type == 0) || (version == QUIC_V2 && type == 1)))
+		return;
+	__u8 n = hdr[5];
+	if (n == 0 || n > 20)
+		return;
+	struct quic_key qk = {};
+	qk.local = *key;
+	qk.dcid_len = n;
+	/* An Initial is padded to 1200 bytes at least: the 20 bytes are there. */
+	if (bpf_skb_load_bytes(skb, off + 6, qk.dcid, sizeof(qk.dcid)))
+		return;
+#pragma unroll
+	for (int i = 0; i < 20; i++)
+		if (i >= n)
+			qk.dcid[i] = 0;
+	bpf_map_update_elem(&origin_by_dcid, &qk, o, BPF_ANY);
+}
+
 SEC("cgroup_skb/egress")
 int publish_udp(struct __sk_buff *skb)
 {
@@ -896,6 +966,8 @@ int publish_udp(struct __sk_buff *skb)
 	 * finds no origin for the query and says so.
 	 */
 	bpf_map_update_elem(&origin_by_local, &key, o, BPF_ANY);
+	if (o->dst_port == QUIC_PORT)
+		publish_initial(skb, &key, o, proto == bpf_htons(ETH_P_IP));
 	return 1;
 }
 

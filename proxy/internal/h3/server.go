@@ -14,6 +14,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/qlogwriter"
 )
 
 // NextProto is HTTP/3's ALPN protocol ID.
@@ -36,11 +37,14 @@ type Server struct {
 	// 1.3 on a copy. Its callbacks get the ClientHello with the
 	// connection's context (Start's): ClientHelloInfo.Context().
 	TLS *tls.Config
-	// Start is called at a client's first packet: the context it returns
-	// is the connection's (its TLS callbacks, Admit, its requests). An
-	// error refuses the connection (CONNECTION_REFUSED, no reason: there
-	// are no keys yet to send one with). Nil: the Serve context.
-	Start func(ctx context.Context, client netip.AddrPort) (context.Context, error)
+	// Start is called at a connection's first Initial, with the client's
+	// address and the Initial's destination connection ID (dcid), which
+	// tells apart connections started at once from one client socket:
+	// the context it returns is the connection's (its TLS callbacks,
+	// Admit, its requests). An error refuses the connection: its
+	// handshake fails at the ClientHello (there are no keys before it to
+	// send a reason with). Nil: the Serve context.
+	Start func(ctx context.Context, client netip.AddrPort, dcid []byte) (context.Context, error)
 	// Admit is called once the handshake has completed: a non-nil error
 	// closes the connection, its text the reason phrase; nil serves its
 	// requests. closeConn ends the connection later (the same way). Nil
@@ -78,16 +82,25 @@ func (s *Server) Serve(pc net.PacketConn) error {
 	conf.MinVersion = tls.VersionTLS13
 	pinned := newPinnedConn(pc)
 	tr := &quic.Transport{Conn: pinned}
+	// quic-go's ClientInfo has no connection ID, but Config.Tracer gets
+	// the original one, on the same goroutine right after ConnContext and
+	// with a context derived from ConnContext's, before the connection's
+	// goroutines start: ConnContext leaves a slot that Tracer fills with
+	// Start's context, which the connection's context then reads through.
 	tr.ConnContext = func(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
 		client := addrPortOf(info.RemoteAddr)
-		if s.Start != nil {
-			var err error
-			if ctx, err = s.Start(ctx, client); err != nil {
-				return nil, err
-			}
-		}
 		pinned.pin(ctx, client)
-		return ctx, nil
+		return &slotContext{Context: ctx, slot: &startSlot{base: ctx, client: client}}, nil
+	}
+	get := conf.GetConfigForClient
+	conf.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		if sl, _ := hello.Context().Value(slotKey{}).(*startSlot); sl != nil && sl.err != nil {
+			return nil, sl.err // Start refused the connection
+		}
+		if get == nil {
+			return nil, nil
+		}
+		return get(hello)
 	}
 	qconf := &quic.Config{
 		HandshakeIdleTimeout:  orDefault(s.HandshakeTimeout, 10*time.Second),
@@ -96,6 +109,20 @@ func (s *Server) Serve(pc net.PacketConn) error {
 		EnableDatagrams:       false, // no QUIC datagrams, hence no WebTransport or MASQUE
 		MaxIncomingStreams:    250,   // as for HTTP/2
 		MaxIncomingUniStreams: 16,
+		Tracer: func(ctx context.Context, isClient bool, dcid quic.ConnectionID) qlogwriter.Trace {
+			sl, _ := ctx.Value(slotKey{}).(*startSlot)
+			if isClient || sl == nil || sl.ctx != nil || sl.err != nil {
+				return nil
+			}
+			sl.ctx = sl.base
+			if s.Start != nil {
+				sl.ctx, sl.err = s.Start(sl.base, sl.client, dcid.Bytes())
+				if sl.err != nil {
+					sl.ctx = nil
+				}
+			}
+			return nil
+		},
 	}
 	logger := s.Logger
 	if logger == nil {
@@ -223,4 +250,34 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 	}
 	ap, _ := netip.ParseAddrPort(a.String())
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// slotKey finds a connection's startSlot in its context.
+type slotKey struct{}
+
+// startSlot is where a connection's Start result is kept. It is written
+// once, by Config.Tracer on the server's goroutine before the connection's
+// goroutines start, and only read after.
+type startSlot struct {
+	base   context.Context // ConnContext's, which ends with the connection
+	client netip.AddrPort
+	ctx    context.Context // Start's; nil until Tracer, or when it failed
+	err    error           // Start's
+}
+
+// slotContext is a connection's context: its values are Start's context's
+// once Start has run.
+type slotContext struct {
+	context.Context
+	slot *startSlot
+}
+
+func (c *slotContext) Value(key any) any {
+	if key == (slotKey{}) {
+		return c.slot
+	}
+	if c.slot.ctx != nil {
+		return c.slot.ctx.Value(key)
+	}
+	return c.Context.Value(key)
 }
