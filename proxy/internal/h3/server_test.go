@@ -22,8 +22,9 @@ import (
 	"github.com/quic-go/quic-go"
 )
 
-// testCert is a self-signed certificate for any name.
-func testCert(t *testing.T) tls.Certificate {
+// testCert is a self-signed certificate for a.test and b.test, and a
+// pool that trusts it.
+func testCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -35,7 +36,13 @@ func testCert(t *testing.T) tls.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, roots
 }
 
 type dcidKey struct{}
@@ -45,7 +52,7 @@ type dcidKey struct{}
 // Start returned is the one each connection's ClientHello carries. A
 // connection Start refuses fails its handshake.
 func TestServerStartByDCID(t *testing.T) {
-	cert := testCert(t)
+	cert, roots := testCert(t)
 	var mu sync.Mutex
 	var started, hellos []string
 	srv := &Server{
@@ -91,7 +98,7 @@ func TestServerStartByDCID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	dial := func(name string) error {
-		conf := &tls.Config{ServerName: name, InsecureSkipVerify: true, NextProtos: []string{NextProto}}
+		conf := &tls.Config{ServerName: name, RootCAs: roots, NextProtos: []string{NextProto}}
 		c, err := tr.Dial(ctx, pc.LocalAddr(), conf, &quic.Config{})
 		if err != nil {
 			return err
