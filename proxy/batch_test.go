@@ -95,7 +95,7 @@ func bodyServer(t *testing.T, ca *upstream.CA, name string, size int) (addr stri
 		DynamicRecordSizingDisabled: true} // records of 16 KiB from the start
 	body := bytes.Repeat([]byte("0123456789abcdef"), size/16)
 	sent = make(chan error, 16)
-	ap := serveTCP(t, "127.0.0.2:0", func(c net.Conn) {
+	ap := upstream.ServeTCP(t, "127.0.0.2:0", func(c net.Conn) {
 		hc := &holdConn{Conn: c}
 		tc := stdtls.Server(hc, conf)
 		br := bufio.NewReader(tc)

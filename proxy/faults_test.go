@@ -750,7 +750,7 @@ func TestFaultTLSToPlainUpstream(t *testing.T) {
 // with a line that is not TLS, then echoes.
 func garbageServer(t *testing.T, e *env, name string) uint16 {
 	t.Helper()
-	ap := serveTCP(t, "127.0.0.2:0", func(c net.Conn) {
+	ap := upstream.ServeTCP(t, "127.0.0.2:0", func(c net.Conn) {
 		io.WriteString(c, "garbage, not a server hello\r\n")
 		io.Copy(c, c)
 	})
@@ -779,7 +779,7 @@ func TestFaultPlainHTTPToTLSPort(t *testing.T) {
 				t.Fatal(err)
 			}
 			conf := &stdtls.Config{Certificates: []stdtls.Certificate{cert}}
-			ap := serveTCP(t, "127.0.0.2:0", func(c net.Conn) {
+			ap := upstream.ServeTCP(t, "127.0.0.2:0", func(c net.Conn) {
 				stdtls.Server(c, conf).Handshake() // fails on plain HTTP
 			})
 			e.namesMu.Lock()

@@ -340,28 +340,3 @@ func (e *env) deniedInTunnel(target, name string) (int, string) {
 	body, _ := io.ReadAll(r.Body)
 	return r.StatusCode, string(body)
 }
-
-// serveTCP listens on addr (an IP literal on loopback, port 0) and serves
-// each connection with fn on a goroutine of its own, closing it after;
-// the listener closes with the test.
-func serveTCP(t testing.TB, addr string, fn func(c net.Conn)) netip.AddrPort {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				fn(c)
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).AddrPort()
-}

@@ -411,7 +411,7 @@ func TestWebSocketThroughMITM(t *testing.T) {
 // startTCP runs a line server on 127.0.0.2: banner first if set, then
 // "echo: " + each line, and "bye" once the client half-closes.
 func startTCP(t *testing.T, banner string) netip.AddrPort {
-	return serveTCP(t, "127.0.0.2:0", func(c net.Conn) {
+	return upstream.ServeTCP(t, "127.0.0.2:0", func(c net.Conn) {
 		if banner != "" {
 			io.WriteString(c, banner)
 		}

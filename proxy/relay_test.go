@@ -38,7 +38,7 @@ type relayCanary struct {
 
 func startCanary(t *testing.T) *relayCanary {
 	c := &relayCanary{}
-	c.addr = serveTCP(t, relayCanaryIP+":0", func(conn net.Conn) {
+	c.addr = upstream.ServeTCP(t, relayCanaryIP+":0", func(conn net.Conn) {
 		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
 		b, _ := io.ReadAll(io.LimitReader(conn, 512))
 		c.mu.Lock()

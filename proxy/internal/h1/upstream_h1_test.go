@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
-	"net/netip"
 	"net/textproto"
 	"net/url"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chaperone-dev/chaperone/internal/upstream"
 	"github.com/chaperone-dev/chaperone/proxy/internal/netx"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -203,7 +203,7 @@ func TestH1UpstreamClosedWhileIdle(t *testing.T) {
 
 // rawServer answers each connection with fn on 127.0.0.1.
 func rawServer(t *testing.T, fn func(c net.Conn, br *bufio.Reader)) string {
-	ap := serveTCP(t, "127.0.0.1:0", func(c net.Conn) { fn(c, bufio.NewReader(c)) })
+	ap := upstream.ServeTCP(t, "127.0.0.1:0", func(c net.Conn) { fn(c, bufio.NewReader(c)) })
 	return "http://" + ap.String()
 }
 
@@ -483,30 +483,6 @@ func TestH1BodyReady(t *testing.T) {
 			}
 		})
 	}
-}
-
-// serveTCP runs fn on each connection accepted at addr, until the test
-// ends, and returns the address it listens at.
-func serveTCP(t testing.TB, addr string, fn func(c net.Conn)) netip.AddrPort {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				fn(c)
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
 // TestCanonicalAddr: the shortcut for a Host that already has a port gives
