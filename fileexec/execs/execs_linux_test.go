@@ -409,6 +409,10 @@ func TestExecveat(t *testing.T) {
 				if diff := cmp.Diff(tt.want, h.result(t)); diff != "" {
 					t.Errorf("helper result (-want +got):\n%s", diff)
 				}
+				// The answer comes over the socket, ahead of stdout's copy:
+				// only Wait, once the helper is gone, has all of stdout.
+				_ = h.cmd.Process.Kill()
+				_ = h.cmd.Wait()
 			} else {
 				err := h.cmd.Wait()
 				if got, want := fmt.Sprint(err), map[bool]string{false: "<nil>", true: "signal: killed"}[tt.killed]; got != want {
