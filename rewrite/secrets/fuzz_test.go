@@ -86,6 +86,9 @@ func FuzzRedact(f *testing.F) {
 		if restore(r, out) != text {
 			t.Fatal("restoring the placeholders does not give back the text")
 		}
+		if again, ids := r.Redact(out); again != out {
+			t.Fatalf("redacting the redacted text again replaced %v", ids)
+		}
 	})
 }
 

@@ -236,7 +236,7 @@ func (s *Scanner) decodedSecret(text string) (Finding, bool) {
 	if err != nil || len(dec) < 8 || !printable(dec) {
 		return Finding{}, false
 	}
-	fs := s.scanText(string(dec))
+	fs := s.scanText(string(dec), nil)
 	if len(fs) == 0 {
 		return Finding{}, false
 	}

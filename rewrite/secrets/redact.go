@@ -10,12 +10,6 @@ import (
 	"sync"
 )
 
-// PlaceholderPrefix starts every placeholder: [REDACTED:<rule-id>:<hex>].
-const PlaceholderPrefix = "[REDACTED:"
-
-// MaxPlaceholderLen bounds a placeholder's length, for stream restorers.
-const MaxPlaceholderLen = 64
-
 // minHex is the usual number of hex digits in a placeholder; more are used
 // only when two secrets of one session would otherwise share a placeholder.
 const minHex = 4

@@ -70,6 +70,53 @@ func TestRedact(t *testing.T) {
 	}
 }
 
+// TestRedactIdempotent redacts texts that hold placeholders already: a
+// placeholder is never taken for a secret or a part of one, and what is
+// next to one is still found.
+func TestRedactIdempotent(t *testing.T) {
+	s := newTestScanner(t)
+	g := newSecretGen(t, 9)
+	ghp, pass := g.make("ghp"), g.make("dbpass")
+	tests := []struct {
+		name    string
+		text    string
+		wantOut string // the text with each "{}" the placeholder of the secret after it, in wantIDs
+		wantIDs []string
+	}{
+		{"a URL's user", "git push https://[REDACTED:github-pat:6bab]@github.com/acme/api.git", "", nil},
+		{"curl's user", "curl -u [REDACTED:stripe-access-token:2b2e]: -d amount=2000", "", nil},
+		{"curl's password", "curl -u admin:[REDACTED:basic-auth:6bab] https://x", "", nil},
+		{"a password after a placeholder user", "https://[REDACTED:github-pat:6bab]:" + pass + "@github.com/acme", "https://[REDACTED:github-pat:6bab]:{}@github.com/acme", []string{"basic-auth"}},
+		{"a token right after a placeholder", "token: [REDACTED:github-pat:6bab]" + ghp, "token: [REDACTED:github-pat:6bab]{}", []string{"github-pat"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewRedactor(s, testKey)
+			out, ids := r.Redact(tt.text)
+			if diff := cmp.Diff(tt.wantIDs, ids); diff != "" {
+				t.Errorf("ids (-want +got):\n%s", diff)
+			}
+			want := tt.text
+			if tt.wantOut != "" {
+				want = strings.Replace(tt.wantOut, "{}", placeholderRE().FindAllString(out, -1)[1], 1)
+			}
+			if out != want {
+				t.Errorf("Redact = %q, want %q", out, want)
+			}
+		})
+	}
+	t.Run("the corpus, twice", func(t *testing.T) {
+		c := loadCorpus(t, 3)
+		r := NewRedactor(s, testKey)
+		for _, x := range append(c.pos, c.neg...) {
+			once, _ := r.Redact(x.text)
+			if twice, ids := r.Redact(once); twice != once {
+				t.Errorf("%s: redacting again replaced %v", x.name, ids)
+			}
+		}
+	})
+}
+
 func TestRedactStable(t *testing.T) {
 	s := newTestScanner(t)
 	ghp := newSecretGen(t, 3).make("ghp")

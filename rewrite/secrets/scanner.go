@@ -179,7 +179,13 @@ func (st *scanState) use(ri int32) {
 }
 
 func (s *Scanner) scan(text string) []Finding {
-	fs := s.scanText(text)
+	var ps []span
+	if strings.Contains(text, PlaceholderPrefix) {
+		if ps = placeholders(text); ps != nil {
+			text = masked(text, ps)
+		}
+	}
+	fs := s.scanText(text, ps)
 	if fs == nil {
 		if f, ok := s.decodedSecret(text); ok {
 			return []Finding{f}
@@ -188,8 +194,9 @@ func (s *Scanner) scan(text string) []Finding {
 	return fs
 }
 
-// scanText runs the rules on text.
-func (s *Scanner) scanText(text string) []Finding {
+// scanText runs the rules on text; a candidate that overlaps one of
+// skip (sorted) is no secret.
+func (s *Scanner) scanText(text string, skip []span) []Finding {
 	if text == "" {
 		return nil
 	}
@@ -220,6 +227,9 @@ func (s *Scanner) scanText(text string) []Finding {
 	for _, ri := range s.always {
 		st.use(ri)
 		s.search(st, text, ri, 0, len(text))
+	}
+	if skip != nil {
+		st.cands = slices.DeleteFunc(st.cands, func(c candidate) bool { return overlaps(skip, c.start, c.end) })
 	}
 	if len(st.cands) == 0 {
 		return nil
