@@ -90,6 +90,18 @@ func TestPrivateKeyLayouts(t *testing.T) {
 	}
 }
 
+// TestPrivateKeyCutAtAQuote: a key cut short inside a string of JSON, read
+// with the rest of its document, ends at the string's end as it would at
+// the text's: its last line, however short, is the key's.
+func TestPrivateKeyCutAtAQuote(t *testing.T) {
+	key := `-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcw\nggSj`
+	runScanCases(t, newTestScanner(t), []scanCase{
+		{"escaped", `{"output": "` + key + `", "exit_code": 0}`, "private-key", key},
+		{"decoded", "{\"output\": \"" + strings.ReplaceAll(key, `\n`, "\n") + "\"}", "private-key", strings.ReplaceAll(key, `\n`, "\n")},
+		{"at the text's end", strings.ReplaceAll(key, `\n`, "\n"), "private-key", strings.ReplaceAll(key, `\n`, "\n")},
+	})
+}
+
 func TestPrivateKeyNotKeys(t *testing.T) {
 	runScanCases(t, newTestScanner(t), []scanCase{
 		{"placeholder", "-----BEGIN RSA PRIVATE KEY-----\n...\n-----END RSA PRIVATE KEY-----", "", ""},

@@ -74,14 +74,20 @@ func matchPrivateKey(s string, start, _ int, loc *[4]int) bool {
 			keyChars += n
 		}
 		undo = false
+		// A quote ends the text the key is in as the text's end does: a
+		// string of JSON, read with the rest of its document.
+		closed := r < len(s) && s[r] == '"'
 		if !frozen {
 			switch {
-			case n >= minKeyLine || r == len(s) || s[r-1] == '=':
+			case n >= minKeyLine || r == len(s) || closed || s[r-1] == '=':
 				lastCut, lastChars, undo = cutEnd, cutChars, true
 				cutEnd, cutChars = r, cutChars+n
 			default:
 				frozen = true
 			}
+		}
+		if closed {
+			break
 		}
 		p = r
 	}
