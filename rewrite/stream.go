@@ -69,7 +69,8 @@ type StreamScanner struct {
 	dec    io.Reader
 	closer io.Closer
 
-	pend  []byte // raw bytes read and not given out
+	pend  []byte // raw bytes read and not given out: a window into buf
+	buf   []byte // pend's buffer, from its start (len 0), reused
 	out   int    // pend[:out] may be given out
 	given int64  // raw bytes given out
 
@@ -108,7 +109,7 @@ func (c *countingSource) Read(p []byte) (int, error) {
 		n, err = c.r.Read(p)
 	}
 	c.n += int64(n)
-	c.s.pend = append(c.s.pend, p[:n]...)
+	c.s.keep(p[:n])
 	return n, err
 }
 
@@ -164,9 +165,29 @@ func (s *StreamScanner) Read(p []byte) (int, error) {
 	s.given += int64(n)
 	s.pend = s.pend[n:]
 	if len(s.pend) == 0 {
-		s.pend = s.pend[:0:0] // the next append starts a buffer anew, not after the old one's end
+		s.pend = s.buf
 	}
 	return n, nil
+}
+
+// keep adds b to pend, moving pend to the front of its buffer first when
+// b fits there and not after it: a body streams through one buffer, not
+// a new one for each window.
+func (s *StreamScanner) keep(b []byte) {
+	if s.buf == nil { // room for a window and the tail held before it: all an identity body needs
+		s.buf = make([]byte, 0, s.o.Window+s.o.Overlap+streamLead)
+		s.pend = s.buf
+	}
+	n := len(s.pend) + len(b)
+	if n > cap(s.pend) && n <= cap(s.buf) {
+		s.pend = s.buf[:copy(s.buf[:cap(s.buf)], s.pend)]
+	}
+	if n > cap(s.pend) {
+		s.pend = append(s.pend, b...)
+		s.buf = s.pend[:0]
+		return
+	}
+	s.pend = append(s.pend, b...)
 }
 
 // Close releases the decoders. It does not close the source.
