@@ -293,9 +293,9 @@ type WS struct {
 	// MaxWSText, or decided at its start.
 	Text      string
 	Truncated bool
-	// Secrets lists the rule ids of the secrets found in an outgoing text
-	// message to a host that is not an LLM API (as HTTP.Secrets), each
-	// once, sorted.
+	// Secrets lists the rule ids of the secrets found in an outgoing
+	// message, text or binary, to a host that is not an LLM API (as
+	// HTTP.Secrets), each once, sorted.
 	Secrets []string
 	// MCPMethod and MCPTool name a JSON-RPC 2.0 message of the Model
 	// Context Protocol: its method ("tools/call"; for a result, the

@@ -2,18 +2,21 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 
 	"github.com/chaperone-dev/chaperone/event"
 	"github.com/chaperone-dev/chaperone/proxy/internal/ws"
 	"github.com/chaperone-dev/chaperone/rewrite"
+	"github.com/chaperone-dev/chaperone/rewrite/secrets"
 )
 
 // Bounds of the messages a msgSocket holds whole to decide: a longer one
 // is decided at its start, with what came of it by then (its first
-// maxWSText bytes of text: their secrets searched, ws.truncated), and
-// then passes on frame by frame as it comes, holding nothing.
+// maxWSText bytes of text, maxWSBinary of binary; ws.truncated), and then
+// passes on as it comes, holding a window at most: an outgoing one is
+// searched for secrets as it streams, as a large request body is.
 const (
 	maxWSText   = 1 << 20
 	maxWSBinary = 64 << 10
@@ -47,10 +50,11 @@ func (p *Proxy) msgSocketFor(x *exchange, r *http.Request, rw *Rewrites) {
 // not an LLM API's: each data message, either way, is a ws event decided
 // before it goes on, and recorded. A refused message closes the
 // connection: 1008 with the rule and reason to the client, 1001 to the
-// server. Outgoing text is searched for secrets (ws.secrets) as a request
-// body is; JSON-RPC messages of the Model Context Protocol name their
-// method and tool. A message longer than the bound of its type is decided
-// at its start and recorded once it has gone whole.
+// server. Outgoing messages, text or binary, are searched for secrets
+// (ws.secrets) as a request body is; JSON-RPC messages of the Model
+// Context Protocol name their method and tool. A message longer than the
+// bound of its type is decided at its start, searched on as it streams
+// (scanRest), and recorded once it has gone whole.
 type msgSocket struct {
 	p       *Proxy
 	rw      *Rewrites       // nil in a session without rewrites: no text, no secrets
@@ -90,8 +94,48 @@ func (s *msgSocket) Oversized(m ws.Message) ws.Action {
 		return s.refuse(e)
 	}
 	s.started[m.Dir] = e
-	return ws.Action{Stream: true}
+	a := ws.Action{Stream: true}
+	if m.Dir == ws.ToServer && s.rw != nil {
+		a.Filter = func(prefix []byte, rest io.Reader) io.Reader { return s.scanRest(e, prefix, rest) }
+	}
+	return a
 }
+
+// scanRest is the rest of an outgoing message decided at its start (e),
+// searched for secrets as it streams, a window at a time: a secret not
+// found before has e decided again, with ws.secrets grown, and a verdict
+// that does not allow it ends the message short of the window that holds
+// it, and the connection (a ws.Refusal), e published refused.
+func (s *msgSocket) scanRest(e *event.Event, prefix []byte, rest io.Reader) io.Reader {
+	check := func(window []byte, _ bool) error {
+		found := s.rw.findIn(window, partMessage, s.host, nil)
+		ids := mergeIDs(e.WS.Secrets, ruleIDs(found))
+		if len(ids) == len(e.WS.Secrets) {
+			return nil
+		}
+		e.WS.Secrets = ids
+		v := s.p.decide(s.ctx, e)
+		if v.Allowed() {
+			return nil
+		}
+		v.Reason = withPlaces(v.Reason, found)
+		e.Verdict = v
+		s.started[ws.ToServer] = nil
+		s.p.publish(e)
+		a := policyClose(v)
+		return &ws.Refusal{Code: a.CloseCode, Reason: a.CloseReason}
+	}
+	ss, err := rewrite.NewStreamScanner(prefix, rest, rewrite.Encoding{}, check, rewrite.StreamOptions{Overlap: secrets.StreamOverlap})
+	if err != nil {
+		return refusedReader{&ws.Refusal{Code: ws.CloseInternalError, Reason: "chaperone: " + err.Error()}}
+	}
+	return ss
+}
+
+// refusedReader refuses a message before any of it goes on.
+type refusedReader struct{ err *ws.Refusal }
+
+func (r refusedReader) Read([]byte) (int, error) { return 0, r.err }
 
 // Streamed records a message decided at its start, with its size.
 func (s *msgSocket) Streamed(dir ws.Direction, _ ws.Opcode, size int64) {
@@ -124,18 +168,16 @@ func (s *msgSocket) newEvent(m ws.Message, size int64, partial bool) *event.Even
 		w.Direction = event.WSSend
 	}
 	var found []secretAt
+	if s.rw != nil && m.Dir == ws.ToServer {
+		found = s.rw.findIn(m.Data, partMessage, s.host, nil)
+		w.Secrets = ruleIDs(found)
+	}
 	if m.Op == ws.OpText {
 		w.Opcode = "text"
-		if s.rw != nil {
-			if m.Dir == ws.ToServer {
-				found = s.rw.findIn(m.Data, partMessage, s.host, nil)
-				w.Secrets = ruleIDs(found)
-			}
-			if s.rw.Redactor != nil {
-				var cut bool
-				w.Text, cut = rewrite.LogPrompt(string(m.Data), s.rw.Redactor, event.MaxWSText)
-				w.Truncated = w.Truncated || cut
-			}
+		if s.rw != nil && s.rw.Redactor != nil {
+			var cut bool
+			w.Text, cut = rewrite.LogPrompt(string(m.Data), s.rw.Redactor, event.MaxWSText)
+			w.Truncated = w.Truncated || cut
 		}
 	}
 	if !partial {

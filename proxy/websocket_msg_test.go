@@ -40,12 +40,23 @@ const denyWordRule = `rules:
 // echoSocket is a WebSocket server (gorilla's) that answers each text
 // message with itself, a JSON-RPC tools/call with its result (same id),
 // and a binary message with its size in text, having read it as it came.
-// It records the text messages it got and the close code it was sent.
+// It records the text messages it got, what it read of one a close frame
+// cut short, and the close code it was sent.
 type echoSocket struct {
 	mu     sync.Mutex
 	texts  []string
 	bins   int      // binary messages read whole
+	cut    []byte   // what came of a text message cut short
+	cutBin int64    // how much came of a binary message cut short
 	closed chan int // the close code the server read
+}
+
+// closedBy sends the code of the close frame err is, if it is one.
+func (s *echoSocket) closedBy(err error) {
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		s.closed <- ce.Code
+	}
 }
 
 func newEchoSocket() *echoSocket { return &echoSocket{closed: make(chan int, 1)} }
@@ -60,15 +71,16 @@ func (s *echoSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for {
 		op, rd, err := c.NextReader()
 		if err != nil {
-			var ce *websocket.CloseError
-			if errors.As(err, &ce) {
-				s.closed <- ce.Code
-			}
+			s.closedBy(err)
 			return
 		}
 		if op == websocket.BinaryMessage {
 			n, err := io.Copy(io.Discard, rd)
 			if err != nil {
+				s.mu.Lock()
+				s.cutBin = n
+				s.mu.Unlock()
+				s.closedBy(err)
 				return
 			}
 			s.mu.Lock()
@@ -79,6 +91,10 @@ func (s *echoSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		b, err := io.ReadAll(rd)
 		if err != nil {
+			s.mu.Lock()
+			s.cut = b
+			s.mu.Unlock()
+			s.closedBy(err)
 			return
 		}
 		s.mu.Lock()
@@ -320,6 +336,70 @@ func TestWebSocketLargeBinaryStreams(t *testing.T) {
 	})
 	if !e.WS.Truncated || e.WS.Opcode != "binary" || e.Verdict.Action != event.Allow {
 		t.Errorf("the large message's event: %+v %v", *e.WS, e.Verdict)
+	}
+}
+
+// Every outgoing message is searched for secrets, text or binary, all of
+// it: one held whole is refused before any of it goes on; one past the
+// bound is searched as it streams, its event decided again once the
+// secret comes, and refused there: the server reads what came before it,
+// never the secret, then 1001.
+func TestWebSocketSecretsPastTheBound(t *testing.T) {
+	tok := fakeToken(t)
+	tests := []struct {
+		name     string
+		op       int
+		size, at int // the message's size, and where the secret is in it
+		streamed bool
+	}{
+		{"binary, held whole", websocket.BinaryMessage, 4 << 10, 1 << 10, false},
+		{"binary past the bound", websocket.BinaryMessage, 3 << 20, 5 << 19, true},
+		{"text past the bound", websocket.TextMessage, 3 << 20, 2<<20 + 7, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			se := newSocketEnv(t, true)
+			c := se.dial(t, "/socket", false)
+			msg := bytes.Repeat([]byte("lorem ipsum "), tt.size/12+1)[:tt.size]
+			copy(msg[tt.at:], " "+tok+" ")
+			c.WriteMessage(tt.op, msg)
+			_, _, err := c.ReadMessage()
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation ||
+				!strings.HasPrefix(ce.Text, "chaperone: denied by rule no-secrets-over-websocket: ") || !strings.Contains(ce.Text, "github-pat in WebSocket message") {
+				t.Fatalf("read %v, want a close 1008 with the rule, reason and place", err)
+			}
+			e := se.rec.wait(t, "denied ws", func(e *event.Event) bool { return e.Kind == event.KindWS && e.Verdict.Action == event.Deny })
+			if diff := cmp.Diff([]string{"github-pat"}, e.WS.Secrets); diff != "" {
+				t.Errorf("ws.secrets (-want +got):\n%s", diff)
+			}
+			if e.Verdict.Rule != "no-secrets-over-websocket" || strings.Contains(e.Verdict.Reason, tok) || strings.Contains(e.WS.Text, tok) {
+				t.Errorf("verdict %v; want no-secrets-over-websocket, the secret named by its rule only", e.Verdict)
+			}
+			if got := e.WS.Size == -1; got != tt.streamed {
+				t.Errorf("ws.size %d: decided at its start %v, want %v", e.WS.Size, got, tt.streamed)
+			}
+			select {
+			case code := <-se.echo.closed:
+				if code != websocket.CloseGoingAway {
+					t.Errorf("the server was sent close code %d, want 1001", code)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the server was sent no close frame")
+			}
+			se.echo.mu.Lock()
+			defer se.echo.mu.Unlock()
+			if se.echo.bins != 0 || len(se.echo.texts) != 0 {
+				t.Errorf("the server read %d binary and %d text messages whole", se.echo.bins, len(se.echo.texts))
+			}
+			read := max(se.echo.cutBin, int64(len(se.echo.cut)))
+			if bytes.Contains(se.echo.cut, []byte(tok)) || read > int64(tt.at) {
+				t.Errorf("the server read %d bytes of the message, the secret at %d", read, tt.at)
+			}
+			if tt.streamed && read < 1<<20 {
+				t.Errorf("the server read %d bytes of the message before the secret: want what came before its window", read)
+			}
+		})
 	}
 }
 

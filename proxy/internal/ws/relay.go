@@ -47,6 +47,14 @@ type Action struct {
 	// what was read of it first, after the messages of Send. Without
 	// Stream or Close, the rest of an oversized message is dropped.
 	Stream bool
+	// Filter, with Stream, is what the message is read through as it
+	// streams: given what was read of it first (Oversized's m.Data) and
+	// the reader of the rest, it returns the reader of the whole message.
+	// It is called, and read, on the goroutine of the message's
+	// direction. A *Refusal its reader returns closes the connection as
+	// Close does, with the Refusal's code and reason; what it gave out
+	// before has gone on, a message the close frame cuts short.
+	Filter func(prefix []byte, rest io.Reader) io.Reader
 	// Close ends the connection instead of sending anything: the client
 	// gets a close frame with CloseCode and CloseReason (cut to fit a
 	// control frame), the server one with CloseGoingAway (the relay goes
@@ -56,6 +64,16 @@ type Action struct {
 	CloseCode   int
 	CloseReason string
 }
+
+// Refusal is the error of a Filter's reader that closes the connection:
+// the client gets a close frame with Code and Reason, as from an Action's
+// Close.
+type Refusal struct {
+	Code   int
+	Reason string
+}
+
+func (e *Refusal) Error() string { return "ws: refused: " + e.Reason }
 
 // Handler decides what becomes of the data messages of one connection.
 // Relay calls it from two goroutines, one per direction; the calls for one
@@ -353,10 +371,18 @@ func (r *relay) pass(dir Direction, op Opcode, d int, b *body, rd io.Reader) err
 	if !over {
 		return nil
 	}
-	if act.Stream {
-		return r.stream(dir, op, dst, d, data, rd)
+	if !act.Stream {
+		_, err = io.Copy(io.Discard, rd)
+		return err
 	}
-	_, err = io.Copy(io.Discard, rd)
+	if act.Filter != nil {
+		rd, data = act.Filter(data, rd), nil
+	}
+	err = r.stream(dir, op, dst, d, data, rd)
+	if ref := (*Refusal)(nil); errors.As(err, &ref) {
+		r.closeBoth(ref.Code, ref.Reason)
+		_, err = io.Copy(io.Discard, b)
+	}
 	return err
 }
 

@@ -424,6 +424,84 @@ func TestRelayHandlerActions(t *testing.T) {
 	hs.end()
 }
 
+// stopFilter upper-cases a message as it streams, and refuses it where
+// it says STOP, giving out nothing of the read that holds it.
+type stopFilter struct {
+	r    io.Reader
+	tail []byte // the last 3 bytes given out: STOP may straddle two reads
+}
+
+func (f *stopFilter) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	seen := append(f.tail, p[:n]...)
+	if bytes.Contains(seen, []byte("STOP")) {
+		return 0, &Refusal{Code: ClosePolicy, Reason: "it says stop"}
+	}
+	f.tail = append([]byte(nil), seen[max(0, len(seen)-3):]...)
+	copy(p, bytes.ToUpper(p[:n]))
+	return n, err
+}
+
+// An oversized message streamed through a Filter: what goes on is what the
+// filter gives out, its first bytes included; a Refusal from it ends the
+// connection, the client told why, and the server gets what went before
+// it, then 1001.
+func TestRelayFilter(t *testing.T) {
+	h := &testHandler{hold: 1000}
+	h.oversize = func(m Message) Action {
+		if m.Dir == ToClient {
+			return Action{Stream: true}
+		}
+		return Action{Stream: true, Filter: func(prefix []byte, rest io.Reader) io.Reader {
+			return &stopFilter{r: io.MultiReader(bytes.NewReader(prefix), rest)}
+		}}
+	}
+	type got struct {
+		data []byte
+		err  error
+	}
+	gots := make(chan got, 4)
+	hs := startHarness(t, harnessOptions{h: h, serve: func(c *websocket.Conn) {
+		for {
+			typ, rd, err := c.NextReader()
+			if err != nil {
+				gots <- got{nil, err}
+				return
+			}
+			b, err := io.ReadAll(rd)
+			gots <- got{b, err}
+			if err != nil || c.WriteMessage(typ, b) != nil {
+				return
+			}
+		}
+	}})
+	c := hs.dial(false)
+	long := "f" + strings.Repeat("x", 5000)
+	c.WriteMessage(websocket.TextMessage, []byte(long))
+	if _, b, err := c.ReadMessage(); err != nil || string(b) != strings.ToUpper(long) {
+		t.Fatalf("read %.20q… (%d bytes), %v; want the message upper-cased", b, len(b), err)
+	}
+	<-gots
+
+	// Past a frame's worth before STOP, so that some of it has gone on.
+	c.WriteMessage(websocket.TextMessage, []byte("f"+strings.Repeat("y", 2*fragment)+"STOP"+strings.Repeat("z", 3000)))
+	_, _, err := c.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != ClosePolicy || ce.Text != "it says stop" {
+		t.Fatalf("the client read %v, want a close 1008 with the reason", err)
+	}
+	g := <-gots
+	if !errors.As(g.err, &ce) || ce.Code != CloseGoingAway {
+		t.Errorf("the server's read ended with %v, want a close 1001", g.err)
+	}
+	if bytes.Contains(g.data, []byte("STOP")) || bytes.Contains(g.data, []byte("Z")) || len(g.data) < fragment || !bytes.HasPrefix(g.data, []byte("FYYY")) {
+		t.Errorf("the server read %.20q… (%d bytes): want what came before STOP only", g.data, len(g.data))
+	}
+	if e := hs.end(); !e.Closed || e.ServerClose != CloseGoingAway {
+		t.Errorf("end %+v; want closed by the handler, the server answering 1001", e)
+	}
+}
+
 // A client that breaks the protocol is told so with 1002, and the server
 // gets 1001; one that goes away has the server's connection closed.
 func TestRelayFailures(t *testing.T) {
