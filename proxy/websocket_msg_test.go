@@ -111,6 +111,19 @@ func (s *echoSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// wantClosed waits for the close frame the server is sent, with code.
+func (s *echoSocket) wantClosed(t testing.TB, code int) {
+	t.Helper()
+	select {
+	case got := <-s.closed:
+		if got != code {
+			t.Errorf("the server was sent close code %d, want %d", got, code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server was sent no close frame")
+	}
+}
+
 func (s *echoSocket) received() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -219,14 +232,7 @@ func TestWebSocketMessages(t *testing.T) {
 				ce.Text != "chaperone: denied by rule no-forbidden-word: the message says the forbidden word" {
 				t.Fatalf("read %v, want a close 1008 with the rule and reason", err)
 			}
-			select {
-			case code := <-se.echo.closed:
-				if code != websocket.CloseGoingAway {
-					t.Errorf("the server was sent close code %d, want 1001", code)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the server was sent no close frame")
-			}
+			se.echo.wantClosed(t, websocket.CloseGoingAway)
 			if got := se.echo.received(); strings.Contains(strings.Join(got, "\n"), "forbidden") {
 				t.Errorf("the refused message reached the server: %q", got)
 			}
@@ -379,14 +385,7 @@ func TestWebSocketSecretsPastTheBound(t *testing.T) {
 			if got := e.WS.Size == -1; got != tt.streamed {
 				t.Errorf("ws.size %d: decided at its start %v, want %v", e.WS.Size, got, tt.streamed)
 			}
-			select {
-			case code := <-se.echo.closed:
-				if code != websocket.CloseGoingAway {
-					t.Errorf("the server was sent close code %d, want 1001", code)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the server was sent no close frame")
-			}
+			se.echo.wantClosed(t, websocket.CloseGoingAway)
 			se.echo.mu.Lock()
 			defer se.echo.mu.Unlock()
 			if se.echo.bins != 0 || len(se.echo.texts) != 0 {
@@ -525,14 +524,7 @@ func TestWebSocketLargeRefusedAtStart(t *testing.T) {
 	if e.WS.Size != -1 || !e.WS.Truncated || e.WS.Opcode != "binary" {
 		t.Errorf("the refused message's event: %+v", *e.WS)
 	}
-	select {
-	case code := <-se.echo.closed:
-		if code != websocket.CloseGoingAway {
-			t.Errorf("the server was sent close code %d, want 1001", code)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server was sent no close frame")
-	}
+	se.echo.wantClosed(t, websocket.CloseGoingAway)
 	se.echo.mu.Lock()
 	defer se.echo.mu.Unlock()
 	if se.echo.bins != 1 {
