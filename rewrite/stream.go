@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"sync"
 )
 
 // Defaults of StreamOptions.
@@ -151,10 +152,12 @@ func (s *StreamScanner) Read(p []byte) (int, error) {
 	for s.out == 0 {
 		switch {
 		case s.final && len(s.pend) == 0:
+			s.release()
 			return 0, io.EOF
 		case s.final:
 			s.out = len(s.pend)
 		case s.err != nil:
+			s.release()
 			return 0, s.err
 		default:
 			s.fill()
@@ -170,12 +173,40 @@ func (s *StreamScanner) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// bufs holds the buffers of StreamScanners that ended: each large body or
+// WebSocket message would otherwise allocate a window and a buffer of its
+// own, over 2 MB.
+var bufs sync.Pool // *[]byte
+
+// getBuf returns an empty buffer of at least n bytes.
+func getBuf(n int) []byte {
+	if p, ok := bufs.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+func putBuf(b []byte) {
+	if cap(b) > 0 {
+		b = b[:0]
+		bufs.Put(&b)
+	}
+}
+
+// release gives the buffers back once the body was given out whole or
+// failed: nothing reads them after.
+func (s *StreamScanner) release() {
+	putBuf(s.win)
+	putBuf(s.buf)
+	s.win, s.buf, s.pend = nil, nil, nil
+}
+
 // keep adds b to pend, moving pend to the front of its buffer first when
 // b fits there and not after it: a body streams through one buffer, not
 // a new one for each window.
 func (s *StreamScanner) keep(b []byte) {
 	if s.buf == nil { // room for a window and the tail held before it: all an identity body needs
-		s.buf = make([]byte, 0, s.o.Window+s.o.Overlap+streamLead)
+		s.buf = getBuf(s.o.Window + s.o.Overlap + streamLead)
 		s.pend = s.buf
 	}
 	n := len(s.pend) + len(b)
@@ -205,7 +236,7 @@ func (s *StreamScanner) Decoded() int64 { return s.decoded }
 // body may be given out.
 func (s *StreamScanner) fill() {
 	if s.win == nil {
-		s.win = make([]byte, 0, s.o.Overlap+streamLead+s.o.Window)
+		s.win = getBuf(s.o.Overlap + streamLead + s.o.Window)
 	}
 	final := false
 	for len(s.win)-s.ctx < s.o.Window && len(s.pend) <= s.o.MaxPending {
@@ -235,6 +266,7 @@ func (s *StreamScanner) fill() {
 	if final {
 		s.final = true
 		s.out = len(s.pend)
+		putBuf(s.win)
 		s.win, s.cps = nil, nil
 		return
 	}
