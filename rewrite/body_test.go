@@ -23,8 +23,8 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata golden files")
 
 const (
-	marker      = "AKIAZZZZZZZZZZZZZZZZ"
-	placeholder = "[REDACTED:aws-access-token:7f3a]"
+	marker   = "AKIAZZZZZZZZZZZZZZZZ"
+	markerPH = "[REDACTED:aws-access-token:7f3a]"
 )
 
 // fakeRedact stands in for rewrite/secrets: it replaces marker.
@@ -32,7 +32,7 @@ func fakeRedact(s string) (string, bool) {
 	if !strings.Contains(s, marker) {
 		return s, false
 	}
-	return strings.ReplaceAll(s, marker, placeholder), true
+	return strings.ReplaceAll(s, marker, markerPH), true
 }
 
 func TestRewriteStringsGolden(t *testing.T) {
@@ -71,14 +71,14 @@ func TestRewriteStringsGolden(t *testing.T) {
 			}
 			// Only string values change: keys named like the secret stay, and
 			// decoding both sides agrees once the placeholder is put back.
-			if n, m := bytes.Count(body, []byte(marker)), bytes.Count(out, []byte(placeholder)); n == 0 || m == 0 {
+			if n, m := bytes.Count(body, []byte(marker)), bytes.Count(out, []byte(markerPH)); n == 0 || m == 0 {
 				t.Errorf("marker count %d, placeholder count %d", n, m)
 			}
 			var a, b any
 			if err := json.Unmarshal(body, &a); err != nil {
 				t.Fatal(err)
 			}
-			if err := json.Unmarshal(bytes.ReplaceAll(out, []byte(placeholder), []byte(marker)), &b); err != nil {
+			if err := json.Unmarshal(bytes.ReplaceAll(out, []byte(markerPH), []byte(marker)), &b); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(a, b); diff != "" {

@@ -1,82 +1,20 @@
 package rewrite
 
-import "bytes"
+import (
+	"bytes"
 
-// The placeholder format shared with rewrite/secrets:
-// "[REDACTED:<rule-id>:<hex>]", rule-id in [a-z0-9-]+, at least 4 lowercase
-// hex digits, at most maxPlaceholderLen bytes in all.
-const (
-	placeholderPrefix = "[REDACTED:"
-	maxPlaceholderLen = 64
+	"github.com/chaperone-dev/chaperone/rewrite/placeholder"
 )
-
-func isRuleByte(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' }
-func isHexByte(c byte) bool  { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
-
-// placeholderLen returns the length of the complete placeholder b starts
-// with, or 0.
-func placeholderLen(b []byte) int {
-	if !bytes.HasPrefix(b, []byte(placeholderPrefix)) {
-		return 0
-	}
-	i := len(placeholderPrefix)
-	for i < len(b) && i < maxPlaceholderLen && isRuleByte(b[i]) {
-		i++
-	}
-	if i == len(placeholderPrefix) || i >= len(b) || b[i] != ':' {
-		return 0
-	}
-	i++
-	h := i
-	for i < len(b) && i < maxPlaceholderLen && isHexByte(b[i]) {
-		i++
-	}
-	if i-h < 4 || i >= len(b) || b[i] != ']' || i+1 > maxPlaceholderLen {
-		return 0
-	}
-	return i + 1
-}
-
-// isPartialPlaceholder reports whether t could grow into a placeholder: it is
-// a proper prefix of one.
-func isPartialPlaceholder(t []byte) bool {
-	if len(t) == 0 || len(t) >= maxPlaceholderLen {
-		return false
-	}
-	p := placeholderPrefix
-	if len(t) <= len(p) {
-		return string(t) == p[:len(t)]
-	}
-	if string(t[:len(p)]) != p {
-		return false
-	}
-	rest := t[len(p):]
-	i := 0
-	for i < len(rest) && isRuleByte(rest[i]) {
-		i++
-	}
-	if i == len(rest) {
-		return true
-	}
-	if i == 0 || rest[i] != ':' {
-		return false
-	}
-	i++
-	for i < len(rest) && isHexByte(rest[i]) {
-		i++
-	}
-	return i == len(rest)
-}
 
 // holdFrom returns where a possible placeholder prefix starts at the end of b,
 // or len(b). Only the last '[' can start one: '[' cannot occur inside.
 func holdFrom(b []byte) int {
-	lo := max(0, len(b)-(maxPlaceholderLen-1))
+	lo := max(0, len(b)-(placeholder.MaxLen-1))
 	i := bytes.LastIndexByte(b[lo:], '[')
 	if i < 0 {
 		return len(b)
 	}
-	if i += lo; isPartialPlaceholder(b[i:]) {
+	if i += lo; placeholder.IsPartial(b[i:]) {
 		return i
 	}
 	return len(b)
@@ -86,11 +24,11 @@ func holdFrom(b []byte) int {
 // restore knows by its value, JSON-escaped when jsonEsc.
 func appendRestored(dst, b []byte, restore func(string) (string, bool), jsonEsc bool) []byte {
 	for {
-		i := bytes.Index(b, []byte(placeholderPrefix))
+		i := bytes.Index(b, []byte(placeholder.Prefix))
 		if i < 0 {
 			return append(dst, b...)
 		}
-		n := placeholderLen(b[i:])
+		n := placeholder.Len(b[i:])
 		if n == 0 {
 			dst = append(dst, b[:i+1]...)
 			b = b[i+1:]

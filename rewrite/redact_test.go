@@ -25,7 +25,7 @@ var markerFinder = RedactorFunc(func(s string, found func(start, end int, rule, 
 		if j < 0 {
 			return
 		}
-		found(i+j, i+j+len(marker), "aws-access-token", placeholder)
+		found(i+j, i+j+len(marker), "aws-access-token", markerPH)
 		i += j + len(marker)
 	}
 })
@@ -44,7 +44,7 @@ func marshal(t testing.TB, v any) string {
 // the placeholder back where the secret's bytes were, escaped as each
 // level needs; every other byte stays.
 func TestRedactBodyWalk(t *testing.T) {
-	const m, p = marker, placeholder
+	const m, p = marker, markerPH
 	tests := []struct {
 		name, in, want string
 		ids            int
@@ -629,7 +629,7 @@ func normText(s string, depth int) any {
 	if depth < MaxNesting && strings.Contains(s, `\"`) {
 		return normText(unescape(s, nil), depth+1)
 	}
-	return strings.ReplaceAll(s, marker, placeholder)
+	return strings.ReplaceAll(s, marker, markerPH)
 }
 
 // normValue is normText of each string of a decoded JSON value (keys too

@@ -21,7 +21,7 @@ import (
 const secret = `AKIA"Q\Z</x>`
 
 func restoreFn(p string) (string, bool) {
-	if p == placeholder {
+	if p == markerPH {
 		return secret, true
 	}
 	return "", false
@@ -196,7 +196,7 @@ func TestResponseReaderSSE(t *testing.T) {
 					t.Fatalf("%s: output differs from whole reads:\n%s\nwant:\n%s", sp.name, out, wantOut)
 				}
 			}
-			if bytes.Contains(wantOut, []byte(placeholder)) {
+			if bytes.Contains(wantOut, []byte(markerPH)) {
 				t.Errorf("a known placeholder survived:\n%s", wantOut)
 			}
 			if diff := cmp.Diff(tc.text, sseTexts(t, tc.api, wantOut)); diff != "" {
@@ -312,7 +312,7 @@ func TestResponseReaderJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			want := strings.ReplaceAll(tt.body, placeholder, jsonEsc(secret))
+			want := strings.ReplaceAll(tt.body, markerPH, jsonEsc(secret))
 			for _, sp := range splitters() {
 				out, info := readAll(t, tt.api, tt.ct, sp.wrap(strings.NewReader(tt.body)), nil)
 				if string(out) != tt.body {
@@ -344,7 +344,7 @@ func TestResponseReaderOtherBodies(t *testing.T) {
 		ct   string
 		want string
 	}{
-		{"text restored raw", API{OpenAI, OpChatCompletions}, "text/plain", strings.ReplaceAll(body, placeholder, secret)},
+		{"text restored raw", API{OpenAI, OpChatCompletions}, "text/plain", strings.ReplaceAll(body, markerPH, secret)},
 		{"converse-stream untouched", API{Bedrock, OpConverseStream}, "application/vnd.amazon.eventstream", body},
 		{"event-stream content type untouched", API{Bedrock, OpInvoke}, "application/vnd.amazon.eventstream", body},
 		{"invoke stream untouched", API{Bedrock, OpInvokeStream}, "", body},
@@ -463,7 +463,7 @@ func TestResponseReaderHugeEvent(t *testing.T) {
 		out, info := readAll(t, API{Anthropic, OpMessages}, "text/event-stream", bufio.NewReaderSize(strings.NewReader(in), 4096), restore)
 		want := in
 		if restore != nil {
-			want = strings.ReplaceAll(in, placeholder, jsonEsc(secret))
+			want = strings.ReplaceAll(in, markerPH, jsonEsc(secret))
 		}
 		if string(out) != want {
 			i := 0
@@ -482,7 +482,7 @@ func TestResponseReaderHugeEvent(t *testing.T) {
 func TestResponseReaderHugeJSON(t *testing.T) {
 	in := `{"type":"message","model":"m","content":[{"type":"text","text":"` + strings.Repeat("x", maxParseBytes) + ` [REDACTED:aws-access-token:7f3a]"}]}`
 	out, info := readAll(t, API{Anthropic, OpMessages}, "application/json", strings.NewReader(in), restoreFn)
-	if want := strings.ReplaceAll(in, placeholder, jsonEsc(secret)); string(out) != want {
+	if want := strings.ReplaceAll(in, markerPH, jsonEsc(secret)); string(out) != want {
 		t.Errorf("output differs (%d bytes, want %d)", len(out), len(want))
 	}
 	if diff := cmp.Diff(ResponseInfo{}, info); diff != "" {

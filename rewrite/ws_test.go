@@ -234,11 +234,11 @@ func FuzzWSMessages(f *testing.F) {
 			}
 			out, _ = restoring.Message(m)
 			got = append(got, out...)
-			if json.Valid(m) && bytes.Contains(m, []byte(placeholder)) {
+			if json.Valid(m) && bytes.Contains(m, []byte(markerPH)) {
 				// Whole in the message: it must not come out, in it or
 				// in a message held before it.
 				for _, o := range out {
-					if bytes.Contains(o, []byte(placeholder)) {
+					if bytes.Contains(o, []byte(markerPH)) {
 						t.Fatalf("%q: the placeholder survived in %q", m, o)
 					}
 				}

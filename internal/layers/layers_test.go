@@ -20,8 +20,9 @@ const module = "github.com/chaperone-dev/chaperone"
 var allowed = map[string]struct{ project, external []string }{
 	"event":                 {},
 	"policy":                {project: []string{"event", "plugin"}, external: []string{"github.com/google/cel-go", "cel.dev/", "go.yaml.in/yaml", "github.com/hashicorp/golang-lru"}},
-	"rewrite":               {project: []string{"event"}, external: []string{"github.com/klauspost/compress/zstd", "github.com/andybalholm/brotli"}},
-	"rewrite/secrets":       {project: []string{"event"}, external: []string{"github.com/zricethezav/gitleaks/v8/config", "github.com/spf13/viper"}},
+	"rewrite":               {project: []string{"event", "rewrite/placeholder"}, external: []string{"github.com/klauspost/compress/zstd", "github.com/andybalholm/brotli"}},
+	"rewrite/placeholder":   {},
+	"rewrite/secrets":       {project: []string{"event", "rewrite/placeholder"}, external: []string{"github.com/zricethezav/gitleaks/v8/config", "github.com/spf13/viper"}},
 	"rewrite/inject":        {},
 	"certs":                 {external: []string{"github.com/hashicorp/golang-lru", "golang.org/x/sync"}},
 	"attribution":           {project: []string{"event"}, external: []string{"golang.org/x/sys"}},

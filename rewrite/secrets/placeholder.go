@@ -3,14 +3,15 @@ package secrets
 import (
 	"sort"
 	"strings"
+
+	"github.com/chaperone-dev/chaperone/rewrite/placeholder"
 )
 
-// PlaceholderPrefix starts every placeholder: [REDACTED:<rule-id>:<hex>],
-// rule-id in [a-z0-9-]+, at least 4 lowercase hex digits.
-const PlaceholderPrefix = "[REDACTED:"
+// PlaceholderPrefix starts every placeholder (rewrite/placeholder's format).
+const PlaceholderPrefix = placeholder.Prefix
 
 // MaxPlaceholderLen bounds a placeholder's length, for stream restorers.
-const MaxPlaceholderLen = 64
+const MaxPlaceholderLen = placeholder.MaxLen
 
 // A placeholder is never a secret, nor part of one: a text that holds one
 // (an answer's placeholder that went unrestored, a brokered credential's,
@@ -29,7 +30,7 @@ func placeholders(text string) []span {
 			return out
 		}
 		i += j
-		if n := placeholderLen(text[i:]); n > 0 {
+		if n := placeholder.Len(text[i:]); n > 0 {
 			out = append(out, span{i, i + n})
 			i += n
 		} else {
@@ -37,28 +38,6 @@ func placeholders(text string) []span {
 		}
 	}
 }
-
-// placeholderLen returns the length of the placeholder s starts with, or 0.
-func placeholderLen(s string) int {
-	i := len(PlaceholderPrefix)
-	for i < len(s) && i < MaxPlaceholderLen && (isLowerAlnum(s[i]) || s[i] == '-') {
-		i++
-	}
-	if i == len(PlaceholderPrefix) || i >= len(s) || s[i] != ':' {
-		return 0
-	}
-	i++
-	h := i
-	for i < len(s) && i < MaxPlaceholderLen && ('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
-		i++
-	}
-	if i-h < minHex || i >= len(s) || s[i] != ']' || i+1 > MaxPlaceholderLen {
-		return 0
-	}
-	return i + 1
-}
-
-func isLowerAlnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
 
 // masked returns text with the inside of each placeholder in ps turned to
 // 'x': the brackets stay, so what is next to a placeholder is scanned as it

@@ -8,11 +8,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-)
 
-// minHex is the usual number of hex digits in a placeholder; more are used
-// only when two secrets of one session would otherwise share a placeholder.
-const minHex = 4
+	"github.com/chaperone-dev/chaperone/rewrite/placeholder"
+)
 
 // Redactor replaces the secrets of one session with placeholders and
 // remembers them, so that the placeholders can be restored in responses,
@@ -171,7 +169,7 @@ func (r *Redactor) placeholder(id, secret string, restorable bool) string {
 	sum := hex.EncodeToString(m.Sum(nil))
 	maxHex := min(len(sum), MaxPlaceholderLen-len(PlaceholderPrefix)-len(id)-2)
 	var p string
-	for n := minHex; ; n++ {
+	for n := placeholder.MinHex; ; n++ { // more digits only when two secrets would share a placeholder
 		p = PlaceholderPrefix + id + ":" + sum[:n] + "]"
 		if old, taken := r.secrets[p]; !taken || old == secret || n >= maxHex {
 			break
