@@ -40,12 +40,15 @@ type exchange struct {
 	http *event.HTTP
 	sw   statusWriter
 
-	out   http.Request  // the outgoing request, to h1.Transport
-	url   url.URL       // the outgoing request's
-	octx  reqctx.Values // the outgoing request's context, over a reqctx.Context, to http.Transport
-	body  guardedBody
-	trace httptrace.ClientTrace
-	fw    flushWriter
+	out http.Request // the outgoing request, to h1.Transport
+	url url.URL      // the outgoing request's
+	// pathSecret: the URL's path holds a secret; events show it as
+	// redactedPath.
+	pathSecret bool
+	octx       reqctx.Values // the outgoing request's context, over a reqctx.Context, to http.Transport
+	body       guardedBody
+	trace      httptrace.ClientTrace
+	fw         flushWriter
 
 	mu     sync.Mutex // orders 1xx responses before RoundTrip's return
 	rtDone bool

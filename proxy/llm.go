@@ -238,7 +238,7 @@ func (p *Proxy) decideLLM(w http.ResponseWriter, r *http.Request, x *exchange, a
 		return true // not an LLM call after all (not JSON): an http request like any other
 	}
 	c := &llmCall{api: api}
-	c.llm = event.LLM{Provider: string(api.Provider), Model: req.Model, Path: r.URL.Path, Operation: api.Op, Stream: req.Stream}
+	c.llm = event.LLM{Provider: string(api.Provider), Model: req.Model, Path: x.eventPath(r), Operation: api.Op, Stream: req.Stream}
 	c.ev = event.Event{Time: x.ev.Time, Kind: event.KindLLM, Session: x.ev.Session, Process: x.ev.Process, LLM: &c.llm}
 	x.llm = c
 	x.rw.tellTask(req.Task, req.Prompt)

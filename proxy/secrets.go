@@ -27,6 +27,7 @@ import (
 //     how a client authenticates and keep their own handling; in those,
 //     only a brokered credential's real value counts, on a host it is not
 //     bound to;
+//   - the URL's path, decoded (and as sent, for known values);
 //   - every query parameter's name and value, decoded, except a signed
 //     URL's access key id (X-Amz-Credential, AWSAccessKeyId, in AWS's own
 //     form, which leaves no room for anything else) and a Gemini call's API
@@ -37,7 +38,7 @@ import (
 // What is found joins http.secrets (the rule ids), the session's known
 // values (the values, never logged) and the reason of a refusal (where).
 // Header values and query parameters that hold one are shown redacted in
-// the event.
+// the event, and so is a path that holds one (all of it).
 
 // secretAt is a secret found in a request: its rule, and where.
 type secretAt struct{ rule, where string }
@@ -50,6 +51,7 @@ const (
 	partHeaderName
 	partQuery
 	partQueryName
+	partPath
 	partBody
 	partMessage // a WebSocket message
 )
@@ -64,6 +66,8 @@ func (pt part) where(name string) string {
 		return "query parameter " + printableName(name)
 	case partQueryName:
 		return "the name of a query parameter"
+	case partPath:
+		return "the URL path"
 	case partMessage:
 		return "WebSocket message"
 	}
@@ -160,6 +164,19 @@ func (c *cleanValues) add(s string) {
 // pt, named name), and adds it to the session's clean values if it finds
 // nothing; found says whether it found anything.
 func (x *exchange) scanValue(s string, pt part, name string) (found bool) {
+	if x.rw.Scanner == nil {
+		return false
+	}
+	found = x.findValue(s, pt, name)
+	if !found {
+		x.rw.clean.add(s)
+	}
+	return found
+}
+
+// findValue is scanValue without remembering a clean s: for a text that
+// rarely comes again, such as a URL's path.
+func (x *exchange) findValue(s string, pt part, name string) (found bool) {
 	sc := x.rw.Scanner
 	if sc == nil {
 		return false
@@ -169,10 +186,21 @@ func (x *exchange) scanValue(s string, pt part, name string) (found bool) {
 		x.found = append(x.found, secretAt{f.RuleID, pt.where(name)})
 		x.learn(f.RuleID, s[f.Start:f.End])
 	}
-	if len(fs) == 0 {
-		x.rw.clean.add(s)
-	}
 	return len(fs) > 0
+}
+
+// knownFound adds to what was found the known values ms (matches in a
+// part of the request to host, at where), but a brokered credential's on
+// its own host; it reports whether it added any.
+func (x *exchange) knownFound(ms []secrets.KnownMatch, where, host string) (found bool) {
+	for _, m := range ms {
+		if m.Credential != "" && x.rw.Credentials.Matches(m.Credential, host) {
+			continue
+		}
+		x.found = append(x.found, secretAt{m.RuleID, where})
+		found = true
+	}
+	return found
 }
 
 // scanPart looks for secrets in s, which is part pt (named name) of the
@@ -236,11 +264,44 @@ func (x *exchange) scanHead(r *http.Request, api rewrite.API, isLLM bool) {
 	if len(names) > 0 || len(values) > 0 {
 		x.redactEventHeader(names, values)
 	}
+	x.pathSecret = len(r.URL.Path) > 1 && x.scanPath(r.URL, host)
+	var flags []uint8
 	if q := r.URL.RawQuery; q != "" {
-		if flags := x.scanQuery(q, host, isLLM && api.Provider == rewrite.Gemini); flags != nil {
-			x.http.URL = redactURL(&x.url, flags)
-		}
+		flags = x.scanQuery(q, host, isLLM && api.Provider == rewrite.Gemini)
 	}
+	if x.pathSecret || flags != nil {
+		u := x.url
+		if x.pathSecret {
+			u.Path, u.RawPath = redactedPath, redactedPath
+		}
+		x.http.URL = redactURL(&u, flags)
+	}
+}
+
+// redactedPath is what events show of a path that holds a secret.
+const redactedPath = "/" + Redacted
+
+// eventPath is r's path as events show it.
+func (x *exchange) eventPath(r *http.Request) string {
+	if x.pathSecret {
+		return redactedPath
+	}
+	return r.URL.Path
+}
+
+// scanPath looks for secrets in a URL's path: decoded, and as sent for
+// known values (whose search decodes it), as a query's values are. Paths
+// rarely come twice: a clean one is not remembered.
+func (x *exchange) scanPath(u *url.URL, host string) bool {
+	found := x.findValue(u.Path, partPath, "")
+	if k := x.rw.known(); k != nil {
+		ms := k.Find(u.Path)
+		if raw := u.EscapedPath(); raw != u.Path {
+			ms = append(ms, k.Find(raw)...)
+		}
+		found = x.knownFound(ms, partPath.where(""), host) || found
+	}
+	return found
 }
 
 // scanQuery looks for secrets in the parameters of a raw query (split on
@@ -303,12 +364,8 @@ func (x *exchange) scanQueryValue(raw, key, host string) bool {
 		if v != raw {
 			ms = append(ms, k.Find(v)...)
 		}
-		for _, m := range ms {
-			if m.Credential != "" && x.rw.Credentials.Matches(m.Credential, host) {
-				continue
-			}
-			x.found = append(x.found, secretAt{m.RuleID, queryWhere(pt, key)})
-			found = true
+		if len(ms) > 0 {
+			found = x.knownFound(ms, queryWhere(pt, key), host) || found
 		}
 	}
 	return found

@@ -35,7 +35,7 @@ func benchRewrites(b testing.TB, known int) *Rewrites {
 	return rw
 }
 
-// BenchmarkScanHead measures the search of a request's header and query
+// BenchmarkScanHead measures the search of a request's header, path and query
 // for secrets, on every request of a session: a plain client's, an LLM
 // SDK's, and a browser-like one with a query, with no value known and
 // with 100.

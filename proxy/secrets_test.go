@@ -193,11 +193,11 @@ func (se *secretsEnv) httpEvent(t *testing.T, host string) *event.Event {
 // fakeGoogleKey is shaped like a Google API key.
 func fakeGoogleKey() string { return "AIza" + upstream.FakeGitHubToken()[4:39] }
 
-// Secrets in headers (names and values) and the query are found, decoded;
-// the default policy refuses them, saying where, naming no value; the
-// event shows them redacted; credential headers, a signed URL's key id and
-// a Gemini call's key keep their own handling.
-func TestSecretsInHeadersAndQuery(t *testing.T) {
+// Secrets in headers (names and values), the path and the query are found,
+// decoded; the default policy refuses them, saying where, naming no value;
+// the event shows them redacted; credential headers, a signed URL's key id
+// and a Gemini call's key keep their own handling.
+func TestSecretsInHeadersAndURL(t *testing.T) {
 	tok := fakeToken(t)
 	gkey := fakeGoogleKey()
 	tests := []struct {
@@ -219,6 +219,12 @@ func TestSecretsInHeadersAndQuery(t *testing.T) {
 			where: "github-pat in query parameter q", rule: "no-secrets-to-other-hosts"},
 		{name: "query name", host: "canary", path: "/x?" + tok + "=1", status: 403,
 			where: "github-pat in the name of a query parameter", rule: "no-secrets-to-other-hosts"},
+		{name: "path", host: "canary", path: "/paste/" + tok + "/raw?page=2", status: 403,
+			where: "github-pat in the URL path", rule: "no-secrets-to-other-hosts"},
+		{name: "path percent-encoded", host: "canary", path: "/paste/" + percentEncodeAll(tok), status: 403,
+			where: "github-pat in the URL path", rule: "no-secrets-to-other-hosts"},
+		{name: "path and query", host: "canary", path: "/paste/" + tok + "?key=" + tok, status: 403,
+			where: "github-pat in the URL path, github-pat in query parameter key", rule: "no-secrets-to-other-hosts"},
 		{name: "google key in query to another host", host: "canary", path: "/x?key=" + gkey, status: 403,
 			where: "gcp-api-key in query parameter key", rule: "no-secrets-to-other-hosts"},
 		{name: "LLM API, custom header", host: "llm", path: "/v1/messages", header: http.Header{"X-Custom": {tok}},
@@ -234,6 +240,7 @@ func TestSecretsInHeadersAndQuery(t *testing.T) {
 		{name: "signed URL", host: "canary", path: "/asset?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAVCODYLSA53PQK4ZA%2F20240101%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Signature=4d8f7b5a0f0e",
 			status: 200},
 		{name: "Gemini key", host: "gemini", path: "/v1beta/models/gemini-pro:generateContent?key=" + gkey, status: 200},
+		{name: "clean path", host: "canary", path: "/repos/acme/api/git/commits/9fceb02d0ae598e95dc970b74767f19372d61af8", status: 200},
 		{name: "clean", host: "canary", path: "/x?page=2&q=hello", header: http.Header{"X-Request-Id": {"4b1c9e2a-7f3d-4e8a-9c1b-2d5e6f7a8b9c"}}, status: 200},
 	}
 	for _, tt := range tests {
@@ -268,6 +275,9 @@ func TestSecretsInHeadersAndQuery(t *testing.T) {
 			}
 			if n := len(srv.Requests()); n != 0 && tt.host != "canary" {
 				t.Errorf("the upstream got %d requests", n)
+			}
+			if strings.Contains(tt.where, "the URL path") && !strings.Contains(e.HTTP.URL, hostPort(srv)+"/"+Redacted) {
+				t.Errorf("the event's URL is %q, want its path redacted", strings.ReplaceAll(e.HTTP.URL, tok, "<token>"))
 			}
 			// Nothing of the event holds the secret.
 			if s := fmt.Sprintf("%+v %+v %v", e.HTTP, e.Verdict, e.HTTP.Header); strings.Contains(s, tok) || strings.Contains(s, gkey) {

@@ -32,7 +32,7 @@ func (p *Proxy) llmSocketFor(x *exchange, r *http.Request) (rewrite.API, bool) {
 	}
 	s := &llmSocket{
 		p: p, rw: x.rw, api: api, ctx: context.WithoutCancel(r.Context()),
-		session: x.ev.Session, process: x.ev.Process, host: r.Host, path: r.URL.Path,
+		session: x.ev.Session, process: x.ev.Process, host: r.Host, path: x.eventPath(r),
 		model: r.URL.Query().Get("model"), // the Realtime API's
 	}
 	var restore func(string) (string, bool)

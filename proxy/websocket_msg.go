@@ -42,7 +42,7 @@ func isWebSocket(h http.Header) bool {
 func (p *Proxy) msgSocketFor(x *exchange, r *http.Request, rw *Rewrites) {
 	x.socket = &msgSocket{
 		p: p, rw: rw, ctx: context.WithoutCancel(r.Context()),
-		session: x.ev.Session, process: x.ev.Process, host: r.Host, path: r.URL.Path,
+		session: x.ev.Session, process: x.ev.Process, host: r.Host, path: x.eventPath(r),
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,9 +142,19 @@ type socketEnv struct {
 
 func newSocketEnv(t testing.TB, rewrites bool) *socketEnv {
 	t.Helper()
-	o := envOptions{}
+	var src []byte
 	if rewrites {
-		src := bytes.Replace(policy.DefaultPolicyYAML(), []byte("rules:\n"), []byte(denyWordRule), 1)
+		src = bytes.Replace(policy.DefaultPolicyYAML(), []byte("rules:\n"), []byte(denyWordRule), 1)
+	}
+	return newSocketEnvPolicy(t, src)
+}
+
+// newSocketEnvPolicy is a socketEnv deciding by the policy src, with
+// rewrites; nil is none of either.
+func newSocketEnvPolicy(t testing.TB, src []byte) *socketEnv {
+	t.Helper()
+	o := envOptions{}
+	if src != nil {
 		o.decider, o.rewrites = policyRewrites(t, src)
 	}
 	se := &socketEnv{env: newEnv(t, o), echo: newEchoSocket()}
@@ -399,6 +410,24 @@ func TestWebSocketSecretsPastTheBound(t *testing.T) {
 				t.Errorf("the server read %d bytes of the message before the secret: want what came before its window", read)
 			}
 		})
+	}
+}
+
+// A path that holds a secret is never shown, even where the policy lets
+// it go: the http event's URL and the ws events' path are redacted.
+func TestWebSocketSecretPathRedacted(t *testing.T) {
+	se := newSocketEnvPolicy(t, []byte("default: allow\n"))
+	tok := fakeToken(t)
+	c := se.dial(t, "/socket/"+tok, false)
+	c.WriteMessage(websocket.TextMessage, []byte("hi"))
+	if _, b, err := c.ReadMessage(); err != nil || string(b) != "hi" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	w := se.rec.wait(t, "ws", func(e *event.Event) bool { return e.Kind == event.KindWS })
+	h := se.rec.wait(t, "http", func(e *event.Event) bool { return e.Kind == event.KindHTTP })
+	if w.WS.Path != "/"+Redacted || !strings.HasSuffix(h.HTTP.URL, "/"+Redacted) || !slices.Contains(h.HTTP.Secrets, "github-pat") {
+		t.Errorf("ws.path %q, http.url %q, http.secrets %v: want the path redacted, its secret named",
+			strings.ReplaceAll(w.WS.Path, tok, "<token>"), strings.ReplaceAll(h.HTTP.URL, tok, "<token>"), h.HTTP.Secrets)
 	}
 }
 

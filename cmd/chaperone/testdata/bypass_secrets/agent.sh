@@ -24,8 +24,9 @@ H="http://$PLAIN/$RUN"
 cu=(curl -sS --max-time 90 --resolve "canary.e2e.test:$PORT:$ADDR" -w ' status=%{http_code}')
 body() { echo --data-binary "@$DATA/$1"; }
 
-# A secret where no body is: a header of its own, the query.
+# A secret where no body is: a header of its own, the path, the query.
 attempt header "${cu[@]}" -H "X-Custom: $SECRET" "$H/header"
+attempt path "${cu[@]}" "$H/path/$SECRET"
 attempt query "${cu[@]}" "$H/query?key=$SECRET"
 
 # In bodies of every coding: deflate (zlib-wrapped and bare), brotli,
