@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,16 @@ import (
 // it sees instead of running tests.
 const helperEnv = "PRIVDROP_TEST_HELPER"
 
+// init keeps the pdeathsig helper on the main thread: the parent-death signal
+// belongs to a thread, exec leaves it on the one thread left, and threads the
+// Go runtime creates after start without one; TestMain runs wherever main's
+// goroutine is, which a busy machine can move off the main thread.
+func init() {
+	if os.Getenv(helperEnv) == "pdeathsig" {
+		runtime.LockOSThread()
+	}
+}
+
 // TestMain lets the test binary stand in for chaperone: started with
 // ShimArg it is the shim, as chaperone's main would be.
 func TestMain(m *testing.M) {
@@ -38,6 +49,10 @@ func TestMain(m *testing.M) {
 		_ = json.NewEncoder(os.Stdout).Encode(dump{Args: os.Args, Env: os.Environ()})
 		os.Exit(0)
 	case "pdeathsig":
+		if unix.Gettid() != unix.Getpid() {
+			fmt.Fprintln(os.Stderr, "not on the main thread")
+			os.Exit(1)
+		}
 		var sig int32
 		// PR_GET_PDEATHSIG stores the signal through the pointer.
 		if err := unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0, 0, 0); err != nil {
