@@ -300,13 +300,15 @@ def cmd_proxy_direct(name, via_addr, via_port, target):
     as /proc/net/tcp shows it: getpeername is disguised) and speaks to it
     directly, asking it to CONNECT to target without the session's record."""
     s = socket.create_connection((via_addr, int(via_port)), timeout=5)
-    local = s.getsockname()
-    want = "%s:%04X" % ("".join("%02X" % b for b in reversed(socket.inet_aton(local[0]))), local[1])
+    # The row is found by the socket's inode: its local address is not
+    # enough, as the kernel gives one ephemeral port to connections to
+    # different peers (and a closed one lingers in TIME_WAIT).
+    inode = os.readlink("/proc/self/fd/%d" % s.fileno())[len("socket:["):-1]
     proxy = None
     with open("/proc/net/tcp") as f:
         for row in f.readlines()[1:]:
             cols = row.split()
-            if cols[1] == want:
+            if cols[9] == inode:
                 ip_hex, port_hex = cols[2].split(":")
                 proxy = (socket.inet_ntoa(bytes.fromhex(ip_hex)[::-1]), int(port_hex, 16))
     s.close()
