@@ -190,7 +190,11 @@ def cmd_daemon(name, flag, addr, port):
     os.setsid()
     if os.fork() > 0:
         os._exit(0)
-    time.sleep(0.3)  # both parents have exited by now
+    # The parent (the session's leader) exits at once; wait until this
+    # process is reparented, so that it really belongs to no one.
+    deadline = time.monotonic() + 10
+    while os.getppid() == os.getsid(0) and time.monotonic() < deadline:
+        time.sleep(0.01)
     outcome = "launcher=%d oldsid=%d ppid=%d sid=%d %s" % (launcher, oldsid, os.getppid(), os.getsid(0), tcp_attempt("4", addr, int(port), "/" + name))
     with open(flag + ".tmp", "w") as f:
         f.write("BYPASS %s pid=%d %s\n" % (name, os.getpid(), " ".join(outcome.split())))
